@@ -1,0 +1,32 @@
+# Two entry points for a fresh machine (see README): `make gate` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+REPORT ?= reports/out/gate.html
+
+.PHONY: setup gate test lint bench
+
+setup: $(STAMP)
+
+# torch first, pinned, so pip takes the CPU wheel on this machine's disk rather than
+# resolving a CUDA build through another package's requirement.
+$(STAMP): pyproject.toml Makefile
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+gate: $(STAMP)
+	$(BIN)/fp8check gate --report $(REPORT) --json reports/out/gate.json --junit reports/out/gate.xml
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/pytest -n 2 tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/reference.py

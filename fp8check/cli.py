@@ -1,0 +1,213 @@
+"""`fp8check gate`: the accuracy gate.  Also `fp8check list` (kernels and case ids).
+
+Exit status: 0 every case passed, 1 any accuracy failure (or a built-in kernel that failed
+to load), 2 bad usage or bad input (one line on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from fp8check import cases as cases_mod
+from fp8check import registry, results
+from fp8check.config import GateConfig, load_config
+from fp8check.contracts import CONTRACTS, FRAMEWORKS, OUT_DTYPES, KernelSpec, spec_from_target
+from fp8check.layers import LAYERS
+from fp8check.layers.op import CaseResult, skipped_result, validate_case
+from fp8check.profiles import PROFILES, get_profile
+
+DEFAULT_JSONL = "fp8check-gate.jsonl"
+
+
+class UsageError(Exception):
+    """Bad usage or bad input: reported as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="fp8check", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("gate", help="run the accuracy gate")
+    g.add_argument("--kernel", action="append", default=None,
+                   help="built-in name, module:attr or file.py:attr (repeatable; "
+                        "default: every built-in kernel)")
+    g.add_argument("--contract", choices=CONTRACTS, help="contract of a plain function")
+    g.add_argument("--framework", choices=FRAMEWORKS, help="framework of a plain function")
+    g.add_argument("--accum", help="accumulation recipe a plain gmm-fp8 function follows")
+    g.add_argument("--out-dtypes", help=f"comma list of {OUT_DTYPES} a plain function supports")
+    g.add_argument("--m-align", type=int, help="group-size alignment a plain function needs")
+    g.add_argument("--suite", choices=cases_mod.SUITES)
+    g.add_argument("--profile", help=f"one of {', '.join(PROFILES)} (never off)")
+    g.add_argument("--layers", help="comma list of layers to run (e.g. 1)")
+    g.add_argument("--seed", type=int)
+    g.add_argument("--backend", choices=registry.BACKENDS)
+    g.add_argument("--case", action="append", default=None, help="run only this case id")
+    g.add_argument("--json", help="write the JSON results document here")
+    g.add_argument("--jsonl", help=f"stream results here (default: beside --json, or "
+                                   f"./{DEFAULT_JSONL})")
+    g.add_argument("--junit", help="write JUnit XML here")
+    g.add_argument("--report", help="write the HTML report here")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ls = sub.add_parser("list", help="list built-in kernels and the case ids of a suite")
+    ls.add_argument("--suite", choices=cases_mod.SUITES, default="ci")
+    ls.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def _merged(args: argparse.Namespace, cfg: GateConfig) -> GateConfig:
+    layers = cfg.layers
+    if args.layers is not None:
+        try:
+            layers = tuple(int(v) for v in args.layers.split(",") if v.strip())
+        except ValueError as e:
+            raise UsageError(f"--layers must be a comma list of integers, got {args.layers!r}") from e
+    return GateConfig(
+        suite=args.suite or cfg.suite, profile=args.profile or cfg.profile, layers=layers,
+        seed=cfg.seed if args.seed is None else args.seed, backend=args.backend or cfg.backend,
+        json=args.json or cfg.json, junit=args.junit or cfg.junit,
+        report=args.report or cfg.report, jsonl=args.jsonl or cfg.jsonl,
+        kernels=tuple(args.kernel) if args.kernel else cfg.kernels,
+    )
+
+
+def _plain_declarations(args: argparse.Namespace) -> dict:
+    declared: dict = {}
+    if args.accum:
+        declared["accum"] = args.accum
+    if args.out_dtypes:
+        declared["out_dtypes"] = tuple(d.strip() for d in args.out_dtypes.split(","))
+    if args.m_align is not None:
+        declared["m_align"] = args.m_align
+    return declared
+
+
+def _load_kernels(
+    cfg: GateConfig, args: argparse.Namespace
+) -> tuple[list[KernelSpec], dict[str, str]]:
+    if not cfg.kernels:
+        return registry.load_builtins(backend=cfg.backend)
+    specs = []
+    for name in cfg.kernels:
+        if name in registry.BUILTIN_KERNELS:
+            try:
+                specs.append(registry.load_builtin(name, cfg.backend))
+            except registry.KernelLoadError as e:
+                raise UsageError(f"kernel {e}") from e
+        else:
+            specs.append(spec_from_target(name, args.contract, args.framework,
+                                          **_plain_declarations(args)))
+    return specs, {}
+
+
+def _repro(spec: KernelSpec, cfg: GateConfig, args: argparse.Namespace, case_id: str) -> str:
+    parts = ["fp8check", "gate", "--kernel", spec.name]
+    if spec.name not in registry.BUILTIN_KERNELS:
+        parts += ["--contract", spec.contract, "--framework", spec.framework]
+        if args.accum:
+            parts += ["--accum", args.accum]
+        if args.out_dtypes:
+            parts += ["--out-dtypes", args.out_dtypes]
+        if args.m_align is not None:
+            parts += ["--m-align", str(args.m_align)]
+    parts += ["--suite", cfg.suite, "--seed", str(cfg.seed), "--profile", cfg.profile,
+              "--backend", cfg.backend, "--layers", "1", "--case", case_id]
+    return shlex.join(parts)
+
+
+def _jsonl_path(cfg: GateConfig) -> Path:
+    if cfg.jsonl:
+        return Path(cfg.jsonl)
+    if cfg.json:
+        return Path(cfg.json).with_suffix(".jsonl")
+    return Path(DEFAULT_JSONL)
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, file=sys.stderr, unit="case", disable=not enabled,
+                dynamic_ncols=True, mininterval=0.5)
+
+
+def run_gate(args: argparse.Namespace) -> int:
+    cfg = _merged(args, load_config(Path.cwd()))
+    profile = get_profile(cfg.profile)
+    unknown_layers = [n for n in cfg.layers if n not in LAYERS]
+    if unknown_layers or not cfg.layers:
+        raise UsageError(f"--layers {cfg.layers}: this build has layers {sorted(LAYERS)}")
+    if cfg.backend not in registry.BACKENDS:
+        raise UsageError(f"unknown backend {cfg.backend!r}")
+    if args.case:
+        suite_cases = [cases_mod.find_case(cfg.suite, cfg.seed, cid) for cid in args.case]
+    else:
+        suite_cases = cases_mod.build_suite(cfg.suite, cfg.seed)
+    specs, load_errors = _load_kernels(cfg, args)
+    env = results.environment(specs, suite=cfg.suite, seed=cfg.seed, profile=cfg.profile,
+                              backend=cfg.backend, load_errors=load_errors)
+    for name, err in load_errors.items():
+        print(f"fp8check: kernel {name} not loaded: {err}", file=sys.stderr)
+
+    done: list[CaseResult] = []
+    with results.JsonlStream(_jsonl_path(cfg)) as stream, \
+            _progress(len(specs) * len(suite_cases), not args.no_progress) as bar:
+        stream.write({"event": "start", "environment": env})
+        for spec in specs:
+            for case in suite_cases:
+                bar.set_description(f"{spec.name} {case.id}"[:60])
+                reason = cases_mod.supported(case, spec.out_dtypes, spec.m_align)
+                if reason is not None:
+                    res = skipped_result(spec, case, reason)
+                else:
+                    res = validate_case(spec, case, profile)
+                if res.passed is False:
+                    res.repro = _repro(spec, cfg, args, case.id)
+                    why = res.error or ", ".join(res.failed_criteria)
+                    bar.write(f"FAIL {spec.name} {case.id}: {why}\n  repro: {res.repro}",
+                              file=sys.stderr)
+                stream.write(res.to_dict())
+                done.append(res)
+                bar.update(1)
+    summary = results.summarize(done, load_errors)
+    doc = results.document(done, summary, env)
+    if cfg.json:
+        results.write_json(cfg.json, doc)
+    if cfg.junit:
+        results.write_junit(cfg.junit, done)
+    if cfg.report:
+        from fp8check.reports.html import write_html
+
+        write_html(cfg.report, doc)
+    print(f"fp8check gate: suite={cfg.suite} profile={cfg.profile} seed={cfg.seed}: "
+          f"{summary['n_passed']} passed, {summary['n_failed']} failed, "
+          f"{summary['n_skipped']} skipped, {len(load_errors)} kernels not loaded")
+    return 0 if summary["passed"] else 1
+
+
+def run_list(args: argparse.Namespace) -> int:
+    print("built-in kernels:")
+    for name, target in registry.BUILTIN_KERNELS.items():
+        print(f"  {name:20s} {target}")
+    print(f"cases of suite {args.suite} (seed {args.seed}):")
+    for case in cases_mod.build_suite(args.suite, args.seed):
+        print(f"  {case.id}  groups={list(case.group_sizes)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        if args.command == "gate":
+            return run_gate(args)
+        return run_list(args)
+    except (UsageError, ValueError) as e:
+        print(f"fp8check: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+              file=sys.stderr)
+        return 2

@@ -1,0 +1,386 @@
+"""Error metrics for comparing a kernel's output with a reference.
+
+Conventions every function here follows:
+
+* Inputs are array-likes of any float dtype (float64, float32, bfloat16, fp8); they are
+  converted exactly to float64 before any arithmetic, and all arithmetic is float64.
+* The two arrays must have the same shape: no broadcasting, because a broadcast between a
+  kernel's output and its reference almost always hides a layout bug.  Mismatch -> ValueError.
+* The reference (`ref`, `exact`, `naive`) must be finite: a non-finite reference is bad
+  input and raises ValueError.  A NaN or Inf in the output under test never passes and never
+  yields NaN: each metric returns its failing extreme (documented per function).
+* Argument order follows the API: `(ref, out)` for the scalar norms, `(out, ref)` for
+  `allclose_report` (like `np.allclose(a, b)`), `bound_ratio`, `bias_z` and `error_ratio`.
+
+Example::
+
+    >>> import numpy as np
+    >>> ref = np.array([1.0, 2.0, 4.0]); out = np.float32(ref)
+    >>> sqnr_db(ref, out), int(ulp_distance(out, np.nextafter(out, np.float32(9)), np.float32)[0])
+    (inf, 1)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from fp8check.formats import Format, get_format, ulp
+
+ULP_NAN: int = int(np.iinfo(np.int64).max)
+"""ULP distance reported where either operand is NaN: larger than any real distance."""
+
+_ULP_SATURATE = np.uint64(ULP_NAN - 1)  # real distances are clamped below the NaN sentinel
+
+
+def _as_f64(x: ArrayLike) -> np.ndarray:
+    return np.asarray(x).astype(np.float64)
+
+
+def _pair(
+    ref: ArrayLike, out: ArrayLike, fn: str, out_name: str = "out"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Both arrays as float64, same shape, with a finite reference."""
+    r, o = _as_f64(ref), _as_f64(out)
+    if r.shape != o.shape:
+        raise ValueError(f"{fn}: shape mismatch ref {r.shape} vs {out_name} {o.shape}")
+    if not np.all(np.isfinite(r)):
+        raise ValueError(f"{fn}: ref contains NaN or Inf; a reference must be finite")
+    return r, o
+
+
+def _common_scale(*arrays: np.ndarray) -> float:
+    """A power of two >= every |value|, so squares of the scaled arrays neither overflow
+    nor lose relative precision (the ratios the metrics take are scale invariant)."""
+    peak = max((float(np.max(np.abs(a))) if a.size else 0.0) for a in arrays)
+    return math.ldexp(1.0, math.frexp(peak)[1]) if peak > 0 else 1.0
+
+
+# ----------------------------------------------------------------------------- ULP
+
+
+def _exact_cast(x: ArrayLike, fmt: Format, name: str) -> np.ndarray:
+    """`x` cast to `fmt`, raising ValueError unless every value is representable."""
+    arr = np.asarray(x)
+    if arr.dtype == fmt.dtype:
+        return arr
+    x64 = arr.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = x64.astype(fmt.dtype)
+    back = cast.astype(np.float64)
+    exact = (back == x64) | (np.isnan(back) & np.isnan(x64))
+    if not np.all(exact):
+        first = x64[~exact].flat[0]
+        raise ValueError(
+            f"ulp_distance: {name} has values not representable in {fmt.name} (e.g. {first!r})"
+        )
+    return cast
+
+
+def _sign_magnitude(x: np.ndarray, fmt: Format) -> tuple[np.ndarray, np.ndarray]:
+    """Sign bit and magnitude bits (as uint64) of the bit patterns of `x`."""
+    width = fmt.dtype.itemsize * 8
+    bits = x.view(np.dtype(f"uint{width}")).astype(np.uint64)
+    sign = bits >> np.uint64(width - 1)
+    magnitude = bits & np.uint64((1 << (width - 1)) - 1)
+    return sign, magnitude
+
+
+def ulp_distance(a: ArrayLike, b: ArrayLike, dtype) -> np.ndarray:
+    """Number of representable `dtype` values between `a` and `b`, elementwise (int64).
+
+    Both operands are cast exactly to `dtype` (float64, float32, bfloat16, float8_e4m3fn,
+    float8_e5m2, or a format name); a value that is not representable raises ValueError.
+    The distance is the difference of the ordered-integer images of the bit patterns (the
+    sign-magnitude encoding mapped onto a monotone integer line), so +0 and -0 are equal,
+    subnormals are one step apart each and a binade crossing costs exactly one step; inf
+    and the largest finite value are 1 apart in formats with inf.  NaN in either operand
+    gives `ULP_NAN`.  Distances too large for int64 (only possible in float64, across
+    signs) saturate at ULP_NAN - 1.
+    """
+    fmt = get_format(dtype)
+    ca, cb = _exact_cast(a, fmt, "a"), _exact_cast(b, fmt, "b")
+    if ca.shape != cb.shape:
+        raise ValueError(f"ulp_distance: shape mismatch a {ca.shape} vs b {cb.shape}")
+    sa, ma = _sign_magnitude(ca, fmt)
+    sb, mb = _sign_magnitude(cb, fmt)
+    same_side = np.where(ma >= mb, ma - mb, mb - ma)
+    dist = np.where(sa == sb, same_side, ma + mb)  # opposite signs: walk through zero
+    dist = np.minimum(dist, _ULP_SATURATE).astype(np.int64)
+    nan = np.isnan(ca.astype(np.float64)) | np.isnan(cb.astype(np.float64))
+    return np.where(nan, np.int64(ULP_NAN), dist)
+
+
+# ---------------------------------------------------------------- scalar norms
+
+
+def sqnr_db(ref: ArrayLike, out: ArrayLike) -> float:
+    """Signal-to-quantization-noise ratio 10 log10(sum ref^2 / sum (ref - out)^2) in dB.
+
+    inf when out == ref everywhere (including empty arrays); -inf when ref is all zero but
+    out is not, and -inf (failing) when out has a NaN or Inf.
+    """
+    r, o = _pair(ref, out, "sqnr_db")
+    if not np.all(np.isfinite(o)):
+        return -math.inf
+    scale = _common_scale(r, o)
+    signal = float(np.sum(np.square(r / scale)))
+    noise = float(np.sum(np.square((r - o) / scale)))
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * (math.log10(signal) - math.log10(noise))
+
+
+def calc_diff(x: ArrayLike, y: ArrayLike) -> float:
+    """DeepGEMM's similarity error 1 - 2 sum(x y) / sum(x^2 + y^2), in [0, 2].
+
+    0 when x == y (including both all-zero or empty).  Symmetric, so a NaN or Inf in either
+    argument gives +inf (failing).
+    """
+    a, b = _as_f64(x), _as_f64(y)
+    if a.shape != b.shape:
+        raise ValueError(f"calc_diff: shape mismatch x {a.shape} vs y {b.shape}")
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        return math.inf
+    scale = _common_scale(a, b)
+    a, b = a / scale, b / scale
+    denom = float(np.sum(a * a + b * b))
+    if denom == 0.0:
+        return 0.0
+    return 1.0 - 2.0 * float(np.sum(a * b)) / denom
+
+
+def rel_fro(ref: ArrayLike, out: ArrayLike) -> float:
+    """Relative Frobenius error ||out - ref||_F / ||ref||_F.
+
+    0 when equal; inf when ref is all zero but out is not; inf when out has NaN or Inf.
+    """
+    r, o = _pair(ref, out, "rel_fro")
+    if not np.all(np.isfinite(o)):
+        return math.inf
+    scale = _common_scale(r, o)
+    noise = math.sqrt(float(np.sum(np.square((o - r) / scale))))
+    if noise == 0.0:
+        return 0.0
+    signal = math.sqrt(float(np.sum(np.square(r / scale))))
+    return noise / signal if signal > 0.0 else math.inf
+
+
+def max_abs(ref: ArrayLike, out: ArrayLike) -> float:
+    """max |out - ref| (0 for empty arrays); inf when out has NaN or Inf."""
+    r, o = _pair(ref, out, "max_abs")
+    if not np.all(np.isfinite(o)):
+        return math.inf
+    return float(np.max(np.abs(o - r))) if r.size else 0.0
+
+
+def max_rel(ref: ArrayLike, out: ArrayLike) -> float:
+    """max |out - ref| / |ref| over the elements with ref != 0.
+
+    Where ref == 0 an element contributes 0 if out == 0 there and inf otherwise (any
+    nonzero output for an exactly-zero reference is an unbounded relative error).  0 for
+    empty arrays; inf when out has NaN or Inf.
+    """
+    r, o = _pair(ref, out, "max_rel")
+    if not np.all(np.isfinite(o)):
+        return math.inf
+    if r.size == 0:
+        return 0.0
+    zero_ref = r == 0
+    if np.any(zero_ref & (o != 0)):
+        return math.inf
+    safe = np.where(zero_ref, 1.0, r)
+    return float(np.max(np.where(zero_ref, 0.0, np.abs(o - r) / np.abs(safe))))
+
+
+# ------------------------------------------------------------------- allclose
+
+
+@dataclass(frozen=True)
+class AllcloseReport:
+    """Outcome of |out - ref| <= atol + rtol |ref| elementwise (numpy's allclose rule).
+
+    `worst_*` describe the element with the largest excess |out - ref| - (atol + rtol|ref|)
+    (positive = failing); they are None for empty arrays.  NaN/Inf in out has excess inf.
+    """
+
+    n: int
+    n_fail: int
+    frac_fail: float
+    worst_index: tuple[int, ...] | None
+    worst_out: float | None
+    worst_ref: float | None
+    worst_excess: float | None
+    passed: bool
+
+
+def allclose_report(out: ArrayLike, ref: ArrayLike, atol: float, rtol: float) -> AllcloseReport:
+    """Elementwise tolerance check with the worst offender; see `AllcloseReport`.
+
+    atol and rtol must be finite and >= 0 (ValueError otherwise).  A NaN or Inf in out is
+    a failure and, having infinite excess, is reported as the worst element.
+    """
+    for name, tol in (("atol", atol), ("rtol", rtol)):
+        if not (math.isfinite(tol) and tol >= 0):
+            raise ValueError(f"allclose_report: {name} must be finite and >= 0, got {tol!r}")
+    r, o = _pair(ref, out, "allclose_report")
+    with np.errstate(invalid="ignore"):
+        excess = np.where(np.isfinite(o), np.abs(o - r) - (atol + rtol * np.abs(r)), np.inf)
+    n = int(r.size)
+    n_fail = int(np.count_nonzero(excess > 0))
+    if n == 0:
+        return AllcloseReport(0, 0, 0.0, None, None, None, None, True)
+    idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(excess)), r.shape))
+    return AllcloseReport(
+        n=n,
+        n_fail=n_fail,
+        frac_fail=n_fail / n,
+        worst_index=idx,
+        worst_out=float(o[idx]),
+        worst_ref=float(r[idx]),
+        worst_excess=float(excess[idx]),
+        passed=n_fail == 0,
+    )
+
+
+# ------------------------------------------------------------ a-priori bound
+
+
+def bound_ratio(
+    out: ArrayLike,
+    exact: np.ndarray,
+    abs_ab: np.ndarray,
+    k: int,
+    *,
+    u: float = 2.0**-24,
+    out_dtype=np.float32,
+    n: int | None = None,
+) -> np.ndarray:
+    """|out - exact| / bound, elementwise (float64); <= 1 for every valid implementation.
+
+    bound = gamma_n * abs_ab + 0.5 * ulp(max(|exact|, |out|), out_dtype) + 2^-53 * |exact|,
+    gamma_n = n u / (1 - n u), n = k + 2 ceil(k / 128) + 2 unless given.
+
+    Why this bounds every valid kernel: the kernel evaluates sum_i s_i a_i b_i (s_i the
+    product of the two block scales) with float32 operations, in any order and with or
+    without fma.  Each term passes through at most n roundings with relative error <= u
+    (the k - 1 additions, the product, two per-block scale multiplications, and a spare
+    two), so by Higham (Accuracy and Stability, Lemma 3.1 / eq. 3.4) the accumulator value
+    acc satisfies |acc - x| <= gamma_n sum_i |s_i a_i b_i| <= gamma_n abs_ab, where x is
+    the real value and abs_ab is an upper bound of (|A||B|)_ij on the dequantized operands.
+    The final rounding out = RN(acc) to out_dtype adds <= 0.5 ulp(acc); RN is monotone, so
+    |out| lies in the binade of |acc| or above and ulp(max(|exact|, |out|)) >= ulp(acc).
+    `exact` is x rounded to float64, off by <= 2^-53 |exact|.  The denominator is never 0:
+    the ulp term is at least half the smallest subnormal of out_dtype, so for
+    exact == abs_ab == 0 the ratio is 0 when out == 0 and >= 1 otherwise.
+
+    `exact` and `abs_ab` must be float64 (the references' outputs), finite, same shape as
+    out, abs_ab >= 0.  NaN or Inf in out gives inf.  `u` is the accumulator's unit roundoff
+    (2^-24 for float32); n u must be < 1.
+    """
+    o = _as_f64(out)
+    ex, ab = np.asarray(exact), np.asarray(abs_ab)
+    for name, arr in (("exact", ex), ("abs_ab", ab)):
+        if arr.dtype != np.float64:
+            raise ValueError(f"bound_ratio: {name} must be float64, got {arr.dtype}")
+        if arr.shape != o.shape:
+            raise ValueError(f"bound_ratio: shape mismatch {name} {arr.shape} vs out {o.shape}")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"bound_ratio: {name} contains NaN or Inf")
+    if np.any(ab < 0):
+        raise ValueError("bound_ratio: abs_ab must be >= 0")
+    if int(k) != k or k < 1:
+        raise ValueError(f"bound_ratio: k must be a positive integer, got {k!r}")
+    if n is None:
+        n = int(k) + 2 * math.ceil(k / 128) + 2
+    if int(n) != n or n < 1:
+        raise ValueError(f"bound_ratio: n must be a positive integer, got {n!r}")
+    if not (0 < u and n * u < 1):
+        raise ValueError(f"bound_ratio: need 0 < u and n*u < 1, got u={u!r}, n={n}")
+    gamma = n * u / (1 - n * u)
+    finite = np.isfinite(o)
+    o_safe = np.where(finite, o, 0.0)
+    denom = (
+        gamma * ab
+        + 0.5 * ulp(np.maximum(np.abs(ex), np.abs(o_safe)), out_dtype)
+        + 2.0**-53 * np.abs(ex)
+    )
+    return np.where(finite, np.abs(o_safe - ex) / denom, np.inf)
+
+
+# ---------------------------------------------------------- bias and ratios
+
+
+def _binade(x: np.ndarray) -> np.ndarray:
+    """2^floor(log2 x) for x > 0 (exact, via frexp)."""
+    return np.ldexp(1.0, np.frexp(x)[1] - 1)
+
+
+def bias_z(
+    out: ArrayLike, ref: ArrayLike, *, mode: Literal["magnitude", "signed"] = "magnitude"
+) -> float:
+    """t-statistic of the normalised error: mean(z) / (std(z, ddof=1) / sqrt(N)).
+
+    z_i = d_i (out_i - ref_i) / 2^floor(log2 |ref_i|): each error is measured in units of
+    its reference's binade (the ulp of ref up to a constant factor that is the same in every
+    format), so large elements do not dominate and, unlike dividing by |ref_i|, the unit is
+    constant across a rounding interval (no artificial bias from 1/|ref| weighting).  Where
+    ref_i == 0 the binade of |out_i| is used (z_i = 0 when out_i is 0 too).
+    d_i is sign(ref_i) (sign(out_i) where ref is 0) in mode "magnitude": z < 0 means the
+    output is systematically smaller in magnitude (round-toward-zero, truncation), z > 0
+    larger; this works on mixed-sign data, where truncation's signed errors cancel.  In
+    mode "signed" d_i = 1 (round-down / round-up toward an infinity).
+    Unbiased rounding gives |z| of order 1; |z| > ~5 is a systematic bias.  Elements
+    whose reference is tiny through cancellation get large weights; an outlier pulls the
+    statistic towards +-1, so this costs detection power, never a false alarm.
+
+    0 when every error is 0; +-inf when every z_i is the same nonzero value; +inf when out
+    has NaN or Inf.  Needs at least 2 elements (ValueError).
+    """
+    if mode not in ("magnitude", "signed"):
+        raise ValueError(f"bias_z: mode must be 'magnitude' or 'signed', got {mode!r}")
+    r, o = _pair(ref, out, "bias_z")
+    if r.size < 2:
+        raise ValueError(f"bias_z: needs at least 2 elements, got {r.size}")
+    if not np.all(np.isfinite(o)):
+        return math.inf
+    pivot = np.where(r != 0, r, o)  # element whose binade and sign set the unit
+    unit = np.where(pivot != 0, _binade(np.abs(pivot)), 1.0)
+    direction = np.sign(pivot) if mode == "magnitude" else 1.0
+    z = (direction * (o - r) / unit).ravel()
+    if not np.any(z):
+        return 0.0
+    mean = float(np.mean(z))
+    sd = float(np.std(z, ddof=1))
+    if sd == 0.0:
+        return math.copysign(math.inf, mean)
+    return mean / (sd / math.sqrt(z.size))
+
+
+def error_ratio(out: ArrayLike, ref: ArrayLike, naive: ArrayLike) -> float:
+    """FlashAttention-style max|out - ref| / max|naive - ref|.
+
+    `naive` is a straightforward implementation in the same precision as the kernel; a
+    ratio <= ~2 says the kernel is no less accurate than the obvious way.  0/0 (both exact)
+    is 1.0 (as accurate as naive); x/0 with x > 0 is inf.  NaN/Inf in out gives inf; naive
+    must be finite (ValueError), since an infinite baseline error would let anything pass.
+    """
+    r, o = _pair(ref, out, "error_ratio")
+    _, nv = _pair(ref, naive, "error_ratio", out_name="naive")
+    if not np.all(np.isfinite(nv)):
+        raise ValueError("error_ratio: naive contains NaN or Inf; the baseline must be finite")
+    if not np.all(np.isfinite(o)):
+        return math.inf
+    if r.size == 0:
+        return 1.0
+    err_out = float(np.max(np.abs(o - r)))
+    err_naive = float(np.max(np.abs(nv - r)))
+    if err_naive == 0.0:
+        return 1.0 if err_out == 0.0 else math.inf
+    return err_out / err_naive

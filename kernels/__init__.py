@@ -1,0 +1,1 @@
+"""Kernels under test: pallas/ (JAX), triton/ (PyTorch), adapters/ (third-party)."""

@@ -1,0 +1,1 @@
+"""Third-party kernels wrapped in fp8check contracts."""

@@ -1,0 +1,217 @@
+"""Exact arithmetic kernels the references are built from (numba, nopython).
+
+* `fma_f32(a, b, c)`: float32 fused multiply-add, correctly rounded (RNE) once.
+* `ExactSum`: a fixed-point superaccumulator (Kulisch style) that adds float64 terms with
+  no rounding at all and rounds the total once, correctly, to a chosen precision.
+
+Why these are exact:
+
+fma_f32.  a, b are float32 (24-bit significands), so p = a*b has at most 48 significant bits
+and is exact in float64 (53 bits; the exponent range of float64 covers every product of two
+float32).  s = RN64(p + c) and the TwoSum error e = (p + c) - s are exact (Knuth).  RN32(s)
+equals RN32(p + c) unless s is *exactly* halfway between two float32 neighbours while e != 0
+(the classic double-rounding case): then the true value lies off the tie, on the side of e,
+and we take the neighbour on that side.  In every other case s and p + c round to the same
+float32: if s is a float32 value, |e| <= ulp64(s)/2 is far smaller than half a float32 ulp;
+otherwise s and p + c lie strictly on the same side of the same float32 midpoint, because a
+float32 midpoint is itself a float64 value and RN64 never crosses a float64 value.
+
+ExactSum.  A float64 x = M * 2^E with |M| < 2^53 an integer.  The accumulator holds 32-bit
+digits in int64 cells covering 2^EMIN .. 2^EMAX; adding x adds the integer M shifted to its
+place, split over at most three cells, with exact integer arithmetic.  Each cell takes less
+than 2^32 per term and per digit position, so up to 2^28 terms cannot overflow an int64
+cell.  Rounding normalises the digits (carry propagation, two's complement for negatives)
+and rounds the top bits to `p` significant bits with a sticky bit for everything below,
+honouring the target format's subnormal range: it is the textbook round-to-nearest-even of
+an exactly known integer.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+# Superaccumulator geometry: values from 2^EMIN upward in 32-bit digits.  float64 terms
+# reach 2^-1074 .. 2^1024; the products the references add stay far inside that.
+EMIN = -1152
+NCELLS = (1024 + 64 - EMIN) // 32 + 4
+_MASK32 = (1 << 32) - 1
+
+# (precision in significant bits, exponent of the smallest normal) for each output format.
+PRECISION = {
+    np.dtype(np.float64): (53, -1022),
+    np.dtype(np.float32): (24, -126),
+}
+
+
+@numba.njit(cache=True)
+def round_pair_f32(s, e):
+    """RN32(s + e) for a float64 pair with s = RN64(s + e) and e the exact remainder.
+
+    RN32(s) is right unless s is exactly a float32 midpoint and e != 0 (see module doc).
+    """
+    r = np.float32(s)
+    if e == 0.0 or not math.isfinite(s) or np.float64(r) == s:
+        return r
+    # s is not a float32: r and its neighbour toward s bracket s.  Only an exact tie in s
+    # needs the remainder to break it.
+    toward = np.float32(np.inf) if s > np.float64(r) else np.float32(-np.inf)
+    r2 = np.nextafter(r, toward)
+    if abs(s - np.float64(r)) == abs(np.float64(r2) - s):
+        lo, hi = (r, r2) if r < r2 else (r2, r)
+        return hi if e > 0.0 else lo
+    return r
+
+
+def _fma_f32(a, b, c):
+    p = np.float64(a) * np.float64(b)  # exact: 24 + 24 bits
+    c64 = np.float64(c)
+    s = p + c64
+    bb = s - p
+    e = (p - (s - bb)) + (c64 - bb)  # TwoSum: s + e == p + c exactly
+    return round_pair_f32(s, e)
+
+
+fma_f32_scalar = numba.njit(cache=True)(_fma_f32)
+_fma_f32_ufunc = numba.vectorize(["float32(float32, float32, float32)"], cache=True)(_fma_f32)
+
+
+def fma_f32(a, b, c) -> np.ndarray:
+    """Elementwise float32 fused multiply-add RNE(a*b + c), one rounding (broadcasting).
+
+    Inputs are cast to float32 first; pass float32 to avoid a silent rounding (float64
+    input raises ValueError).
+    """
+    arrs = [np.asarray(v) for v in (a, b, c)]
+    if any(v.dtype == np.float64 for v in arrs):
+        raise ValueError("fma_f32: float64 operands would be rounded; pass float32")
+    return _fma_f32_ufunc(*[v.astype(np.float32) for v in arrs])
+
+
+@numba.njit(cache=True, inline="always")
+def acc_add(acc, x):
+    """Add float64 `x` exactly to the superaccumulator `acc` (int64[NCELLS])."""
+    if x == 0.0:
+        return
+    m, e = math.frexp(x)  # x = m * 2^e, 0.5 <= |m| < 1
+    mi = np.int64(m * 9007199254740992.0)  # exact: m * 2^53 is an integer
+    sgn = np.int64(1)
+    if mi < 0:
+        mi = -mi
+        sgn = np.int64(-1)
+    pos = e - 53 - EMIN
+    cell = pos >> 5
+    sh = pos & 31
+    lo = (mi & _MASK32) << sh  # < 2^63
+    hi = (mi >> 32) << sh  # < 2^53
+    acc[cell] += sgn * (lo & _MASK32)
+    acc[cell + 1] += sgn * ((lo >> 32) + (hi & _MASK32))
+    acc[cell + 2] += sgn * (hi >> 32)
+
+
+@numba.njit(cache=True, inline="always")
+def two_product(a, b):
+    """(p, err) with p = RN64(a*b) and p + err == a*b exactly (Dekker; |a|, |b| < 2^995)."""
+    p = a * b
+    c = 134217729.0 * a
+    ah = c - (c - a)
+    al = a - ah
+    c = 134217729.0 * b
+    bh = c - (c - b)
+    bl = b - bh
+    err = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    return p, err
+
+
+@numba.njit(cache=True)
+def acc_round(acc, p, emin):
+    """Round the exact value held in `acc` to `p` significant bits (RNE, subnormals below
+    2^emin), return it as float64, and clear `acc` for reuse.  Exact zero gives +0.0."""
+    n = acc.shape[0]
+    for i in range(n - 1):  # carry-propagate to digits in [0, 2^32)
+        c = acc[i] >> 32
+        acc[i] -= c << 32
+        acc[i + 1] += c
+    sign = 1.0
+    if acc[n - 1] < 0:
+        sign = -1.0
+        for i in range(n):
+            acc[i] = -acc[i]
+        for i in range(n - 1):
+            c = acc[i] >> 32
+            acc[i] -= c << 32
+            acc[i + 1] += c
+    h = n - 1
+    while h >= 0 and acc[h] == 0:
+        h -= 1
+    if h < 0:
+        return 0.0
+    top = acc[h]
+    b = 0
+    while (top >> b) != 0:
+        b += 1
+    d1 = acc[h - 1] if h >= 1 else 0
+    d2 = acc[h - 2] if h >= 2 else 0
+    # 64-bit window W of the leading bits (MSB set) as two 32-bit halves, plus sticky.
+    w = (np.uint64(top) << np.uint64(64 - b)) | (np.uint64(d1) << np.uint64(32 - b))
+    w = w | (np.uint64(d2) >> np.uint64(b))
+    sticky = (d2 & ((1 << b) - 1)) != 0
+    for i in range(h - 2):
+        if acc[i] != 0:
+            sticky = True
+    for i in range(n):
+        acc[i] = 0
+    msb = 32 * h + b - 1 + EMIN  # exponent of the leading bit
+    q = max(msb - (p - 1), emin - (p - 1))  # exponent of the result's last kept bit
+    keep = msb - q + 1
+    if keep <= 0:
+        # Below half the smallest subnormal step unless keep == 0 (value in [2^(q-1), 2^q)).
+        if keep == 0 and (w > np.uint64(1 << 63) or sticky):
+            return sign * math.ldexp(1.0, q)
+        return sign * 0.0
+    shift = 64 - keep
+    r = w >> np.uint64(shift)
+    rem = w & ((np.uint64(1) << np.uint64(shift)) - np.uint64(1))
+    half = np.uint64(1) << np.uint64(shift - 1)
+    if rem > half or (rem == half and (sticky or (r & np.uint64(1)) == np.uint64(1))):
+        r += np.uint64(1)
+    return sign * math.ldexp(float(r), q)
+
+
+def precision_of(dtype) -> tuple[int, int]:
+    """(significant bits, smallest normal exponent) of float64, float32 or bfloat16."""
+    import ml_dtypes
+
+    dt = np.dtype(dtype)
+    if dt == np.dtype(ml_dtypes.bfloat16):
+        return 8, -126
+    if dt in PRECISION:
+        return PRECISION[dt]
+    raise ValueError(f"no exact rounding to {dt}; expected float64, float32 or bfloat16")
+
+
+@numba.njit(cache=True)
+def _exact_sum_rows(terms, p, emin):
+    out = np.empty(terms.shape[0], np.float64)
+    acc = np.zeros(NCELLS, np.int64)
+    for i in range(terms.shape[0]):
+        for t in range(terms.shape[1]):
+            acc_add(acc, terms[i, t])
+        out[i] = acc_round(acc, p, emin)
+    return out
+
+
+def exact_sum(terms: np.ndarray, dtype=np.float64) -> np.ndarray:
+    """Correctly rounded (RNE, once) sum over the last axis of finite float64 `terms`.
+
+    Returns float64 values that are exactly representable in `dtype` (float64, float32 or
+    bfloat16); cast them to `dtype` without further rounding.
+    """
+    terms = np.asarray(terms, dtype=np.float64)
+    if not np.isfinite(terms).all():
+        raise ValueError("exact_sum: terms must be finite")
+    p, emin = precision_of(dtype)
+    flat = terms.reshape(-1, terms.shape[-1]) if terms.ndim else terms.reshape(1, 1)
+    return _exact_sum_rows(np.ascontiguousarray(flat), p, emin).reshape(terms.shape[:-1])

@@ -1,0 +1,1 @@
+"""HTML precision reports."""

@@ -1,0 +1,96 @@
+"""Slow, independent oracles for the references: exact rationals and Python scalars only.
+
+Nothing here uses numpy arithmetic or ml_dtypes casts, so an agreement between these and
+the vectorized references is evidence, not a tautology.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+# (significant bits, smallest normal exponent, largest finite) per format.
+FORMATS = {
+    "f64": (53, -1022, None),
+    "f32": (24, -126, float.fromhex("0x1.fffffep127")),
+    "bf16": (8, -126, float.fromhex("0x1.fep127")),
+    "e4m3fn": (4, -6, 448.0),
+    "e5m2": (3, -14, 57344.0),
+}
+
+
+def round_fraction(x: Fraction, fmt: str, saturate: bool = False) -> float:
+    """Round the rational x to `fmt` with round-to-nearest-even (subnormals included).
+
+    Overflow gives +-inf, or +-max when `saturate` (cvt.rn.satfinite)."""
+    p, emin, fmax = FORMATS[fmt]
+    if x == 0:
+        return 0.0
+    sign = -1 if x < 0 else 1
+    a = abs(x)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if Fraction(2) ** e > a:
+        e -= 1
+    q = max(e - (p - 1), emin - (p - 1))
+    scaled = a / Fraction(2) ** q
+    r = scaled.numerator // scaled.denominator
+    rem = scaled - r
+    if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and r % 2 == 1):
+        r += 1
+    val = Fraction(r) * Fraction(2) ** q
+    if fmax is not None and val > Fraction(fmax):
+        return sign * (fmax if saturate else math.inf)
+    return sign * float(val)
+
+
+def fma_f32(a: float, b: float, c: float) -> float:
+    return round_fraction(Fraction(a) * Fraction(b) + Fraction(c), "f32")
+
+
+def rn32(x: Fraction) -> float:
+    return round_fraction(x, "f32")
+
+
+F = Fraction
+
+
+def _pow2_ceil_exponent(v: Fraction) -> int:
+    """Smallest e with 2^e >= v (v > 0)."""
+    e = v.numerator.bit_length() - v.denominator.bit_length()
+    while F(2) ** e < v:
+        e += 1
+    while F(2) ** (e - 1) >= v:
+        e -= 1
+    return e
+
+
+def _pow2_floor(v: float) -> float:
+    e = math.frexp(v)[1] - 1
+    return math.ldexp(1.0, e)
+
+
+def quantize_block(xs: list[float], recipe: str, fmt: str, in_max: float):
+    """One block, element by element: (list of fp8 values as floats, scale)."""
+    fmax = F(FORMATS[fmt][2])
+    amax = max(abs(F(v)) for v in xs)
+    if recipe.startswith("transformer-engine"):
+        if amax == 0:
+            m = 1.0
+        else:
+            m = rn32(fmax / amax)
+            if math.isinf(m):
+                m = in_max
+        if recipe.endswith("pow2"):
+            m = _pow2_floor(m)
+        s = rn32(1 / F(m))
+        return [round_fraction(F(rn32(F(v) * F(m))), fmt, saturate=True) for v in xs], s
+    a = max(amax, F(rn32(F("1e-4"))))
+    s = rn32(a / fmax)
+    if recipe == "deepgemm-ue8m0":
+        e = min(max(_pow2_ceil_exponent(F(s)), -126), 127)
+        s = math.ldexp(1.0, e)
+        return [round_fraction(F(rn32(F(v) * F(2) ** -e)), fmt, saturate=True) for v in xs], s
+    if recipe == "deepseek-v3":
+        return [round_fraction(F(rn32(F(v) / F(s))), fmt, saturate=True) for v in xs], s
+    inv = rn32(1 / F(s))
+    return [round_fraction(F(rn32(F(v) * F(inv))), fmt, saturate=True) for v in xs], s

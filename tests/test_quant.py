@@ -1,0 +1,153 @@
+"""Quantizer references against the element-by-element rational oracle."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fp8check.references import quant
+from fp8check.references.quant import RECIPES, dequantize, quantize
+from tests.oracle import quantize_block
+
+BLOCKS = [(1, 128), (128, 128), (128, 1)]
+
+
+def _oracle(x: np.ndarray, block, recipe, fmt):
+    """Oracle values/scales for a 2-D or 3-D array, block by block with Python scalars."""
+    lead = x.shape[:-2]
+    r, c = x.shape[-2:]
+    nr, nc = -(-r // block[0]), -(-c // block[1])
+    in_max = float(ml_dtypes.finfo(x.dtype).max)
+    vals = np.zeros(x.shape, np.float64)
+    scales = np.zeros(lead + (nr, nc), np.float64)
+    for idx in np.ndindex(*lead):
+        xi = x[idx].astype(np.float32).astype(np.float64)
+        for i in range(nr):
+            for j in range(nc):
+                rs = slice(i * block[0], min((i + 1) * block[0], r))
+                cs = slice(j * block[1], min((j + 1) * block[1], c))
+                blk = xi[rs, cs]
+                q, s = quantize_block(blk.ravel().tolist(), recipe, fmt, in_max)
+                vals[idx + (rs, cs)] = np.array(q).reshape(blk.shape)
+                scales[idx + (i, j)] = s
+    return vals, scales
+
+
+def _assert_matches_oracle(x, block, recipe, fmt="e4m3fn"):
+    q = quantize(x, block, recipe, fmt)
+    vals, scales = _oracle(x, block, recipe, fmt)
+    got_v = q.values.astype(np.float64)
+    assert q.scales.dtype == np.float32
+    np.testing.assert_array_equal(q.scales.astype(np.float64), scales)
+    np.testing.assert_array_equal(got_v, vals)
+    # -0 and +0 must agree too: compare the sign bits.
+    np.testing.assert_array_equal(np.signbit(got_v), np.signbit(vals))
+
+
+@st.composite
+def _inputs(draw):
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    block = draw(st.sampled_from(BLOCKS))
+    r = draw(st.integers(1, 150)) if block[0] == 128 else draw(st.integers(1, 6))
+    c = draw(st.integers(1, 260)) if block[1] == 128 else draw(st.integers(1, 6))
+    kind = draw(st.sampled_from(["normal", "many-scales", "zero-tiles", "near-max", "tiny"]))
+    x = rng.standard_normal((r, c))
+    if kind == "many-scales":  # every 128x128 tile its own magnitude, 2^-20 .. 2^14
+        tiles = 2.0 ** rng.integers(-20, 15, (-(-r // 128), -(-c // 128)))
+        x *= np.repeat(np.repeat(tiles, 128, 0), 128, 1)[:r, :c]
+    elif kind == "zero-tiles":
+        x[:, : c // 2] = 0.0
+    elif kind == "near-max":
+        x = 448.0 * np.sign(x) * (1 - 2.0 ** -rng.integers(1, 12, x.shape))
+    elif kind == "tiny":
+        x *= 1e-30
+    dtype = draw(st.sampled_from([np.float32, ml_dtypes.bfloat16]))
+    return x.astype(dtype), block
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@settings(max_examples=20, deadline=None)
+@given(data=_inputs())
+def test_quantize_is_bit_exact_to_the_oracle(recipe, data):
+    x, block = data
+    _assert_matches_oracle(x, block, recipe)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_quantize_e5m2_and_leading_expert_dim(recipe):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((3, 130, 257)) * 2.0 ** rng.integers(-8, 8, (3, 1, 1)))
+    x = x.astype(np.float32)
+    _assert_matches_oracle(x, (128, 128), recipe, "e5m2")
+
+
+def test_all_zero_tile_and_fp8_max():
+    x = np.zeros((2, 256), np.float32)
+    x[1, 128:] = 448.0
+    x[1, 129] = -448.0
+    q = quantize(x)
+    assert q.scales[0, 0] == np.float32(np.float32(1e-4) / np.float32(448))  # amax floor
+    assert (q.values[0].astype(np.float32) == 0).all()
+    assert q.values[1, 128].astype(np.float32) == 448.0  # amax maps exactly to the max
+    te = quantize(x, recipe="transformer-engine")
+    assert te.scales[0, 0] == 1.0  # amax == 0 -> multiplier 1
+
+
+def test_overflow_saturates_not_nan():
+    # deepseek-v3 divides: x / RN(amax/448) can exceed 448 by rounding; it must saturate.
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((64, 128)).astype(np.float32)
+    for recipe in RECIPES:
+        v = quantize(x, recipe=recipe).values.astype(np.float32)
+        assert np.isfinite(v).all() and np.abs(v).max() <= 448.0
+
+
+def test_scale_shapes_and_partial_blocks():
+    x = np.ones((2, 130, 257), np.float32)
+    assert quantize(x, (1, 128)).scales.shape == (2, 130, 3)
+    assert quantize(x, (128, 128)).scales.shape == (2, 2, 3)
+    assert quantize(x, (128, 1)).scales.shape == (2, 2, 257)
+
+
+def test_dequantize_float64_is_exact_and_float32_rounds_once():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 256)).astype(np.float32)
+    q = quantize(x)
+    exact = q.values.astype(np.float64) * np.repeat(q.scales.astype(np.float64), 128, 1)
+    np.testing.assert_array_equal(dequantize(q, np.float64), exact)
+    np.testing.assert_array_equal(dequantize(q), exact.astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"recipe": "nope"}, "unknown recipe"),
+        ({"block": (64, 64)}, "unsupported block"),
+        ({"fmt": "e3m4"}, "unknown fp8 format"),
+        ({"nan": "ignore"}, "nan policy"),
+    ],
+)
+def test_bad_arguments_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        quantize(np.ones((2, 128), np.float32), **kwargs)
+
+
+def test_nan_raises_by_default_and_propagates_on_request():
+    x = np.ones((2, 256), np.float32)
+    x[0, 3] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        quantize(x)
+    q = quantize(x, nan="propagate")
+    assert np.isnan(q.scales[0, 0]) and np.isfinite(q.scales[1]).all()
+    assert np.isnan(q.values[0, :128].astype(np.float32)).all()
+
+
+def test_float64_input_rejected():
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        quantize(np.ones((2, 128)))
+
+
+def test_block_grid_helper():
+    assert quant.block_grid((5, 300), (1, 128)) == (5, 3)
