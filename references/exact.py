@@ -39,6 +39,9 @@ EMIN = -1152
 NCELLS = (1024 + 64 - EMIN) // 32 + 4
 _MASK32 = (1 << 32) - 1
 
+_F32_TINY = 2.0**-126
+_SPLIT25 = 2.0**28 + 1.0  # Veltkamp constant that keeps the top 53 - 28 = 25 bits
+
 # (precision in significant bits, exponent of the smallest normal) for each output format.
 PRECISION = {
     np.dtype(np.float64): (53, -1022),
@@ -55,14 +58,21 @@ def round_pair_f32(s, e):
     r = np.float32(s)
     if e == 0.0 or not math.isfinite(s) or np.float64(r) == s:
         return r
-    # s is not a float32: r and its neighbour toward s bracket s.  Only an exact tie in s
-    # needs the remainder to break it.
-    toward = np.float32(np.inf) if s > np.float64(r) else np.float32(-np.inf)
-    r2 = np.nextafter(r, toward)
-    if abs(s - np.float64(r)) == abs(np.float64(r2) - s):
-        lo, hi = (r, r2) if r < r2 else (r2, r)
-        return hi if e > 0.0 else lo
-    return r
+    if abs(s) >= _F32_TINY:
+        # In the float32 normal range a midpoint has exactly 25 significant bits: s is one
+        # iff splitting it at 25 bits (Veltkamp) leaves it unchanged.
+        c = s * _SPLIT25
+        if c - (c - s) != s:
+            return r
+    else:
+        # Subnormal float32 range: compare the distances to both neighbours directly.
+        toward = np.float32(np.inf) if s > np.float64(r) else np.float32(-np.inf)
+        r2 = np.nextafter(r, toward)
+        if abs(s - np.float64(r)) != abs(np.float64(r2) - s):
+            return r
+    # s is exactly halfway between r and its other neighbour; the remainder decides.
+    other = np.nextafter(r, np.float32(-np.inf) if np.float64(r) > s else np.float32(np.inf))
+    return max(r, other) if e > 0.0 else min(r, other)
 
 
 def _fma_f32(a, b, c):

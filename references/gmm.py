@@ -135,8 +135,8 @@ def _accumulate(p_hi, p_lo, sa, sb, code):
     expanded over N) -> acc float32 [m, N]."""
     kb_n, m, n = p_hi.shape
     acc = np.zeros((m, n), np.float32)
-    for kb in range(kb_n):
-        for i in range(m):
+    for i in range(m):
+        for kb in range(kb_n):
             a = sa[i, kb]
             for j in range(n):
                 p = round_pair_f32(p_hi[kb, i, j], p_lo[kb, i, j])
@@ -155,8 +155,8 @@ def _accumulate_exact(p_hi, p_lo, sa, sb, prec, emin):
     """Exact sum over K blocks of (p_hi + p_lo) * sa * sb, rounded once -> float64 [m, N]."""
     kb_n, m, n = p_hi.shape
     out = np.empty((m, n), np.float64)
-    acc = np.zeros(NCELLS, np.int64)
     for i in range(m):
+        acc = np.zeros(NCELLS, np.int64)
         for j in range(n):
             for kb in range(kb_n):
                 s = np.float64(sa[i, kb]) * np.float64(sb[kb, j])  # exact: 24 + 24 bits
@@ -175,8 +175,8 @@ def exact_matmul(a, b, prec, emin):
     m, k = a.shape
     n = b.shape[1]
     out = np.empty((m, n), np.float64)
-    acc = np.zeros(NCELLS, np.int64)
     for i in range(m):
+        acc = np.zeros(NCELLS, np.int64)
         for j in range(n):
             for t in range(k):
                 acc_add(acc, a[i, t] * b[t, j])

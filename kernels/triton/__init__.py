@@ -5,15 +5,22 @@ device and the caller has not chosen, ``TRITON_INTERPRET=1`` is set so the kerne
 Triton's interpreter on CPU torch tensors.  Set ``TRITON_INTERPRET=0`` yourself (before
 the first triton import) to force compiled kernels.  In interpret mode every public kernel
 first calls `interpret.ensure_fidelity()` (self-test, fix, record); see `interpret`.
-Nothing on the CPU path imports a CUDA-only module.
+Nothing on the CPU path imports a CUDA-only module.  Import this package before triton
+(or set TRITON_INTERPRET yourself): triton reads the variable when it is first imported.
 """
 
 import os
+import sys
 
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
+    if "triton" in sys.modules:
+        # triton.language's own @jit functions (tl.sum, tl.max, ...) were already built
+        # for compilation; interpreted kernels calling them would fail obscurely later.
+        raise ImportError("fp8check.kernels.triton: triton was imported before interpret mode "
+                          "was chosen; import this package first or set TRITON_INTERPRET=1")
+    os.environ["TRITON_INTERPRET"] = "1"
 
 from .autograd import grouped_linear_fp8  # noqa: E402
 from .backward import dgrad, tgmm  # noqa: E402

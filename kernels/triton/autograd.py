@@ -1,0 +1,51 @@
+"""`grouped_linear_fp8`: y = x @ W_g per group, FP8 forward, bf16 backward.
+
+Forward: x quantized (1,128) and W (128,128) per expert with the deepgemm recipe
+(`quantize_fp8`), then the padding-free `gmm_fp8` (bf16 out).  Backward ("zero backward
+quantization"): dX = `dgrad`(dY, W) and dW = `tgmm`(X, dY) on bf16 copies of x, W and dY,
+float32 accumulation.  Rows at or past sum(group_sizes) give y = 0 and dX = 0.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .backward import dgrad, tgmm
+from .gmm import gmm_fp8
+from .quantize import quantize_fp8
+
+
+class GroupedLinearFP8(torch.autograd.Function):
+    """autograd.Function behind `grouped_linear_fp8` (group_sizes gets no gradient)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, group_sizes: torch.Tensor):
+        xq, xs = quantize_fp8(x, (1, 128))
+        wq, ws = quantize_fp8(w, (128, 128))
+        y = torch.zeros((x.shape[0], w.shape[2]), dtype=torch.bfloat16, device=x.device)
+        gmm_fp8(xq, xs, wq, ws, group_sizes, out=y)
+        x16, w16 = x.to(torch.bfloat16).contiguous(), w.to(torch.bfloat16).contiguous()
+        ctx.save_for_backward(x16, w16, group_sizes)
+        ctx.dtypes = (x.dtype, w.dtype)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        x16, w16, group_sizes = ctx.saved_tensors
+        dy16 = dy.to(torch.bfloat16).contiguous()
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            dx = dgrad(dy16, w16, group_sizes, out_dtype=torch.float32).to(ctx.dtypes[0])
+        if ctx.needs_input_grad[1]:
+            dw = tgmm(x16, dy16, group_sizes, out_dtype=torch.float32).to(ctx.dtypes[1])
+        return dx, dw, None
+
+
+def grouped_linear_fp8(x: torch.Tensor, w: torch.Tensor,
+                       group_sizes: torch.Tensor) -> torch.Tensor:
+    """y [M,N] bf16 = x [M,K] @ w[g] [K,N] for the rows of each group g (x, w float32 or
+    bf16; K, N multiples of 128).  Differentiable in x and w."""
+    if x.ndim != 2 or w.ndim != 3 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"x must be [M,K] and w [G,K,N] with matching K, got "
+                         f"{tuple(x.shape)}, {tuple(w.shape)}")
+    return GroupedLinearFP8.apply(x, w, group_sizes)

@@ -1,0 +1,63 @@
+"""The interpreter fidelity self-test: each claimed fault exists without the fix, the
+fix removes all of them, and the record says what was active."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+# Imported before triton itself: the package selects interpret mode before triton loads.
+from fp8check.kernels.triton import interpret
+
+tl = interpret.tl
+
+
+@pytest.fixture
+def unfixed():
+    """The raw interpreter for one test; the fix is restored afterwards."""
+    interpret.remove_fixes()
+    yield
+    interpret.apply_fixes()
+
+
+def _cast_e4m3(values) -> np.ndarray:
+    x = np.asarray(values, np.float32)
+    bits = interpret._run_cast(x, tl.float8e4nv, torch.float8_e4m3fn)
+    return bits.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+
+
+def test_raw_interpreter_has_the_documented_faults(unfixed):
+    # The faults the issue reports, checked directly rather than through the self-test.
+    got = _cast_e4m3([1.97, 126.5, 1.0625, 500.0])
+    assert got.tolist() == [1.0, 64.0, 1.125, 256.0]
+    want = np.clip(np.array([1.97, 126.5, 1.0625, 500.0], np.float32), -448, 448)
+    assert want.astype(ml_dtypes.float8_e4m3fn).astype(np.float32).tolist() == [
+        2.0, 128.0, 1.0, 448.0]
+    report = interpret.self_test()
+    assert set(report.faults) == set(interpret.FIDELITY_FIXES + interpret.MODEL_CHOICES)
+
+
+def test_fix_removes_every_fault():
+    interpret.apply_fixes()
+    report = interpret.self_test()
+    assert report.ok, report.mismatches
+    got = _cast_e4m3([1.97, 126.5, 1.0625, 500.0, -1e30, np.nan])
+    assert got[:5].tolist() == [2.0, 128.0, 1.0, 448.0, -448.0]
+    assert np.isnan(got[5])
+
+
+def test_fix_matches_ml_dtypes_on_random_values():
+    interpret.apply_fixes()
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(3000) * np.exp2(rng.integers(-12, 10, 3000))).astype(np.float32)
+    want = np.clip(x, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    np.testing.assert_array_equal(_cast_e4m3(x), want)
+
+
+def test_record_names_faults_and_fixes():
+    rec = interpret.ensure_fidelity()
+    assert rec.interpreter
+    assert set(rec.faults_before_fix) == set(interpret.FIDELITY_FIXES + interpret.MODEL_CHOICES)
+    assert rec.active_fixes == interpret.active_fixes()
+    assert not any(rec.faults_after_fix.values())
+    assert rec.to_dict()["active_fixes"] == rec.active_fixes
