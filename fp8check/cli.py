@@ -17,7 +17,14 @@ from fp8check import registry, results
 from fp8check.config import GateConfig, load_config
 from fp8check.contracts import CONTRACTS, FRAMEWORKS, OUT_DTYPES, KernelSpec, spec_from_target
 from fp8check.layers import LAYERS
-from fp8check.layers.op import CaseResult, skipped_result, validate_case
+from fp8check.layers.op import (
+    LAYER,
+    CaseResult,
+    Problem,
+    build_problem,
+    skipped_result,
+    validate_case,
+)
 from fp8check.profiles import PROFILES, get_profile
 
 DEFAULT_JSONL = "fp8check-gate.jsonl"
@@ -68,7 +75,7 @@ def _merged(args: argparse.Namespace, cfg: GateConfig) -> GateConfig:
         try:
             layers = tuple(int(v) for v in args.layers.split(",") if v.strip())
         except ValueError as e:
-            raise UsageError(f"--layers must be a comma list of integers, got {args.layers!r}") from e
+            raise UsageError(f"--layers must be comma-separated integers: {args.layers!r}") from e
     return GateConfig(
         suite=args.suite or cfg.suite, profile=args.profile or cfg.profile, layers=layers,
         seed=cfg.seed if args.seed is None else args.seed, backend=args.backend or cfg.backend,
@@ -91,25 +98,33 @@ def _plain_declarations(args: argparse.Namespace) -> dict:
 
 def _load_kernels(
     cfg: GateConfig, args: argparse.Namespace
-) -> tuple[list[KernelSpec], dict[str, str]]:
+) -> tuple[list[tuple[KernelSpec, str]], dict[str, str]]:
+    """[(spec, what --kernel named it by)], {built-in name: load error}."""
     if not cfg.kernels:
-        return registry.load_builtins(backend=cfg.backend)
-    specs = []
+        specs, errors = registry.load_builtins(backend=cfg.backend)
+        return [(s, s.name) for s in specs], errors
+    loaded = []
     for name in cfg.kernels:
         if name in registry.BUILTIN_KERNELS:
             try:
-                specs.append(registry.load_builtin(name, cfg.backend))
+                loaded.append((registry.load_builtin(name, cfg.backend), name))
             except registry.KernelLoadError as e:
                 raise UsageError(f"kernel {e}") from e
         else:
-            specs.append(spec_from_target(name, args.contract, args.framework,
-                                          **_plain_declarations(args)))
-    return specs, {}
+            spec = spec_from_target(name, args.contract, args.framework,
+                                    **_plain_declarations(args))
+            loaded.append((spec, name))
+    names = [s.name for s, _ in loaded]
+    if len(set(names)) != len(names):
+        raise UsageError(f"two kernels share a name: {names}")
+    return loaded, {}
 
 
-def _repro(spec: KernelSpec, cfg: GateConfig, args: argparse.Namespace, case_id: str) -> str:
-    parts = ["fp8check", "gate", "--kernel", spec.name]
-    if spec.name not in registry.BUILTIN_KERNELS:
+def _repro(
+    spec: KernelSpec, origin: str, cfg: GateConfig, args: argparse.Namespace, case_id: str
+) -> str:
+    parts = ["fp8check", "gate", "--kernel", origin]
+    if origin not in registry.BUILTIN_KERNELS:
         parts += ["--contract", spec.contract, "--framework", spec.framework]
         if args.accum:
             parts += ["--accum", args.accum]
@@ -137,6 +152,26 @@ def _progress(total: int, enabled: bool):
                 dynamic_ncols=True, mininterval=0.5)
 
 
+def _run_one(
+    spec: KernelSpec, case: cases_mod.Case, profile, problems: dict[str, Problem | Exception]
+) -> CaseResult:
+    if spec.contract == "quantizer":  # quantizes the case's operand: no output dtype
+        return validate_case(spec, case, profile)
+    reason = cases_mod.supported(case, spec.out_dtypes, spec.m_align)
+    if reason is not None:
+        return skipped_result(spec, case, reason)
+    if spec.contract not in problems:
+        try:
+            problems[spec.contract] = build_problem(spec.contract, case)
+        except Exception as e:  # reported per result; the other contracts still run
+            problems[spec.contract] = e
+    prob = problems[spec.contract]
+    if isinstance(prob, Exception):
+        return CaseResult(kernel=spec.name, layer=LAYER, case=case.id, passed=False,
+                          error=f"reference failed: {type(prob).__name__}: {prob}")
+    return validate_case(spec, case, profile, prob)
+
+
 def run_gate(args: argparse.Namespace) -> int:
     cfg = _merged(args, load_config(Path.cwd()))
     profile = get_profile(cfg.profile)
@@ -149,7 +184,8 @@ def run_gate(args: argparse.Namespace) -> int:
         suite_cases = [cases_mod.find_case(cfg.suite, cfg.seed, cid) for cid in args.case]
     else:
         suite_cases = cases_mod.build_suite(cfg.suite, cfg.seed)
-    specs, load_errors = _load_kernels(cfg, args)
+    loaded, load_errors = _load_kernels(cfg, args)
+    specs = [s for s, _ in loaded]
     env = results.environment(specs, suite=cfg.suite, seed=cfg.seed, profile=cfg.profile,
                               backend=cfg.backend, load_errors=load_errors)
     for name, err in load_errors.items():
@@ -159,16 +195,15 @@ def run_gate(args: argparse.Namespace) -> int:
     with results.JsonlStream(_jsonl_path(cfg)) as stream, \
             _progress(len(specs) * len(suite_cases), not args.no_progress) as bar:
         stream.write({"event": "start", "environment": env})
-        for spec in specs:
-            for case in suite_cases:
+        # Cases outer, kernels inner: one set of references per (case, contract) serves
+        # every kernel of that contract.
+        for case in suite_cases:
+            problems: dict[str, Problem | Exception] = {}
+            for spec, origin in loaded:
                 bar.set_description(f"{spec.name} {case.id}"[:60])
-                reason = cases_mod.supported(case, spec.out_dtypes, spec.m_align)
-                if reason is not None:
-                    res = skipped_result(spec, case, reason)
-                else:
-                    res = validate_case(spec, case, profile)
+                res = _run_one(spec, case, profile, problems)
                 if res.passed is False:
-                    res.repro = _repro(spec, cfg, args, case.id)
+                    res.repro = _repro(spec, origin, cfg, args, case.id)
                     why = res.error or ", ".join(res.failed_criteria)
                     bar.write(f"FAIL {spec.name} {case.id}: {why}\n  repro: {res.repro}",
                               file=sys.stderr)

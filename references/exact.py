@@ -49,6 +49,27 @@ PRECISION = {
 }
 
 
+@numba.njit(cache=True, inline="always")
+def _is_f32_midpoint(s, r):
+    """Whether float64 s (not itself a float32; r = RN32(s)) is exactly halfway between
+    two float32 values."""
+    if abs(s) >= _F32_TINY:
+        # In the float32 normal range a midpoint has exactly 25 significant bits: s is one
+        # iff splitting it at 25 bits (Veltkamp) leaves it unchanged.
+        c = s * _SPLIT25
+        return c - (c - s) == s
+    # Subnormal float32 range: compare the distances to both neighbours directly.
+    r2 = np.nextafter(r, np.float32(np.inf) if s > np.float64(r) else np.float32(-np.inf))
+    return abs(s - np.float64(r)) == abs(np.float64(r2) - s)
+
+
+@numba.njit(cache=True, inline="always")
+def _break_tie(s, r, e):
+    """RN32 of s + e where s is a float32 midpoint and e != 0: the neighbour on e's side."""
+    other = np.nextafter(r, np.float32(-np.inf) if np.float64(r) > s else np.float32(np.inf))
+    return max(r, other) if e > 0.0 else min(r, other)
+
+
 @numba.njit(cache=True)
 def round_pair_f32(s, e):
     """RN32(s + e) for a float64 pair with s = RN64(s + e) and e the exact remainder.
@@ -56,32 +77,22 @@ def round_pair_f32(s, e):
     RN32(s) is right unless s is exactly a float32 midpoint and e != 0 (see module doc).
     """
     r = np.float32(s)
-    if e == 0.0 or not math.isfinite(s) or np.float64(r) == s:
+    if e == 0.0 or not math.isfinite(s) or np.float64(r) == s or not _is_f32_midpoint(s, r):
         return r
-    if abs(s) >= _F32_TINY:
-        # In the float32 normal range a midpoint has exactly 25 significant bits: s is one
-        # iff splitting it at 25 bits (Veltkamp) leaves it unchanged.
-        c = s * _SPLIT25
-        if c - (c - s) != s:
-            return r
-    else:
-        # Subnormal float32 range: compare the distances to both neighbours directly.
-        toward = np.float32(np.inf) if s > np.float64(r) else np.float32(-np.inf)
-        r2 = np.nextafter(r, toward)
-        if abs(s - np.float64(r)) != abs(np.float64(r2) - s):
-            return r
-    # s is exactly halfway between r and its other neighbour; the remainder decides.
-    other = np.nextafter(r, np.float32(-np.inf) if np.float64(r) > s else np.float32(np.inf))
-    return max(r, other) if e > 0.0 else min(r, other)
+    return _break_tie(s, r, e)
 
 
 def _fma_f32(a, b, c):
     p = np.float64(a) * np.float64(b)  # exact: 24 + 24 bits
     c64 = np.float64(c)
     s = p + c64
+    r = np.float32(s)
+    # The TwoSum remainder is needed only at an exact float32 midpoint (rare): test first.
+    if not math.isfinite(s) or np.float64(r) == s or not _is_f32_midpoint(s, r):
+        return r
     bb = s - p
     e = (p - (s - bb)) + (c64 - bb)  # TwoSum: s + e == p + c exactly
-    return round_pair_f32(s, e)
+    return r if e == 0.0 else _break_tie(s, r, e)
 
 
 fma_f32_scalar = numba.njit(cache=True)(_fma_f32)

@@ -52,6 +52,7 @@ OUT_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16), np.dtype(np.fl
 PLAIN_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16))
 # Rows of one group handled per step: keeps the float64 partials of a chunk near 8 MiB.
 _CHUNK_BYTES = 8 << 20
+_NO_REMAINDER = np.zeros((0, 0, 0), np.float64)
 
 
 def _fp8_lut(dtype) -> np.ndarray:
@@ -134,12 +135,14 @@ def _accumulate(p_hi, p_lo, sa, sb, code):
     partials (p_hi = RN64, p_lo the exact remainder), sa [m, KB], sb [KB, N] (rhs scales
     expanded over N) -> acc float32 [m, N]."""
     kb_n, m, n = p_hi.shape
+    has_lo = p_lo.shape[0] != 0  # e4m3 partials are exact in float64: no remainder
     acc = np.zeros((m, n), np.float32)
     for i in range(m):
         for kb in range(kb_n):
             a = sa[i, kb]
             for j in range(n):
-                p = round_pair_f32(p_hi[kb, i, j], p_lo[kb, i, j])
+                p = round_pair_f32(p_hi[kb, i, j], p_lo[kb, i, j]) if has_lo else (
+                    np.float32(p_hi[kb, i, j]))
                 b = sb[kb, j]
                 if code == 0:
                     acc[i, j] = fma_f32_scalar(a * b, p, acc[i, j])
@@ -154,13 +157,14 @@ def _accumulate(p_hi, p_lo, sa, sb, code):
 def _accumulate_exact(p_hi, p_lo, sa, sb, prec, emin):
     """Exact sum over K blocks of (p_hi + p_lo) * sa * sb, rounded once -> float64 [m, N]."""
     kb_n, m, n = p_hi.shape
+    has_lo = p_lo.shape[0] != 0
     out = np.empty((m, n), np.float64)
     for i in range(m):
         acc = np.zeros(NCELLS, np.int64)
         for j in range(n):
             for kb in range(kb_n):
                 s = np.float64(sa[i, kb]) * np.float64(sb[kb, j])  # exact: 24 + 24 bits
-                for p in (p_hi[kb, i, j], p_lo[kb, i, j]):
+                for p in (p_hi[kb, i, j], p_lo[kb, i, j] if has_lo else 0.0):
                     hi, lo = two_product(p, s)
                     acc_add(acc, hi)
                     acc_add(acc, lo)
@@ -212,12 +216,13 @@ def _partials(a64: np.ndarray, b64: np.ndarray, fmt: str) -> tuple[np.ndarray, n
     """Exact 128-wide K partials as (hi, lo): a64 [m, K], b64 [K, N] -> 2 x [KB, m, N]."""
     m, k = a64.shape
     kb = k // 128
-    a3 = np.ascontiguousarray(a64.reshape(m, kb, 128).transpose(1, 0, 2))
-    b3 = np.ascontiguousarray(b64.reshape(kb, 128, -1))
     if fmt == "e4m3fn":
-        hi = np.matmul(a3, b3)  # exact in any order, see the module docstring
-        return hi, np.zeros_like(hi)
-    return _exact_pair_partials(a3, b3)
+        hi = np.empty((kb, m, b64.shape[1]), np.float64)
+        for b in range(kb):  # exact in any order, see the module docstring
+            np.matmul(a64[:, 128 * b : 128 * (b + 1)], b64[128 * b : 128 * (b + 1)], out=hi[b])
+        return hi, _NO_REMAINDER
+    a3 = np.ascontiguousarray(a64.reshape(m, kb, 128).transpose(1, 0, 2))
+    return _exact_pair_partials(a3, np.ascontiguousarray(b64.reshape(kb, 128, -1)))
 
 
 def _gmm_blockwise(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec):

@@ -48,6 +48,8 @@ def test_fma_f32_matches_exact_rationals_on_a_million_triples():
     assert (naive != fma_f32(ma, mb, mc)).any()
 
 
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")
 def test_fma_f32_special_values():
     inf, nan = np.float32(np.inf), np.float32(np.nan)
     one = np.float32(1)

@@ -105,3 +105,12 @@ def test_tiling_over_the_vmem_budget_raises():
 def test_unknown_phase_raises():
     with pytest.raises(ValueError, match="unknown phase"):
         resolve_tiling("bwd", None, m=8, k=128, n=128, in_dtype=FP8, out_dtype=jnp.float32)
+
+
+def test_default_tiling_shrinks_to_a_dividing_tile_but_explicit_one_must_divide():
+    t = resolve_tiling("tgmm", None, m=256, k=512, n=768, in_dtype=ml_dtypes.bfloat16,
+                       out_dtype=np.float32)
+    assert 768 % t.tn == 0 and t.tn % 128 == 0 and 512 % t.tk == 0
+    with pytest.raises(ValueError, match="not a multiple of its tile"):
+        resolve_tiling("tgmm", (128, 512, 512), m=256, k=512, n=768,
+                       in_dtype=ml_dtypes.bfloat16, out_dtype=np.float32)

@@ -104,6 +104,14 @@ def vmem_bytes(phase: str, tiling: Tiling, k_blocks: int, in_bytes: int, out_byt
     return inputs + scales + 2 * 2 * tm * tn * out_bytes + tm * tn * 4
 
 
+def _largest_dividing_tile(tile: int, dim: int) -> int:
+    """Largest multiple of LANES <= tile dividing dim (dim itself when dim < LANES)."""
+    for t in range(tile - tile % LANES, 0, -LANES):
+        if dim % t == 0:
+            return t
+    return dim
+
+
 def resolve_tiling(
     phase: str,
     tiling: tuple[int, int, int] | None,
@@ -118,7 +126,8 @@ def resolve_tiling(
 
     (m, k, n) are the problem in the tiling's own letters: m the rows, k the dimension tk
     tiles, n the dimension tn tiles.  tm is clamped to m rounded up to the sublane multiple
-    of `in_dtype`; tk, tn to k, n.  Raises ValueError for an unknown phase, non-positive
+    of `in_dtype`; tk, tn to k, n (a phase default also shrinks to a tile that divides k,
+    n; an explicit tiling must divide them).  Raises ValueError for an unknown phase, non-positive
     tiles, tk or tn not a multiple of 128 or not dividing k or n, tm not a sublane multiple,
     or a VMEM estimate above `VMEM_BUDGET_BYTES`.
     """
@@ -135,6 +144,11 @@ def resolve_tiling(
         raise ValueError(f"{phase} tiling {tuple(raw)}: tm must be a multiple of {align} "
                          f"for {np.dtype(in_dtype).name} inputs")
     clamped = Tiling(min(tm, -(-m // align) * align), min(tk, k), min(tn, n))
+    if tiling is None:
+        # A default is a size target, not a demand: shrink tk / tn to the largest multiple of
+        # 128 that divides the problem (N = 768 with a 512 default gets 384).
+        clamped = Tiling(clamped.tm, _largest_dividing_tile(clamped.tk, k),
+                         _largest_dividing_tile(clamped.tn, n))
     for name, dim, tile in (("k", k, clamped.tk), ("n", n, clamped.tn)):
         if dim % tile:
             raise ValueError(f"{phase}: {name}={dim} is not a multiple of its tile {tile} "

@@ -1,0 +1,265 @@
+"""Deterministic, named case suites of the gate: `smoke`, `ci` (default) and `full`.
+
+A `Case` is fully described by its fields; its id names all of them
+(`wi-m512-k1024-n256-g8-zero-middle-normal-f32-s0`), and `case_inputs(case)` regenerates
+the same float32 inputs from the id alone, so `--case ID` reproduces a failure bit for bit.
+
+Coverage (built from `fp8check.strategies`): the production wi (K = 4 N) and wo (K < N)
+aspects scaled for the CPU, every group pattern (zero-size groups first / middle / last,
+M_g = 1, residues over 1..127, multiples of 128, many tiny groups, one dominant group),
+every value distribution, K with at least 4 quantization blocks whose magnitudes differ by
+powers of two (so every K block gets its own scale), at least 2 N tiles, both output
+dtypes, derandomized hypothesis draws of group sizes, and an `exact_partials` family
+(small integers times power-of-two block magnitudes, quantized with `deepgemm-ue8m0`): on
+it every 128-wide partial sum is exactly representable in float32, so a kernel declaring
+an accumulation recipe must match the reference bit for bit.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+BLOCK = 128
+EXACT_RECIPE = "deepgemm-ue8m0"
+DEFAULT_RECIPE = "deepgemm"
+# Per-K-block magnitudes are 2**e, e uniform in this range: different scales per K block.
+_BLOCK_SPREAD_LOG2 = (-3, 3)
+# Small integers of the exact family: |x| <= 8, so q = x * 2**-e and a 128-wide partial
+# sum is an integer multiple of 2**-(e_a+e_b) with at most 128 * 8 * 8 = 2**13 units.
+_EXACT_INT_MAX = 8
+
+SUITES = ("smoke", "ci", "full")
+# The smoke suite and the exact family use these patterns first: a zero-size group in the
+# middle and residual rows over 1..127 are where group-offset bugs show.
+_FOCUS_PATTERNS = ("zero-middle", "residues")
+
+
+@dataclass(frozen=True)
+class SuiteShape:
+    """Scaled shapes of one suite: M rows, (K, N) per aspect, G values to use."""
+
+    m: int
+    wi: tuple[int, int]
+    wo: tuple[int, int]
+    gs: tuple[int, ...]
+    hypothesis_examples: int
+
+
+SUITE_SHAPES: dict[str, SuiteShape] = {
+    # wi keeps production's K = 4 N (2048 x 512); wo has K < N as production's 512 x 2048
+    # while keeping >= 4 K blocks.
+    "smoke": SuiteShape(m=256, wi=(512, 256), wo=(512, 768), gs=(4,), hypothesis_examples=1),
+    "ci": SuiteShape(m=512, wi=(1024, 256), wo=(512, 768), gs=(8, 16), hypothesis_examples=4),
+    "full": SuiteShape(
+        m=2048, wi=(2048, 512), wo=(512, 2048), gs=(8, 32), hypothesis_examples=12
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One problem: shapes, group sizes, value distribution, output dtype, seed."""
+
+    id: str
+    suite: str
+    aspect: str
+    m: int
+    k: int
+    n: int
+    g: int
+    pattern: str
+    distribution: str
+    out_dtype: str
+    seed: int
+    group_sizes: tuple[int, ...]
+    recipe: str = DEFAULT_RECIPE
+    exact_partials: bool = False
+
+    def group_sizes_array(self) -> np.ndarray:
+        return np.asarray(self.group_sizes, dtype=np.int32)
+
+
+@dataclass(frozen=True)
+class CaseInputs:
+    """Unquantized float32 operands of a case: x [M,K], w [G,K,N], dy [M,N]."""
+
+    x: np.ndarray
+    w: np.ndarray
+    dy: np.ndarray
+    group_sizes: np.ndarray
+
+
+def case_id(
+    aspect: str, m: int, k: int, n: int, g: int, pattern: str, dist: str, out: str, seed: int
+) -> str:
+    return f"{aspect}-m{m}-k{k}-n{n}-g{g}-{pattern}-{dist}-{out}-s{seed}"
+
+
+def _rng(*parts: object) -> np.random.Generator:
+    # crc32 of the text: stable across processes and Python versions (hash() is salted).
+    return np.random.default_rng(zlib.crc32("/".join(map(str, parts)).encode()))
+
+
+def _validated_group_sizes(gs: np.ndarray, m: int, g: int, source: str) -> tuple[int, ...]:
+    gs = np.asarray(gs)
+    if gs.shape != (g,) or np.any(gs < 0) or int(gs.sum()) > m:
+        raise ValueError(f"{source} produced invalid group sizes {gs.tolist()} for m={m}, g={g}")
+    return tuple(int(v) for v in gs)
+
+
+def _make_case(
+    suite: str, aspect: str, g: int, pattern: str, dist: str, out: str, seed: int,
+    group_sizes: tuple[int, ...] | None = None, exact: bool = False,
+) -> Case:
+    from fp8check import strategies
+
+    shape = SUITE_SHAPES[suite]
+    k, n = shape.wi if aspect == "wi" else shape.wo
+    cid = case_id(aspect, shape.m, k, n, g, pattern, dist, out, seed)
+    if group_sizes is None:
+        gs = strategies.GROUP_PATTERNS[pattern](_rng(cid, "groups"), shape.m, g)
+        group_sizes = _validated_group_sizes(gs, shape.m, g, f"group pattern {pattern!r}")
+    return Case(
+        id=cid, suite=suite, aspect=aspect, m=shape.m, k=k, n=n, g=g, pattern=pattern,
+        distribution=dist, out_dtype=out, seed=seed, group_sizes=group_sizes,
+        recipe=EXACT_RECIPE if exact else DEFAULT_RECIPE, exact_partials=exact,
+    )
+
+
+def _hypothesis_group_sizes(m: int, g: int, count: int, seed: int) -> list[tuple[int, ...]]:
+    """`count` distinct group-size vectors drawn by hypothesis with a fixed seed (no
+    database): the same list on every run of the same hypothesis version."""
+    import hypothesis
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from fp8check import strategies
+
+    drawn: list[tuple[int, ...]] = []
+
+    @hypothesis.seed(seed)
+    @settings(
+        database=None, max_examples=8 * count, phases=[Phase.generate], deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(strategies.group_sizes(m, g))
+    def collect(gs) -> None:
+        gs = _validated_group_sizes(np.asarray(gs), m, g, "strategies.group_sizes")
+        if gs not in drawn:
+            drawn.append(gs)
+
+    collect()
+    # Hypothesis starts from simple examples; take them spread over the whole draw.
+    if len(drawn) <= count:
+        return drawn
+    idx = np.linspace(0, len(drawn) - 1, count).round().astype(int)
+    return [drawn[i] for i in idx]
+
+
+def build_suite(suite: str, seed: int = 0) -> list[Case]:
+    """The named suite's cases, in a fixed order.  Raises ValueError for an unknown suite."""
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
+    from fp8check import strategies
+
+    shape = SUITE_SHAPES[suite]
+    patterns = sorted(strategies.GROUP_PATTERNS)
+    dists = sorted(strategies.DISTRIBUTIONS)
+    focus = [p for p in _FOCUS_PATTERNS if p in patterns] + [
+        p for p in patterns if p not in _FOCUS_PATTERNS]
+    outs = ("f32", "bf16")
+    cases: list[Case] = []
+    if suite == "full":
+        # Every (aspect, pattern, distribution); G and the out dtype alternate.
+        for a, aspect in enumerate(("wi", "wo")):
+            for i, pattern in enumerate(patterns):
+                for j, dist in enumerate(dists):
+                    g = shape.gs[(a + i + j) % len(shape.gs)]
+                    out = outs[(i + j) % 2]
+                    cases.append(_make_case(suite, aspect, g, pattern, dist, out, seed))
+    elif suite == "ci":
+        # Every pattern once (aspects, G and out dtypes alternate so each meets the others),
+        # then every distribution not met yet.
+        for i, pattern in enumerate(patterns):
+            aspect = ("wi", "wo")[i % 2]
+            g = shape.gs[(i // 2) % len(shape.gs)]
+            out = outs[(i // 2) % 2]
+            cases.append(_make_case(suite, aspect, g, pattern, dists[i % len(dists)], out, seed))
+        met = {c.distribution for c in cases}
+        for j, dist in enumerate(d for d in dists if d not in met):
+            pattern = patterns[j % len(patterns)]
+            aspect = ("wo", "wi")[j % 2]
+            cases.append(_make_case(suite, aspect, shape.gs[0], pattern, dist, outs[j % 2], seed))
+    else:  # smoke: a zero-size-group pattern and a residue pattern, both aspects
+        for i, pattern in enumerate(focus[:2]):
+            cases.append(
+                _make_case(suite, ("wi", "wo")[i], shape.gs[0], pattern, dists[0], outs[i], seed)
+            )
+    exact_patterns = patterns if suite == "full" else focus[:2]
+    for i, pattern in enumerate(exact_patterns):
+        aspect = ("wi", "wo")[i % 2]
+        cases.append(
+            _make_case(suite, aspect, shape.gs[0], pattern, "smallint", outs[i % 2], seed,
+                       exact=True)
+        )
+    for a, aspect in enumerate(("wi", "wo") if suite != "smoke" else ("wi",)):
+        g = shape.gs[-1]
+        drawn = _hypothesis_group_sizes(shape.m, g, shape.hypothesis_examples, 2 * seed + a)
+        for i, gs in enumerate(drawn):
+            dist = dists[i % len(dists)]
+            cases.append(
+                _make_case(suite, aspect, g, f"hyp{i}", dist, outs[i % 2], seed, group_sizes=gs)
+            )
+    ids = [c.id for c in cases]
+    assert len(set(ids)) == len(ids), "case ids must be unique"
+    return cases
+
+
+def find_case(suite: str, seed: int, case_id_: str) -> Case:
+    """The case called `case_id_` in (suite, seed); ValueError naming the suite otherwise."""
+    for case in build_suite(suite, seed):
+        if case.id == case_id_:
+            return case
+    raise ValueError(f"no case {case_id_!r} in suite {suite!r} with seed {seed}")
+
+
+def _block_magnitudes(rng: np.random.Generator, k: int) -> np.ndarray:
+    """One power of two per K block, broadcast over the K axis: [K] float32."""
+    lo, hi = _BLOCK_SPREAD_LOG2
+    per_block = np.exp2(rng.integers(lo, hi + 1, size=-(-k // BLOCK))).astype(np.float32)
+    return np.repeat(per_block, BLOCK)[:k]
+
+
+def _smallint(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.integers(-_EXACT_INT_MAX, _EXACT_INT_MAX + 1, size=shape).astype(np.float32)
+
+
+def case_inputs(case: Case) -> CaseInputs:
+    """The case's float32 operands, regenerated deterministically from its id."""
+    from fp8check import strategies
+
+    rng = _rng(case.id, "values")
+    if case.exact_partials:
+        draw = _smallint
+    else:
+        draw = strategies.DISTRIBUTIONS[case.distribution]
+    x = np.asarray(draw(rng, (case.m, case.k)), dtype=np.float32)
+    w = np.asarray(draw(rng, (case.g, case.k, case.n)), dtype=np.float32)
+    dy = np.asarray(draw(rng, (case.m, case.n)), dtype=np.float32)
+    # Powers of two keep the exact family exact and scale every K block differently.
+    x = x * _block_magnitudes(rng, case.k)[None, :]
+    w = w * _block_magnitudes(rng, case.k)[None, :, None]
+    return CaseInputs(x=x, w=w, dy=dy, group_sizes=case.group_sizes_array())
+
+
+def supported(case: Case, out_dtypes: tuple[str, ...], m_align: int) -> str | None:
+    """None when a kernel with these declarations supports `case`, else the reason."""
+    if case.out_dtype not in out_dtypes:
+        return f"out dtype {case.out_dtype} not in the kernel's {', '.join(out_dtypes)}"
+    if m_align > 1:
+        bad = [s for s in case.group_sizes if s % m_align]
+        if bad or case.m % m_align:
+            return f"group sizes not multiples of m_align={m_align}"
+    return None

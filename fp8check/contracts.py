@@ -1,0 +1,269 @@
+"""Kernel contracts: what a kernel under test is called with and what it must return.
+
+A kernel under test is a `KernelSpec`.  The gate hands it numpy arrays converted into the
+kernel's framework and converts its result back to numpy (fp8 crosses as the framework's
+own fp8 dtype: ml_dtypes for numpy and jax, `torch.float8_e4m3fn` for torch).
+
+| contract   | call                                                              | returns      |
+|------------|-------------------------------------------------------------------|--------------|
+| `gmm-fp8`  | fn(lhs_q [M,K] e4m3fn, lhs_scale [M,K/128] f32,                   | [M,N]        |
+|            |    rhs_q [G,K,N] e4m3fn, rhs_scale [G,K/128,N/128] f32, gs [G] i32) |            |
+| `gmm`      | fn(lhs [M,K] bf16, rhs [G,K,N] bf16, gs [G] i32)                  | [M,N]        |
+| `tgmm`     | fn(lhs [M,K] bf16, dy [M,N] bf16, gs [G] i32)                     | [G,K,N]      |
+| `quantizer`| fn(x)                                                             | (q, scales)  |
+
+Output dtype: a kernel that declares a single entry in `out_dtypes` is called without an
+`out_dtype` keyword and must return that dtype; one that declares several is called with
+`out_dtype=<the framework's dtype object>`.  Rows at or past sum(group_sizes) are never
+compared.  A plain function becomes a spec through `spec_from_target("module:attr" or
+"path/file.py:attr", contract, framework)`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+CONTRACTS = ("gmm-fp8", "gmm", "tgmm", "quantizer")
+FRAMEWORKS = ("numpy", "jax", "torch")
+OUT_DTYPES = ("f32", "bf16")
+ACCUMS = ("deepgemm", "cublas", "tokamax")
+QUANT_BLOCKS = ((1, 128), (128, 1), (128, 128))
+
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "f32": np.dtype(np.float32),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    "e5m2": np.dtype(ml_dtypes.float8_e5m2),
+}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A kernel under test and what it declares about itself.
+
+    accum: the reference accumulation recipe the kernel claims to follow bit for bit
+        (`gmm-fp8` only; None = "some valid float32 order", checked against the bound).
+    acc_unit_roundoff: unit roundoff of the accumulator the kernel declares (2**-24 for
+        float32); the error bound uses it.
+    out_dtypes: output dtypes it supports ("f32", "bf16"); cases outside are skipped.
+    m_align: every group size (and M) must be a multiple of this; cases outside are skipped.
+    deterministic: two calls on the same inputs must give the same bits.
+    recipe, block, fmt, in_dtype: the quantizer contract's recipe, block shape, fp8 format
+        and the dtype of x it is handed.
+    backend: where it actually runs ("cpu", "interpret", "native"); fidelity_fixes: the
+        interpreter fixes that were active (recorded in the results).
+    """
+
+    name: str
+    contract: str
+    framework: str
+    fn: Callable[..., Any]
+    accum: str | None = None
+    acc_unit_roundoff: float = 2.0**-24
+    out_dtypes: tuple[str, ...] = ("f32",)
+    m_align: int = 1
+    deterministic: bool = True
+    recipe: str | None = None
+    block: tuple[int, int] = (1, 128)
+    fmt: str = "e4m3fn"
+    in_dtype: str = "f32"
+    backend: str = "cpu"
+    fidelity_fixes: tuple[str, ...] = ()
+    description: str = ""
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("KernelSpec: name must be non-empty")
+        if self.contract not in CONTRACTS:
+            raise ValueError(
+                f"kernel {self.name!r}: unknown contract {self.contract!r}; "
+                f"expected one of {', '.join(CONTRACTS)}"
+            )
+        if self.framework not in FRAMEWORKS:
+            raise ValueError(
+                f"kernel {self.name!r}: unknown framework {self.framework!r}; "
+                f"expected one of {', '.join(FRAMEWORKS)}"
+            )
+        if not callable(self.fn):
+            raise ValueError(f"kernel {self.name!r}: fn is not callable")
+        if self.accum is not None and self.accum not in ACCUMS:
+            raise ValueError(
+                f"kernel {self.name!r}: unknown accum {self.accum!r}; "
+                f"expected one of {', '.join(ACCUMS)} or None"
+            )
+        if self.accum is not None and self.contract != "gmm-fp8":
+            raise ValueError(f"kernel {self.name!r}: accum is only meaningful for gmm-fp8")
+        bad = [d for d in self.out_dtypes if d not in OUT_DTYPES]
+        if not self.out_dtypes or bad:
+            raise ValueError(
+                f"kernel {self.name!r}: out_dtypes {self.out_dtypes!r} must be a non-empty "
+                f"subset of {OUT_DTYPES}"
+            )
+        if self.m_align < 1:
+            raise ValueError(f"kernel {self.name!r}: m_align must be >= 1, got {self.m_align}")
+        if not 0.0 < self.acc_unit_roundoff < 1.0:
+            raise ValueError(f"kernel {self.name!r}: acc_unit_roundoff must be in (0, 1)")
+        if self.contract == "quantizer":
+            if self.recipe is None:
+                raise ValueError(f"quantizer {self.name!r}: declare its recipe")
+            if tuple(self.block) not in QUANT_BLOCKS:
+                raise ValueError(
+                    f"quantizer {self.name!r}: block {self.block} not one of {QUANT_BLOCKS}"
+                )
+            if self.in_dtype not in ("f32", "bf16"):
+                raise ValueError(f"quantizer {self.name!r}: in_dtype must be f32 or bf16")
+
+
+# --- framework conversion -----------------------------------------------------------------
+
+
+def framework_dtype(framework: str, name: str) -> Any:
+    """The dtype object named `name` ("f32", "bf16", "e4m3fn", ...) in `framework`."""
+    if framework == "numpy":
+        return NUMPY_DTYPES[name].type
+    if framework == "jax":
+        import jax.numpy as jnp
+
+        return jnp.dtype(NUMPY_DTYPES[name])
+    if framework == "torch":
+        import torch
+
+        return {
+            "f32": torch.float32,
+            "bf16": torch.bfloat16,
+            "e4m3fn": torch.float8_e4m3fn,
+            "e5m2": torch.float8_e5m2,
+        }[name]
+    raise ValueError(f"unknown framework {framework!r}")
+
+
+def _torch_from_numpy(a: np.ndarray) -> Any:
+    import torch
+
+    a = np.ascontiguousarray(a)
+    # torch.from_numpy rejects ml_dtypes arrays: move the bits and reinterpret them.
+    narrow = {
+        NUMPY_DTYPES["bf16"]: (np.uint16, torch.bfloat16),
+        NUMPY_DTYPES["e4m3fn"]: (np.uint8, torch.float8_e4m3fn),
+        NUMPY_DTYPES["e5m2"]: (np.uint8, torch.float8_e5m2),
+    }
+    if a.dtype in narrow:
+        bits, tdtype = narrow[a.dtype]
+        return torch.from_numpy(a.view(bits).copy()).view(tdtype)
+    return torch.from_numpy(a.copy())
+
+
+def _torch_to_numpy(t: Any) -> np.ndarray:
+    import torch
+
+    t = t.detach().cpu().contiguous()
+    narrow = {
+        torch.bfloat16: (torch.int16, NUMPY_DTYPES["bf16"]),
+        torch.float8_e4m3fn: (torch.uint8, NUMPY_DTYPES["e4m3fn"]),
+        torch.float8_e5m2: (torch.uint8, NUMPY_DTYPES["e5m2"]),
+    }
+    if t.dtype in narrow:
+        bits, ndtype = narrow[t.dtype]
+        return t.view(bits).numpy().view(ndtype).copy()
+    return t.numpy().copy()
+
+
+def to_framework(a: np.ndarray, framework: str) -> Any:
+    """Convert a numpy / ml_dtypes array into `framework`'s array type, bits preserved."""
+    if framework == "numpy":
+        return np.array(a, copy=True)
+    if framework == "jax":
+        import jax.numpy as jnp
+
+        return jnp.asarray(a)
+    if framework == "torch":
+        return _torch_from_numpy(a)
+    raise ValueError(f"unknown framework {framework!r}")
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """Convert a numpy, jax or torch array back to numpy / ml_dtypes, bits preserved."""
+    if type(x).__module__.startswith("torch"):
+        return _torch_to_numpy(x)
+    return np.asarray(x)
+
+
+def call_kernel(spec: KernelSpec, args: Sequence[np.ndarray], out_dtype: str | None = None) -> Any:
+    """Call `spec.fn` on numpy `args` converted to its framework; results come back as numpy
+    (a tuple for quantizers).  Exceptions from the kernel propagate."""
+    fargs = [to_framework(a, spec.framework) for a in args]
+    kwargs = {}
+    if out_dtype is not None and len(spec.out_dtypes) > 1:
+        kwargs["out_dtype"] = framework_dtype(spec.framework, out_dtype)
+    out = spec.fn(*fargs, **kwargs)
+    if isinstance(out, tuple | list):
+        return tuple(to_numpy(o) for o in out)
+    return to_numpy(out)
+
+
+# --- plain functions as kernels -----------------------------------------------------------
+
+
+def load_target(target: str) -> Any:
+    """Resolve "package.module:attr" or "path/to/file.py:attr" to the object it names.
+
+    Raises ValueError with a one-line message when it cannot be found or imported.
+    """
+    mod_part, sep, attr = target.rpartition(":")
+    if not sep or not mod_part or not attr:
+        raise ValueError(f"kernel target {target!r} must look like module:attr or file.py:attr")
+    if mod_part.endswith(".py"):
+        path = Path(mod_part)
+        if not path.is_file():
+            raise ValueError(f"kernel file {mod_part!r} does not exist")
+        mod_name = f"fp8check_user_{path.stem}_{abs(hash(path.resolve())):x}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise ValueError(f"cannot import kernel file {mod_part!r}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:  # a user's file may raise anything on import
+            raise ValueError(f"importing {mod_part!r} failed: {type(e).__name__}: {e}") from e
+    else:
+        try:
+            module = importlib.import_module(mod_part)
+        except Exception as e:
+            raise ValueError(f"importing {mod_part!r} failed: {type(e).__name__}: {e}") from e
+    try:
+        return getattr(module, attr)
+    except AttributeError as e:
+        raise ValueError(f"{mod_part!r} has no attribute {attr!r}") from e
+
+
+def spec_from_target(
+    target: str, contract: str | None, framework: str | None, **declared: Any
+) -> KernelSpec:
+    """A KernelSpec for `--kernel target`: the target may already be a KernelSpec (then
+    contract/framework must agree or be None), or a plain function, which needs both."""
+    obj = load_target(target)
+    if isinstance(obj, KernelSpec):
+        for key, val in (("contract", contract), ("framework", framework)):
+            if val is not None and getattr(obj, key) != val:
+                raise ValueError(
+                    f"{target}: --{key} {val} disagrees with the spec's {getattr(obj, key)}"
+                )
+        return obj
+    if not callable(obj):
+        raise ValueError(f"{target} is neither a KernelSpec nor a function")
+    if contract is None or framework is None:
+        raise ValueError(f"{target} is a plain function: pass --contract and --framework")
+    return KernelSpec(
+        name=target, contract=contract, framework=framework, fn=obj, **declared
+    )

@@ -1,0 +1,110 @@
+"""JAX MoE layer on the Pallas grouped-matmul kernels (the math of
+`fp8check.references.moe`).
+
+Precision contract (what the float64 straight-through reference mirrors): router logits,
+softmax and combine weights in float32; x, x_perm, both GMM outputs and the SiLU-GLU
+activation stored in bf16; the combine accumulates in float32 and `out` is float32.  The
+"fp8" variant runs both GMMs with `gmm_fp8_train` (FP8 forward, bf16 backward), the "bf16"
+variant with `gmm_bf16_train` (bf16 forward and backward).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fp8check.kernels.pallas.gmm import dgrad, gmm_bf16
+from fp8check.kernels.pallas.tgmm import tgmm
+from fp8check.kernels.pallas.train import gmm_fp8_train
+from fp8check.references.moe import MoEInputs, MoEOutputs
+
+# A differentiable grouped matmul: (lhs [M, K], rhs [G, K, N], group_sizes [G]) -> [M, N].
+GroupedMatmul = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _bf16_train(lhs, rhs, group_sizes, interpret):
+    return gmm_bf16(lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16), group_sizes,
+                    out_dtype=lhs.dtype, interpret=interpret)
+
+
+def _bf16_fwd(lhs, rhs, group_sizes, interpret):
+    return _bf16_train(lhs, rhs, group_sizes, interpret), (lhs, rhs, group_sizes)
+
+
+def _bf16_bwd(interpret, residuals, dy):
+    lhs, rhs, group_sizes = residuals
+    dy16, lhs16, rhs16 = dy.astype(jnp.bfloat16), lhs.astype(jnp.bfloat16), rhs.astype(
+        jnp.bfloat16)
+    d_lhs = dgrad(dy16, rhs16, group_sizes, out_dtype=lhs.dtype, interpret=interpret)
+    d_rhs = tgmm(lhs16, dy16, group_sizes, out_dtype=rhs.dtype, interpret=interpret)
+    return d_lhs, d_rhs, None
+
+
+_bf16_train.defvjp(_bf16_fwd, _bf16_bwd)
+
+
+def gmm_bf16_train(lhs, rhs, group_sizes, *, interpret: bool | None = None) -> jax.Array:
+    """Differentiable bf16 grouped matmul [M, N] (output in lhs's dtype): forward
+    `gmm_bf16`, backward `dgrad` / `tgmm` on bf16 copies, the bf16 twin of `gmm_fp8_train`."""
+    return _bf16_train(jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes, jnp.int32),
+                       interpret)
+
+
+VARIANTS: dict[str, GroupedMatmul] = {"fp8": gmm_fp8_train, "bf16": gmm_bf16_train}
+
+
+def moe_layer(x, w_router, router_bias, wi, wo, *, top_k: int,
+              gmm: GroupedMatmul) -> tuple[jax.Array, jax.Array]:
+    """(out [T, D] float32, group_sizes [E] int32) of the MoE layer on x [T, D] bf16.
+
+    w_router [D, E], router_bias [E] (constant), wi [E, D, 2F], wo [E, F, D] float32;
+    `gmm` runs both expert matmuls.  Differentiable in x and the three weights.
+    """
+    t = x.shape[0]
+    num_experts = w_router.shape[1]
+    logits = x.astype(jnp.float32) @ w_router + jax.lax.stop_gradient(router_bias)
+    probs = jax.nn.softmax(logits, axis=1)
+    p_sel, experts = jax.lax.top_k(probs, top_k)
+    weights = p_sel / jnp.sum(p_sel, axis=1, keepdims=True)
+    flat = experts.reshape(-1)
+    # Stable sort: pairs of one expert stay in (token, slot) order, as in the reference.
+    order = jnp.argsort(flat, stable=True)
+    group_sizes = jnp.bincount(flat, length=num_experts).astype(jnp.int32)
+    x_perm = x[order // top_k]
+    h = gmm(x_perm, wi, group_sizes)
+    f = wi.shape[2] // 2
+    act = (jax.nn.silu(h[:, :f].astype(jnp.float32)) * h[:, f:].astype(jnp.float32)).astype(
+        jnp.bfloat16)
+    y_perm = gmm(act, wo, group_sizes)
+    inverse = jnp.argsort(order)
+    y_pairs = y_perm[inverse].reshape(t, top_k, -1).astype(jnp.float32)
+    out = jnp.einsum("tk,tkd->td", weights, y_pairs)
+    return out, group_sizes
+
+
+def run_moe(inp: MoEInputs, gmm: GroupedMatmul) -> MoEOutputs:
+    """Forward and the gradients of sum(out * dy) of `moe_layer` on `inp`, as numpy."""
+    x = jnp.asarray(inp.x, jnp.bfloat16)
+    params = (jnp.asarray(inp.w_router), jnp.asarray(inp.wi), jnp.asarray(inp.wo))
+    bias, dy = jnp.asarray(inp.router_bias), jnp.asarray(inp.dy)
+
+    def loss(x, w_router, wi, wo):
+        out, gs = moe_layer(x, w_router, bias, wi, wo, top_k=inp.top_k, gmm=gmm)
+        return jnp.sum(out * dy), (out, gs)
+
+    grads, (out, gs) = jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True)(x, *params)
+    dx, d_router, d_wi, d_wo = (np.asarray(g.astype(jnp.float32)) for g in grads)
+    return MoEOutputs(out=np.asarray(out), dx=dx, d_router=d_router, d_wi=d_wi, d_wo=d_wo,
+                      group_sizes=np.asarray(gs, np.int32))
+
+
+def run_variant(inp: MoEInputs, variant: str) -> MoEOutputs:
+    """`run_moe` with the variant's kernels ("fp8" or "bf16")."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {tuple(VARIANTS)}, got {variant!r}")
+    return run_moe(inp, VARIANTS[variant])

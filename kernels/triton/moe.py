@@ -1,0 +1,109 @@
+"""torch MoE layer on the Triton grouped-matmul kernels (the math of
+`fp8check.references.moe`).
+
+Precision contract (what the float64 straight-through reference mirrors): router logits,
+softmax and combine weights in float32; x, x_perm, both GMM outputs and the SiLU-GLU
+activation stored in bf16; the combine accumulates in float32 and `out` is float32.  The
+"fp8" variant runs both GMMs with `grouped_linear_fp8` (FP8 forward, bf16 backward), the
+"bf16" variant with `grouped_linear_bf16` (bf16 forward and backward).
+
+There is no bf16 forward Triton kernel: `grouped_linear_bf16`'s forward is the `dgrad`
+kernel on the transposed weight, since dgrad(x, W^T)_g = x_g @ (W_g^T)^T = x_g @ W_g
+(bf16 operands, float32 accumulation, one rounding to bf16).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from fp8check.references.moe import MoEInputs, MoEOutputs
+
+from .autograd import grouped_linear_fp8
+from .backward import dgrad, tgmm
+
+# A differentiable grouped matmul: (x [M, K], w [G, K, N], group_sizes [G]) -> [M, N] bf16.
+GroupedMatmul = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class GroupedLinearBF16(torch.autograd.Function):
+    """y [M, N] bf16 = x_g @ w_g per group; bf16 operands, float32 accumulation, forward
+    and backward (group_sizes gets no gradient)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, group_sizes: torch.Tensor):
+        x16, w16 = x.to(torch.bfloat16).contiguous(), w.to(torch.bfloat16).contiguous()
+        y = dgrad(x16, w16.transpose(1, 2).contiguous(), group_sizes)
+        ctx.save_for_backward(x16, w16, group_sizes)
+        ctx.dtypes = (x.dtype, w.dtype)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        x16, w16, group_sizes = ctx.saved_tensors
+        dy16 = dy.to(torch.bfloat16).contiguous()
+        dx = dgrad(dy16, w16, group_sizes, out_dtype=torch.float32).to(ctx.dtypes[0])
+        dw = tgmm(x16, dy16, group_sizes, out_dtype=torch.float32).to(ctx.dtypes[1])
+        return dx, dw, None
+
+
+def grouped_linear_bf16(x: torch.Tensor, w: torch.Tensor,
+                        group_sizes: torch.Tensor) -> torch.Tensor:
+    """Differentiable bf16 grouped linear, the bf16 twin of `grouped_linear_fp8`."""
+    if x.ndim != 2 or w.ndim != 3 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"x must be [M,K] and w [G,K,N] with matching K, got "
+                         f"{tuple(x.shape)}, {tuple(w.shape)}")
+    return GroupedLinearBF16.apply(x, w, group_sizes)
+
+
+VARIANTS: dict[str, GroupedMatmul] = {"fp8": grouped_linear_fp8, "bf16": grouped_linear_bf16}
+
+
+def moe_layer(x: torch.Tensor, w_router: torch.Tensor, router_bias: torch.Tensor,
+              wi: torch.Tensor, wo: torch.Tensor, *, top_k: int,
+              gmm: GroupedMatmul) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out [T, D] float32, group_sizes [E] int32) of the MoE layer on x [T, D] bf16.
+
+    w_router [D, E], router_bias [E] (constant), wi [E, D, 2F], wo [E, F, D] float32;
+    `gmm` runs both expert matmuls.  Differentiable in x and the three weights.
+    """
+    t = x.shape[0]
+    num_experts = w_router.shape[1]
+    logits = x.float() @ w_router + router_bias.detach()
+    probs = torch.softmax(logits, dim=1)
+    p_sel, experts = torch.topk(probs, top_k, dim=1)
+    weights = p_sel / p_sel.sum(dim=1, keepdim=True)
+    flat = experts.reshape(-1)
+    # Stable sort: pairs of one expert stay in (token, slot) order, as in the reference.
+    order = torch.argsort(flat, stable=True)
+    group_sizes = torch.bincount(flat, minlength=num_experts).to(torch.int32)
+    x_perm = x[order // top_k].contiguous()
+    h = gmm(x_perm, wi, group_sizes)
+    f = wi.shape[2] // 2
+    act = (torch.nn.functional.silu(h[:, :f].float()) * h[:, f:].float()).to(torch.bfloat16)
+    y_perm = gmm(act.contiguous(), wo, group_sizes)
+    inverse = torch.argsort(order)
+    y_pairs = y_perm[inverse].reshape(t, top_k, -1).float()
+    out = torch.einsum("tk,tkd->td", weights, y_pairs)
+    return out, group_sizes
+
+
+def run_moe(inp: MoEInputs, gmm: GroupedMatmul) -> MoEOutputs:
+    """Forward and the gradients of sum(out * dy) of `moe_layer` on `inp`, as numpy."""
+    x = torch.tensor(inp.x).to(torch.bfloat16).requires_grad_()
+    w_r, wi, wo = (torch.tensor(a).requires_grad_() for a in (inp.w_router, inp.wi, inp.wo))
+    out, gs = moe_layer(x, w_r, torch.tensor(inp.router_bias), wi, wo, top_k=inp.top_k,
+                        gmm=gmm)
+    out.backward(torch.tensor(inp.dy))
+    return MoEOutputs(out=out.detach().numpy(), dx=x.grad.float().numpy(),
+                      d_router=w_r.grad.numpy(), d_wi=wi.grad.numpy(), d_wo=wo.grad.numpy(),
+                      group_sizes=gs.numpy().astype(np.int32))
+
+
+def run_variant(inp: MoEInputs, variant: str) -> MoEOutputs:
+    """`run_moe` with the variant's kernels ("fp8" or "bf16")."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {tuple(VARIANTS)}, got {variant!r}")
+    return run_moe(inp, VARIANTS[variant])

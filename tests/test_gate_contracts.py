@@ -1,0 +1,133 @@
+"""Kernel contracts: spec validation, framework conversion bit for bit, plain-function loading."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fp8check.contracts import (
+    KernelSpec,
+    call_kernel,
+    load_target,
+    spec_from_target,
+    to_framework,
+    to_numpy,
+)
+
+
+def _identity(*args, **kw):
+    return args[0]
+
+
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({"contract": "gemm"}, "unknown contract"),
+        ({"framework": "tf"}, "unknown framework"),
+        ({"accum": "kahan"}, "unknown accum"),
+        ({"out_dtypes": ("f16",)}, "out_dtypes"),
+        ({"out_dtypes": ()}, "out_dtypes"),
+        ({"m_align": 0}, "m_align"),
+        ({"contract": "gmm", "accum": "deepgemm"}, "only meaningful for gmm-fp8"),
+        ({"contract": "quantizer"}, "declare its recipe"),
+        ({"contract": "quantizer", "recipe": "deepgemm", "block": (64, 64)}, "block"),
+        ({"fn": 3}, "not callable"),
+    ],
+)
+def test_spec_rejects_bad_declarations(kw, msg):
+    base = {"name": "k", "contract": "gmm-fp8", "framework": "numpy", "fn": _identity}
+    with pytest.raises(ValueError, match=msg):
+        KernelSpec(**{**base, **kw})
+
+
+def _all_codes(dtype) -> np.ndarray:
+    """Every bit pattern of a 1- or 2-byte dtype (NaN codes included)."""
+    width = np.dtype(dtype).itemsize
+    bits = np.arange(2 ** (8 * width), dtype=np.uint8 if width == 1 else np.uint16)
+    return bits.view(dtype)
+
+
+@pytest.mark.parametrize("framework", ["numpy", "jax", "torch"])
+@pytest.mark.parametrize(
+    "dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.bfloat16]
+)
+def test_round_trip_preserves_every_bit_pattern(framework, dtype):
+    a = _all_codes(dtype).reshape(-1, 16)
+    back = to_numpy(to_framework(a, framework))
+    assert back.dtype == a.dtype and back.shape == a.shape
+    assert back.tobytes() == a.tobytes()
+
+
+@pytest.mark.parametrize("framework", ["numpy", "jax", "torch"])
+def test_round_trip_float32_and_int32(framework):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    x[0, 0] = np.nan
+    gs = np.array([3, 0, 2], np.int32)
+    for a in (x, gs):
+        back = to_numpy(to_framework(a, framework))
+        assert back.dtype == a.dtype and back.tobytes() == a.tobytes()
+
+
+def test_torch_kernel_sees_torch_fp8():
+    import torch
+
+    seen = {}
+
+    def fn(q, out_dtype):
+        seen["dtype"], seen["out"] = q.dtype, out_dtype
+        return q.to(torch.float32).to(out_dtype)
+
+    spec = KernelSpec(name="t", contract="gmm", framework="torch", fn=fn,
+                      out_dtypes=("f32", "bf16"))
+    q = np.array([1.5, -448, 0.001953125], ml_dtypes.float8_e4m3fn)
+    out = call_kernel(spec, (q,), "bf16")
+    assert seen == {"dtype": torch.float8_e4m3fn, "out": torch.bfloat16}
+    assert out.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(out.astype(np.float32), q.astype(np.float32))
+
+
+def test_single_out_dtype_kernel_gets_no_keyword():
+    spec = KernelSpec(name="n", contract="gmm", framework="numpy", fn=lambda x: x)
+    x = np.ones(3, np.float32)
+    assert call_kernel(spec, (x,), "f32").tobytes() == x.tobytes()
+
+
+def test_load_target_module_and_file(tmp_path):
+    assert load_target("numpy:matmul") is np.matmul
+    f = tmp_path / "mykernel.py"
+    f.write_text("def gmm(lhs, rhs, gs):\n    return lhs\n")
+    fn = load_target(f"{f}:gmm")
+    assert fn(1, 2, 3) == 1
+    spec = spec_from_target(f"{f}:gmm", "gmm", "numpy")
+    assert spec.name == f"{f}:gmm" and spec.contract == "gmm"
+
+
+@pytest.mark.parametrize(
+    "target, msg",
+    [
+        ("no_colon", "module:attr"),
+        ("does_not_exist_pkg:fn", "importing"),
+        ("numpy:no_such_attr", "no attribute"),
+        ("/nonexistent/file.py:fn", "does not exist"),
+    ],
+)
+def test_load_target_errors_are_one_line_value_errors(target, msg):
+    with pytest.raises(ValueError, match=msg) as e:
+        load_target(target)
+    assert "\n" not in str(e.value)
+
+
+def test_plain_function_needs_contract_and_framework():
+    with pytest.raises(ValueError, match="--contract and --framework"):
+        spec_from_target("numpy:matmul", None, "numpy")
+
+
+def test_spec_target_must_agree_with_flags(tmp_path):
+    f = tmp_path / "k.py"
+    f.write_text(
+        "from fp8check.contracts import KernelSpec\n"
+        "K = KernelSpec(name='k', contract='gmm', framework='numpy', fn=lambda *a: a[0])\n"
+    )
+    assert spec_from_target(f"{f}:K", None, None).name == "k"
+    with pytest.raises(ValueError, match="disagrees"):
+        spec_from_target(f"{f}:K", "tgmm", None)

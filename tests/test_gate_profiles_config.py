@@ -1,0 +1,61 @@
+"""Profiles (staged, never off) and `[tool.fp8check]` configuration."""
+
+import pytest
+
+from fp8check.config import GateConfig, load_config
+from fp8check.profiles import PROFILES, get_profile, sqnr_band
+
+
+@pytest.mark.parametrize("name", ["off", "none", "disabled"])
+def test_profiles_cannot_be_switched_off(name):
+    with pytest.raises(ValueError, match="never off"):
+        get_profile(name)
+
+
+def test_unknown_profile():
+    with pytest.raises(ValueError, match="unknown profile"):
+        get_profile("lenient")
+
+
+def test_explore_loosens_only_the_impact_question():
+    strict, explore = PROFILES["strict"], PROFILES["explore"]
+    # correctness is the same in every stage: a bug is a bug during a search too
+    assert (strict.max_bound_ratio, strict.max_error_ratio, strict.max_abs_bias_z) == (
+        explore.max_bound_ratio, explore.max_error_ratio, explore.max_abs_bias_z)
+    assert strict.max_bound_ratio == 1.0 and strict.max_error_ratio == 2.0
+    assert explore.min_sqnr_db < strict.min_sqnr_db
+    assert explore.max_calc_diff > strict.max_calc_diff
+    assert explore.impact_atol > strict.impact_atol
+    assert strict.min_sqnr_db == 28.0 and explore.min_sqnr_db == 20.0
+
+
+def test_sqnr_bands():
+    assert sqnr_band(35.0) == "good"
+    assert sqnr_band(30.0) == "acceptable" and sqnr_band(20.0) == "acceptable"
+    assert sqnr_band(19.9) == "at-risk"
+
+
+def test_config_defaults_without_pyproject(tmp_path):
+    assert load_config(tmp_path) == GateConfig()
+
+
+def test_config_reads_tool_table(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.fp8check]\nsuite = "smoke"\nprofile = "explore"\nseed = 7\nlayers = [1]\n'
+    )
+    cfg = load_config(tmp_path)
+    assert (cfg.suite, cfg.profile, cfg.seed, cfg.layers) == ("smoke", "explore", 7, (1,))
+
+
+@pytest.mark.parametrize(
+    "text, msg",
+    [
+        ('[tool.fp8check]\nsuit = "ci"\n', "unknown"),
+        ('[tool.fp8check]\nseed = "zero"\n', "seed must be an integer"),
+        ("[tool.fp8check\n", "invalid TOML"),
+    ],
+)
+def test_bad_config_is_a_value_error(tmp_path, text, msg):
+    (tmp_path / "pyproject.toml").write_text(text)
+    with pytest.raises(ValueError, match=msg):
+        load_config(tmp_path)
