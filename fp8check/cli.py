@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from fp8check import cases as cases_mod
 from fp8check import registry, results
+from fp8check.commands import register_all
 from fp8check.config import GateConfig, load_config
 from fp8check.contracts import CONTRACTS, FRAMEWORKS, OUT_DTYPES, KernelSpec, spec_from_target
 from fp8check.layers import LAYERS
@@ -53,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--m-align", type=int, help="group-size alignment a plain function needs")
     g.add_argument("--suite", choices=cases_mod.SUITES)
     g.add_argument("--profile", help=f"one of {', '.join(PROFILES)} (never off)")
-    g.add_argument("--layers", help="comma list of layers to run (e.g. 1)")
+    g.add_argument("--layers", help="comma list of layers to run (e.g. 1,2)")
     g.add_argument("--seed", type=int)
     g.add_argument("--backend", choices=registry.BACKENDS)
     g.add_argument("--case", action="append", default=None, help="run only this case id")
@@ -66,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="list built-in kernels and the case ids of a suite")
     ls.add_argument("--suite", choices=cases_mod.SUITES, default="ci")
     ls.add_argument("--seed", type=int, default=0)
+    register_all(sub)
     return p
 
 
@@ -104,7 +106,9 @@ def _load_kernels(
         specs, errors = registry.load_builtins(backend=cfg.backend)
         return [(s, s.name) for s in specs], errors
     loaded = []
-    for name in cfg.kernels:
+    names = [b for n in cfg.kernels
+             for b in (registry.family_kernels(n) if n in registry.FAMILIES else [n])]
+    for name in names:
         if name in registry.BUILTIN_KERNELS:
             try:
                 loaded.append((registry.load_builtin(name, cfg.backend), name))
@@ -172,6 +176,64 @@ def _run_one(
     return validate_case(spec, case, profile, prob)
 
 
+def _families(cfg: GateConfig) -> list[str]:
+    """Kernel families (their MoE layers) that layers 2 and 3 run: all without --kernel,
+    else those named by a family name or one of the family's built-in kernels."""
+    if not cfg.kernels:
+        return list(registry.FAMILIES)
+    fams = []
+    for name in cfg.kernels:
+        fam = name.split("-")[0]
+        if fam in registry.FAMILIES and fam not in fams and (
+                name == fam or name in registry.BUILTIN_KERNELS):
+            fams.append(fam)
+    return fams
+
+
+def _family_repro(layer: int, family: str, cfg: GateConfig, case_id: str) -> str:
+    return shlex.join(["fp8check", "gate", "--kernel", family, "--layers", str(layer),
+                       "--suite", cfg.suite, "--seed", str(cfg.seed), "--profile",
+                       cfg.profile, "--backend", cfg.backend, "--case", case_id])
+
+
+class _Sink:
+    """Where every result goes as it completes: the JSONL stream, the progress bar, the
+    list for the final documents, and a FAIL line with its repro on stderr."""
+
+    def __init__(self, stream: results.JsonlStream, bar) -> None:
+        self.stream, self.bar, self.done = stream, bar, []
+
+    def __call__(self, res: CaseResult, repro: str) -> None:
+        if res.passed is False:
+            res.repro = repro
+            why = res.error or ", ".join(res.failed_criteria)
+            self.bar.write(f"FAIL {res.kernel} {res.case}: {why}\n  repro: {repro}",
+                           file=sys.stderr)
+        self.stream.write(res.to_dict())
+        self.done.append(res)
+        self.bar.update(1)
+
+
+def _run_layer1(loaded, suite_cases, profile, cfg, args, sink: _Sink) -> None:
+    # Cases outer, kernels inner: one set of references per (case, contract) serves every
+    # kernel of that contract.
+    for case in suite_cases:
+        problems: dict[str, Problem | Exception] = {}
+        for spec, origin in loaded:
+            sink.bar.set_description(f"{spec.name} {case.id}"[:60])
+            res = _run_one(spec, case, profile, problems)
+            sink(res, _repro(spec, origin, cfg, args, case.id))
+
+
+def _run_layer2(families, cfg, args, sink: _Sink) -> None:
+    from fp8check.layers.moe import iter_layer2
+
+    for fam in families:
+        sink.bar.set_description(f"layer 2 {fam}")
+        for res in iter_layer2(fam, cfg.suite, cfg.seed, cfg.profile, cases=args.case):
+            sink(res, _family_repro(2, fam, cfg, res.case))
+
+
 def run_gate(args: argparse.Namespace) -> int:
     cfg = _merged(args, load_config(Path.cwd()))
     profile = get_profile(cfg.profile)
@@ -180,36 +242,39 @@ def run_gate(args: argparse.Namespace) -> int:
         raise UsageError(f"--layers {cfg.layers}: this build has layers {sorted(LAYERS)}")
     if cfg.backend not in registry.BACKENDS:
         raise UsageError(f"unknown backend {cfg.backend!r}")
-    if args.case:
-        suite_cases = [cases_mod.find_case(cfg.suite, cfg.seed, cid) for cid in args.case]
-    else:
-        suite_cases = cases_mod.build_suite(cfg.suite, cfg.seed)
-    loaded, load_errors = _load_kernels(cfg, args)
+    families = _families(cfg) if any(n >= 2 for n in cfg.layers) else []
+    if any(n >= 2 for n in cfg.layers) and not families:
+        raise UsageError(f"layers {cfg.layers} need a kernel family "
+                         f"({', '.join(registry.FAMILIES)}); --kernel names none")
+    loaded, load_errors, suite_cases = [], {}, []
+    if 1 in cfg.layers:
+        if args.case:
+            suite_cases = [cases_mod.find_case(cfg.suite, cfg.seed, cid) for cid in args.case]
+        else:
+            suite_cases = cases_mod.build_suite(cfg.suite, cfg.seed)
+        loaded, load_errors = _load_kernels(cfg, args)
     specs = [s for s, _ in loaded]
     env = results.environment(specs, suite=cfg.suite, seed=cfg.seed, profile=cfg.profile,
                               backend=cfg.backend, load_errors=load_errors)
+    env["layers"] = list(cfg.layers)
+    env["families"] = families
     for name, err in load_errors.items():
         print(f"fp8check: kernel {name} not loaded: {err}", file=sys.stderr)
 
-    done: list[CaseResult] = []
+    total = len(specs) * len(suite_cases)
+    if 2 in cfg.layers:
+        from fp8check.layers.moe import layer2_size
+
+        total += len(families) * layer2_size(cfg.suite, args.case)
     with results.JsonlStream(_jsonl_path(cfg)) as stream, \
-            _progress(len(specs) * len(suite_cases), not args.no_progress) as bar:
+            _progress(total, not args.no_progress) as bar:
         stream.write({"event": "start", "environment": env})
-        # Cases outer, kernels inner: one set of references per (case, contract) serves
-        # every kernel of that contract.
-        for case in suite_cases:
-            problems: dict[str, Problem | Exception] = {}
-            for spec, origin in loaded:
-                bar.set_description(f"{spec.name} {case.id}"[:60])
-                res = _run_one(spec, case, profile, problems)
-                if res.passed is False:
-                    res.repro = _repro(spec, origin, cfg, args, case.id)
-                    why = res.error or ", ".join(res.failed_criteria)
-                    bar.write(f"FAIL {spec.name} {case.id}: {why}\n  repro: {res.repro}",
-                              file=sys.stderr)
-                stream.write(res.to_dict())
-                done.append(res)
-                bar.update(1)
+        sink = _Sink(stream, bar)
+        if 1 in cfg.layers:
+            _run_layer1(loaded, suite_cases, profile, cfg, args, sink)
+        if 2 in cfg.layers:
+            _run_layer2(families, cfg, args, sink)
+    done = sink.done
     summary = results.summarize(done, load_errors)
     doc = results.document(done, summary, env)
     if cfg.json:
@@ -220,7 +285,8 @@ def run_gate(args: argparse.Namespace) -> int:
         from fp8check.reports.html import write_html
 
         write_html(cfg.report, doc)
-    print(f"fp8check gate: suite={cfg.suite} profile={cfg.profile} seed={cfg.seed}: "
+    print(f"fp8check gate: suite={cfg.suite} profile={cfg.profile} seed={cfg.seed} "
+          f"layers={','.join(map(str, cfg.layers))}: "
           f"{summary['n_passed']} passed, {summary['n_failed']} failed, "
           f"{summary['n_skipped']} skipped, {len(load_errors)} kernels not loaded")
     return 0 if summary["passed"] else 1
@@ -241,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         if args.command == "gate":
             return run_gate(args)
-        return run_list(args)
+        if args.command == "list":
+            return run_list(args)
+        return args.func(args)
     except (UsageError, ValueError) as e:
         print(f"fp8check: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
               file=sys.stderr)

@@ -29,6 +29,15 @@ BUILTIN_KERNELS: dict[str, str] = {
     "megablox-bf16": "fp8check.kernels.adapters.megablox:megablox_bf16",
 }
 
+# Kernel families: the project's own kernels, each with a MoE layer (layers 2 and 3).
+FAMILIES = ("pallas", "triton")
+
+
+def family_kernels(family: str) -> list[str]:
+    """The built-in kernel names of `family` (`--kernel pallas` means all of them)."""
+    return [n for n in BUILTIN_KERNELS if n.startswith(family + "-")]
+
+
 # Output dtypes per contract of the project's own kernels (their `out_dtype=` keyword).
 _OUT_DTYPES = {"gmm-fp8": ("f32", "bf16"), "gmm": ("f32", "bf16"), "tgmm": ("f32", "bf16")}
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,13 +233,21 @@ def default_layer(family: str) -> LayerImpl:
     return run_variant
 
 
-def run_layer2(
+def layer2_size(suite: str, cases: Sequence[str] | None = None) -> int:
+    """Number of results `iter_layer2` yields per family (for progress bars)."""
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
+    n = len(SUITES[suite]) if cases is None else len(set(cases))
+    return n * len(VARIANTS)
+
+
+def iter_layer2(
     family: str, suite: str = "ci", seed: int = 0, profile: str = "strict", *,
     layer_impl: LayerImpl | None = None, cases: Sequence[str] | None = None,
     variants: Sequence[str] = VARIANTS,
-) -> list[dict[str, Any]]:
-    """Layer 2 of `suite` for one kernel family: one result dict (the gate's keys, see
-    `fp8check.results`) per (variant, scenario), fp8 results first.
+) -> Iterator[CaseResult]:
+    """Layer 2 of `suite` for one kernel family: one CaseResult per (scenario, variant),
+    yielded as each completes (so the gate can stream them).
 
     `layer_impl` replaces the family's layer (seeded-bug tests); `cases` keeps only the
     given case ids (a repro); `variants` a subset of ("fp8", "bf16").
@@ -260,12 +268,23 @@ def run_layer2(
         known = ", ".join(s.case_id(seed) for s in SUITES[suite])
         raise ValueError(f"unknown layer-2 case in {list(cases)}; suite {suite} has {known}")
     layer = layer_impl if layer_impl is not None else default_layer(family)
-    results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     for sc in scenarios:
         inp = make_inputs(sc, seed)
         refs = {"exact": moe_reference(inp, "exact")}
         for v in variants:
             refs[v] = moe_reference(inp, v)
-            res = validate_scenario(family, v, sc, seed, profile, layer, refs, inp)
-            results[v].append(res.to_dict())
-    return [r for v in variants for r in results[v]]
+            yield validate_scenario(family, v, sc, seed, profile, layer, refs, inp)
+
+
+def run_layer2(
+    family: str, suite: str = "ci", seed: int = 0, profile: str = "strict", *,
+    layer_impl: LayerImpl | None = None, cases: Sequence[str] | None = None,
+    variants: Sequence[str] = VARIANTS,
+) -> list[dict[str, Any]]:
+    """`iter_layer2` collected as result dicts (the gate's JSON keys), grouped by variant
+    in the order of `variants`."""
+    out = [r.to_dict() for r in iter_layer2(family, suite, seed, profile,
+                                            layer_impl=layer_impl, cases=cases,
+                                            variants=variants)]
+    order = {f"{family}-moe-{v}": i for i, v in enumerate(variants)}
+    return sorted(out, key=lambda r: order.get(r["kernel"], len(order)))
