@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 REPORT ?= reports/out/gate.html
 
-.PHONY: setup gate test lint bench
+.PHONY: setup browser gate test lint bench
 
 setup: $(STAMP)
 
@@ -21,7 +21,12 @@ $(STAMP): pyproject.toml Makefile
 gate: $(STAMP)
 	$(BIN)/fp8check gate --report $(REPORT) --json reports/out/gate.json --junit reports/out/gate.xml
 
-test: $(STAMP)
+# The report's browser test needs Debian's chromium (the machines run as root).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/pytest -n 2 tests
 
@@ -30,3 +35,6 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/reference.py
+	$(BIN)/python benchmarks/padding_memory.py
+	$(BIN)/python benchmarks/gate.py
+	$(BIN)/python benchmarks/native.py

@@ -21,15 +21,11 @@ import numpy as np
 import torch
 
 import fp8check.kernels.triton as tk  # sets TRITON_INTERPRET=1 when there is no CUDA
+from fp8check.strategies import GROUP_PATTERNS
 
 SIZES_NK = (3072, 4096, 5120, 6144, 7168, 8192)
 GROUPS = (4, 8, 16, 32)
 SIZES_M = (8192, 16384, 32768, 65536)
-
-
-def random_group_sizes(rng: np.random.Generator, m: int, g: int) -> np.ndarray:
-    cuts = np.sort(rng.integers(0, m + 1, g - 1))
-    return np.diff(np.concatenate(([0], cuts, [m]))).astype(np.int32)
 
 
 def cpu_check() -> None:
@@ -50,7 +46,9 @@ def cpu_check() -> None:
     print("correctness check (interpreter, M=130 K=256 N=128 G=3): both kernels bit-exact")
 
 
-def bench(quick: bool) -> None:
+def bench(quick: bool, peak_tflops: float | None = None) -> None:
+    """Time the space; with `peak_tflops` also print the padding-free kernel's fraction of
+    the chip's dense FP8 peak."""
     import triton.testing
 
     rng = np.random.default_rng(0)
@@ -60,9 +58,10 @@ def bench(quick: bool) -> None:
                               GROUPS[::3] if quick else GROUPS,
                               SIZES_M[:2] if quick else SIZES_M)
     print(f"{'N':>5} {'K':>5} {'G':>3} {'M':>6} {'nopad TF/s':>11} {'pad TF/s':>9} "
-          f"{'speedup':>8} {'pad MiB':>8} {'saved %':>8}")
+          f"{'speedup':>8} {'pad MiB':>8} {'saved %':>8}"
+          + (f" {'% peak':>7}" if peak_tflops else ""))
     for n, k, g, m in space:
-        sizes = random_group_sizes(rng, m, g)
+        sizes = GROUP_PATTERNS["uniform-random"](rng, m, g)
         lhs = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
         ls = torch.rand(m, k // 128, device=dev) + 0.5
         rhs = torch.randn(g, k, n, device=dev).to(torch.float8_e4m3fn)
@@ -79,7 +78,8 @@ def bench(quick: bool) -> None:
         base = m * (k + 4 * (k // 128) + 2 * n)
         print(f"{n:>5} {k:>5} {g:>3} {m:>6} {flops / t_np / 1e9:>11.1f} "
               f"{flops / t_p / 1e9:>9.1f} {t_p / t_np:>8.3f} {extra / 2**20:>8.1f} "
-              f"{100 * extra / (base + extra):>8.2f}")
+              f"{100 * extra / (base + extra):>8.2f}"
+              + (f" {100 * flops / t_np / 1e9 / peak_tflops:>7.1f}" if peak_tflops else ""))
 
 
 def main() -> int:

@@ -64,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--junit", help="write JUnit XML here")
     g.add_argument("--report", help="write the HTML report here")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--shard", help="run only shard i of n (i/n, 1-based): case k of each "
+                                   "layer goes to shard k mod n + 1; join with `fp8check merge`")
+    g.add_argument("--jobs", type=int, default=1,
+                   help="worker processes for layer 1 (results identical to --jobs 1)")
     ls = sub.add_parser("list", help="list built-in kernels and the case ids of a suite")
     ls.add_argument("--suite", choices=cases_mod.SUITES, default="ci")
     ls.add_argument("--seed", type=int, default=0)
@@ -214,15 +218,74 @@ class _Sink:
         self.bar.update(1)
 
 
+def _case_results(loaded, case, profile, cfg, args) -> list[tuple[CaseResult, str]]:
+    """Every loaded kernel on one case, each with its repro command.  One set of
+    references per (case, contract) serves every kernel of that contract."""
+    problems: dict[str, Problem | Exception] = {}
+    return [(_run_one(spec, case, profile, problems), _repro(spec, origin, cfg, args, case.id))
+            for spec, origin in loaded]
+
+
+_WORKER: dict = {}
+
+
+def _init_worker(cfg: GateConfig, args: argparse.Namespace) -> None:
+    loaded, _ = _load_kernels(cfg, args)
+    _WORKER.update(loaded=loaded, profile=get_profile(cfg.profile), cfg=cfg, args=args)
+
+
+def _worker_case(case) -> list[tuple[CaseResult, str]]:
+    w = _WORKER
+    return _case_results(w["loaded"], case, w["profile"], w["cfg"], w["args"])
+
+
 def _run_layer1(loaded, suite_cases, profile, cfg, args, sink: _Sink) -> None:
-    # Cases outer, kernels inner: one set of references per (case, contract) serves every
-    # kernel of that contract.
+    if args.jobs > 1:
+        # Spawned workers (jax and torch do not survive fork) each load the kernels once;
+        # map() hands results back in case order, so the output equals a serial run's.
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_init_worker, initargs=(cfg, args)) as pool:
+            for pairs in pool.map(_worker_case, suite_cases):
+                for res, repro in pairs:
+                    sink(res, repro)
+        return
     for case in suite_cases:
-        problems: dict[str, Problem | Exception] = {}
-        for spec, origin in loaded:
-            sink.bar.set_description(f"{spec.name} {case.id}"[:60])
-            res = _run_one(spec, case, profile, problems)
-            sink(res, _repro(spec, origin, cfg, args, case.id))
+        sink.bar.set_description(case.id[:60])
+        for res, repro in _case_results(loaded, case, profile, cfg, args):
+            sink(res, repro)
+
+
+def parse_shard(text: str | None) -> tuple[int, int]:
+    """"i/n" -> (i, n) with 1 <= i <= n; None -> (1, 1)."""
+    if text is None:
+        return 1, 1
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError as e:
+        raise UsageError(f"--shard must look like i/n, got {text!r}") from e
+    if not 1 <= i <= n:
+        raise UsageError(f"--shard {text}: need 1 <= i <= n")
+    return i, n
+
+
+def _in_shard(items: list, shard: tuple[int, int]) -> list:
+    i, n = shard
+    return [x for k, x in enumerate(items) if k % n == i - 1]
+
+
+def _layer2_cases(cfg: GateConfig, args: argparse.Namespace) -> list[str] | None:
+    """Layer-2 case ids of this run: --case, else this shard of the suite (None = all)."""
+    if args.case:
+        return args.case
+    shard = parse_shard(args.shard)
+    if shard == (1, 1):
+        return None
+    from fp8check.layers.moe import SUITES
+
+    return _in_shard([s.case_id(cfg.seed) for s in SUITES[cfg.suite]], shard)
 
 
 def _run_layer2(families, cfg, args, sink: _Sink) -> None:
@@ -230,7 +293,8 @@ def _run_layer2(families, cfg, args, sink: _Sink) -> None:
 
     for fam in families:
         sink.bar.set_description(f"layer 2 {fam}")
-        for res in iter_layer2(fam, cfg.suite, cfg.seed, cfg.profile, cases=args.case):
+        for res in iter_layer2(fam, cfg.suite, cfg.seed, cfg.profile,
+                               cases=_layer2_cases(cfg, args)):
             sink(res, _family_repro(2, fam, cfg, res.case))
 
 
@@ -242,6 +306,9 @@ def run_gate(args: argparse.Namespace) -> int:
         raise UsageError(f"--layers {cfg.layers}: this build has layers {sorted(LAYERS)}")
     if cfg.backend not in registry.BACKENDS:
         raise UsageError(f"unknown backend {cfg.backend!r}")
+    shard = parse_shard(args.shard)
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
     families = _families(cfg) if any(n >= 2 for n in cfg.layers) else []
     if any(n >= 2 for n in cfg.layers) and not families:
         raise UsageError(f"layers {cfg.layers} need a kernel family "
@@ -251,13 +318,14 @@ def run_gate(args: argparse.Namespace) -> int:
         if args.case:
             suite_cases = [cases_mod.find_case(cfg.suite, cfg.seed, cid) for cid in args.case]
         else:
-            suite_cases = cases_mod.build_suite(cfg.suite, cfg.seed)
+            suite_cases = _in_shard(cases_mod.build_suite(cfg.suite, cfg.seed), shard)
         loaded, load_errors = _load_kernels(cfg, args)
     specs = [s for s, _ in loaded]
     env = results.environment(specs, suite=cfg.suite, seed=cfg.seed, profile=cfg.profile,
                               backend=cfg.backend, load_errors=load_errors)
     env["layers"] = list(cfg.layers)
     env["families"] = families
+    env["shard"] = f"{shard[0]}/{shard[1]}"
     for name, err in load_errors.items():
         print(f"fp8check: kernel {name} not loaded: {err}", file=sys.stderr)
 
@@ -265,7 +333,7 @@ def run_gate(args: argparse.Namespace) -> int:
     if 2 in cfg.layers:
         from fp8check.layers.moe import layer2_size
 
-        total += len(families) * layer2_size(cfg.suite, args.case)
+        total += len(families) * layer2_size(cfg.suite, _layer2_cases(cfg, args))
     with results.JsonlStream(_jsonl_path(cfg)) as stream, \
             _progress(total, not args.no_progress) as bar:
         stream.write({"event": "start", "environment": env})

@@ -14,17 +14,20 @@ Two questions are gated separately and never mixed:
     alarm rate of a correct kernel negligible (two-sided normal tail ~2e-9).
 * **quantization impact** (FP8 result vs the unquantized float64 reference): SQNR in dB,
   calc_diff and allclose(atol, rtol), from the source document's staged schedule:
-  `strict` (early and final stage: SQNR >= 28 dB, calc_diff <= 1e-3, allclose(atol 1e-1,
+  `strict` (early and final stage: SQNR >= 27 dB, calc_diff <= 1e-3, allclose(atol 1e-1,
   rtol 5e-2) failing on <= 2% of elements) and `explore` (mid-search: SQNR >= 20 dB,
   calc_diff <= 5e-3, atol 1 / rtol 2e-1 on <= 5%).  All three are computed on output rows
   normalised by the reference row's RMS (atol is in units of it): per-token quantization
   makes the row the unit, and a global SQNR on rows spanning e^+-6 is decided by a few rows.
-  28 dB is torchao's gate for blockwise FP8 GEMM outputs; the report also gives the band
-  (>30 good, 20-30 acceptable, <20 at risk).  Measured with a correct kernel on the ci
-  suite (seeds 0 and 1), two e4m3 operands give 28.5-30.5 dB on every gated distribution,
-  so 30 dB would fail a correct kernel and 28 dB does not.  calc_diff ~ 1/(2 SQNR) for
-  small noise, so 1e-3 and 5e-3 restate 27 and 20 dB; measured <= 7.1e-4.  allclose failed
-  on at most 1.1% of elements (many-scales).
+  torchao gates blockwise FP8 GEMM outputs at 28 dB; the report also gives the band
+  (>30 good, 20-30 acceptable, <20 at risk).  28 dB sits on the format's own floor: e4m3
+  keeps 3 mantissa bits, a relative rounding error of RMS ~2^-3/sqrt(12) x 0.72 ~ 0.026
+  per operand (31.7 dB), two operands ~28.7 dB.  Measured with a correct kernel on the ci
+  suite over seeds 0-5, the worst gated case is 28.36 dB (lognormal-rows): 28 dB would
+  leave a correct kernel 0.4 dB from failing on some other seed, so strict gates at 27 dB
+  (1.4 dB under the worst seen) and still fails any quantizer that loses a bit (~6 dB).
+  calc_diff ~ 1/(2 SQNR) for small noise, so 1e-3 and 5e-3 restate 27 and 20 dB;
+  measured <= 7.1e-4.  allclose failed on at most 1.1% of elements (many-scales).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ PROFILES: dict[str, Profile] = {
         max_bound_ratio=1.0,
         max_error_ratio=2.0,
         max_abs_bias_z=6.0,
-        min_sqnr_db=28.0,
+        min_sqnr_db=27.0,
         max_calc_diff=1e-3,
         impact_atol=1e-1,
         impact_rtol=5e-2,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fp8check.contracts import KernelSpec
-from fp8check.layers.op import CaseResult
+from fp8check.layers.op import CaseResult, Criterion
 
 RESULTS_VERSION = 1
 _PACKAGES = ("fp8check", "numpy", "ml_dtypes", "jax", "jaxlib", "torch", "triton",
@@ -119,6 +119,26 @@ def document(
 ) -> dict[str, Any]:
     return {"version": RESULTS_VERSION, "summary": summary, "environment": env,
             "results": [r.to_dict() for r in results]}
+
+
+def result_from_dict(d: dict[str, Any]) -> CaseResult:
+    """Inverse of `CaseResult.to_dict` (as read back from a results document)."""
+    crit = [Criterion(name, c["question"], c["value"], c["limit"], c["passed"])
+            for name, c in d.get("criteria", {}).items()]
+    return CaseResult(kernel=d["kernel"], layer=d["layer"], case=d["case"], passed=d["passed"],
+                      metrics=d.get("metrics", {}), criteria=crit, skipped=d.get("skipped"),
+                      error=d.get("error"), repro=d.get("repro"), seconds=d.get("seconds", 0.0))
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    """A results document; ValueError (one line) if it is not one."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read results {path}: {e}") from e
+    if not isinstance(doc, dict) or doc.get("version") != RESULTS_VERSION or "results" not in doc:
+        raise ValueError(f"{path} is not an fp8check results document (version {RESULTS_VERSION})")
+    return doc
 
 
 def write_json(path: str | Path, doc: dict[str, Any]) -> None:

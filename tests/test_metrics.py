@@ -474,3 +474,26 @@ def test_error_ratio_known_answers():
         error_ratio(ref, ref, np.array([1.0, np.inf, 3.0]))
     with pytest.raises(ValueError, match="naive"):
         error_ratio(ref, ref, ref[:2])
+
+
+def test_error_ratio_of_valid_block_orders_stays_below_two():
+    """Every valid float32 order of a blockwise kernel is no worse than twice the naive
+    dequantize-then-matmul path, on every one of many random orders (the gate's <= 2)."""
+    from fp8check.references import dequantize, gmm, quantize
+
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((64, 1024)).astype(F32)
+    w = rng.standard_normal((1, 1024, 256)).astype(F32)
+    qa, qb = quantize(x), quantize(w, (128, 128))
+    gs = np.array([64], np.int32)
+    exact = gmm(qa, qb, gs, accum="exact", out_dtype=np.float64)
+    naive = (dequantize(qa) @ dequantize(qb)[0]).astype(np.float64)
+    a64, b64 = dequantize(qa, np.float64), dequantize(qb, np.float64)[0]
+    blocks = [(a64[:, k:k + 128] @ b64[k:k + 128]).astype(F32) for k in range(0, 1024, 128)]
+    worst = 0.0
+    for _ in range(50):
+        acc = np.zeros((64, 256), F32)
+        for b in rng.permutation(len(blocks)):
+            acc = acc + blocks[b]
+        worst = max(worst, error_ratio(acc.astype(np.float64), exact, naive))
+    assert worst <= 2.0, worst

@@ -1,0 +1,115 @@
+"""`fp8check tune`: accuracy-gated evolutionary search of the Pallas FP8 kernel's tilings.
+
+    fp8check tune --kernel pallas-fp8 --shape dev --rounds 3 --population 4 \\
+        --json tune.json --report tune.html --emit tilings.json
+
+Prints a table per round, the strict check of the finalists and a snippet with the best
+per-phase tilings; `--json` writes a results document (the finalists' strict results as
+`results`, the search under `"tune"`, see `fp8check.tune.output`), `--report` its HTML,
+`--emit` `{"fwd": [tm, tk, tn], "tgmm": [...], "dgrad": [...]}`.  Exit status 0 when every
+phase has a tiling that passed strict, 1 when one has none, 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from fp8check import registry, results
+from fp8check.kernels.pallas.tiling import PHASES, Tiling
+from fp8check.tune.accuracy import AccuracyChecker, PallasKernels, proxy_note
+from fp8check.tune.cost_model import FITNESS_LABEL
+from fp8check.tune.measure import MEASURED_LABEL, measure_us, native_available
+from fp8check.tune.output import finalists_table, round_table, snippet, tune_section
+from fp8check.tune.search import TilingSearch
+from fp8check.tune.shapes import NAMED_SHAPES, parse_shape
+
+KERNELS = ("pallas-fp8",)
+_SEED_TILING = re.compile(r"^(fwd|tgmm|dgrad)=(\d+)x(\d+)x(\d+)$")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("tune", help="accuracy-gated tiling search (Pallas FP8 GMM)",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("--kernel", default="pallas-fp8", help=f"one of {', '.join(KERNELS)}")
+    p.add_argument("--shape", default="dev",
+                   help=f"{'|'.join(NAMED_SHAPES)} or M=..,K=..,N=..,G=.. (default dev)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--population", type=int, default=4,
+                   help="survivors kept, and new runnable tilings per round, per phase")
+    p.add_argument("--finalists", type=int, default=2, help="per phase, checked with strict")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--phases", default=",".join(PHASES), help="comma list (default all)")
+    p.add_argument("--fitness", choices=("auto", "model", "measured"), default="auto",
+                   help="auto: measured on a TPU, the cost model elsewhere")
+    p.add_argument("--backend", choices=registry.BACKENDS, default="auto",
+                   help="where the accuracy checks run")
+    p.add_argument("--start", action="append", default=[], metavar="PHASE=TMxTKxTN",
+                   help="extra round-0 tiling (repeatable)")
+    p.add_argument("--json", help="write the results document here")
+    p.add_argument("--report", help="write the HTML report here")
+    p.add_argument("--emit", help="write the best tilings as JSON here")
+    p.set_defaults(func=run)
+
+
+def _start_tilings(items: list[str]) -> dict[str, list[Tiling]]:
+    seeds: dict[str, list[Tiling]] = {}
+    for item in items:
+        m = _SEED_TILING.match(item)
+        if m is None:
+            raise ValueError(f"--start {item!r}: expected PHASE=TMxTKxTN, e.g. fwd=256x1024x512")
+        seeds.setdefault(m.group(1), []).append(Tiling(*map(int, m.groups()[1:])))
+    return seeds
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.kernel not in KERNELS:
+        raise ValueError(f"--kernel {args.kernel!r}: the search supports {', '.join(KERNELS)}")
+    shape = parse_shape(args.shape)
+    phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
+    measured = args.fitness == "measured" or (args.fitness == "auto" and native_available())
+    if measured and not native_available():
+        measure_us("fwd", Tiling(128, 128, 128), shape)  # raises the one-line reason
+    kernels = PallasKernels(args.backend)
+    checker = AccuracyChecker(shape, kernels)
+    label = MEASURED_LABEL if measured else FITNESS_LABEL
+    print(f"fp8check tune: {args.kernel} at {shape.label()}, phases {','.join(phases)}, "
+          f"seed {args.seed}, fitness: {label}")
+    print(f"  {proxy_note(shape)}")
+    search = TilingSearch(
+        shape, checker, rounds=args.rounds, population=args.population, seed=args.seed,
+        finalists=args.finalists, phases=phases, fitness_label=label,
+        fitness=(lambda ph, t: measure_us(ph, t, shape)) if measured else None,
+        extra_seeds=_start_tilings(args.start),
+        on_round=lambda r, states: print(round_table(r, states, label), flush=True))
+    try:
+        res = search.run()
+    except registry.KernelLoadError as e:
+        raise ValueError(f"kernel {e}") from e
+    print(finalists_table(res))
+    print(snippet(res))
+    best = {ph: None if s.best is None else list(s.best.tiling) for ph, s in res.phases.items()}
+    strict = [r for s in res.phases.values() for c in s.finalists for r in c.strict.results]
+    env = results.environment(kernels.loaded, suite="tune", seed=args.seed,
+                              profile="explore (search), strict (finalists)",
+                              backend=args.backend, load_errors={})
+    doc = results.document(strict, results.summarize(strict, {}), env)
+    doc["tune"] = tune_section(res)
+    if args.json:
+        results.write_json(args.json, doc)
+    if args.report:
+        from fp8check.reports.html import write_html
+
+        write_html(args.report, doc)
+    if args.emit:
+        Path(args.emit).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.emit).write_text(json.dumps(best) + "\n")
+    missing = [ph for ph, t in best.items() if t is None]
+    if missing:
+        print(f"fp8check tune: no tiling passed strict for {', '.join(missing)}",
+              file=sys.stderr)
+        return 1
+    return 0
