@@ -44,7 +44,7 @@ from fp8check.references.exact import (
     round_pair_f32,
     two_product,
 )
-from fp8check.references.quant import QTensor
+from fp8check.references.quant import QTensor, expand_scales
 
 ACCUMS = ("deepgemm", "cublas", "tokamax", "exact")
 _ACCUM_CODE = {"deepgemm": 0, "cublas": 1, "tokamax": 2}
@@ -340,25 +340,30 @@ def dgrad(dy, rhs, group_sizes, out_dtype=np.float32) -> np.ndarray:
     return out
 
 
+def _abs_f64(x, sl) -> np.ndarray:
+    """|x[sl]| in float64, exact; x a QTensor (dequantized, fp8 x float32 needs at most
+    28 bits) or a plain array.  `sl` indexes the leading dim, so a group at a time is
+    materialised, never a whole operand."""
+    if isinstance(x, QTensor):
+        v, sc = _to_f64(x.values[sl]), x.scales[sl].astype(np.float64)
+        return np.abs(v * expand_scales(sc, x.block, v.shape))
+    return np.abs(_to_f64(np.asarray(x)[sl]))
+
+
 def abs_product(lhs, rhs, group_sizes) -> np.ndarray:
     """An upper bound of (|A||B|)_ij on the dequantized operands, float64 [M, N].
 
-    The dequantized values are exact in float64 (fp8 x float32 needs at most 28 bits).  The
-    float64 matmul of non-negative numbers has relative error at most gamma_K(2^-53); the
-    result is scaled up by (1 + 2 (K + 2) 2^-53) so that it bounds the true product.
-    Rows past sum(group_sizes) are zero.
+    The float64 matmul of non-negative exact values has relative error at most
+    gamma_K(2^-53); the result is scaled up by (1 + 2 (K + 2) 2^-53) so that it bounds the
+    true product.  Rows past sum(group_sizes) are zero.  Works one group at a time.
     """
-    from fp8check.references.quant import dequantize
-
-    blockwise, m, k, n, g = _check_operands(lhs, rhs)
+    _, m, k, n, g = _check_operands(lhs, rhs)
     gs = check_group_sizes(group_sizes, g, m)
-    if blockwise:
-        a, b = dequantize(lhs, np.float64), dequantize(rhs, np.float64)
-    else:
-        a, b = _to_f64(np.asarray(lhs)), _to_f64(np.asarray(rhs))
-    a, b = np.abs(a), np.abs(b)
     out = np.zeros((m, n), np.float64)
     offs = group_offsets(gs)
     for gi in range(g):
-        out[offs[gi] : offs[gi + 1]] = a[offs[gi] : offs[gi + 1]] @ b[gi]
-    return out * (1.0 + 2.0 * (k + 2) * 2.0**-53)
+        if gs[gi]:
+            rows = slice(offs[gi], offs[gi + 1])
+            out[rows] = _abs_f64(lhs, rows) @ _abs_f64(rhs, gi)
+    out *= 1.0 + 2.0 * (k + 2) * 2.0**-53
+    return out
