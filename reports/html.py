@@ -1,27 +1,166 @@
-"""Minimal self-contained HTML report of a gate run (no network, inline CSS).
+"""Self-contained HTML precision report of a gate run (one file: inline CSS, inline PNG
+plots, no scripts, no network).
 
-Input is the gate's JSON document (`fp8check.results.document`).  Layout: summary per
-kernel, failures first (failed criteria, key metrics, one-line repro command), every
-result, skip reasons, kernels that failed to load, environment.
+Input is the gate's JSON document (`fp8check.results`): `results` (kernel, layer, case,
+passed, metrics, criteria, failed, skipped, error, repro, seconds), `summary`,
+`environment`, and optionally `tune` (a tiling search: `rounds` of {round, candidates:
+[{tiling, status, reason, cost_model_us, speedup}], best}).  Layout, failures first:
+verdict; summary matrix (kernels x layers: counts, worst criterion, time); every failing
+case with its reproduction command and figures; the quantization-impact overview; every
+case by layer and kernel (collapsed); the tiling search; skips and load errors; the
+environment (versions, backends, interpreter fixes, seed).
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
+from fp8check.reports import plots
+
 _TEMPLATES = Path(__file__).parent / "templates"
 # Metrics shown in the tables, in this order (the JSON has all of them).
 KEY_METRICS = ("bound_ratio_max", "error_ratio", "bias_z", "ulp_max_vs_exact",
                "bit_exact_mismatches", "impact_sqnr_db", "impact_band", "impact_calc_diff")
+LAYER2_KEY_METRICS = ("st_sqnr_db.out", "st_sqnr_db.dx", "sqnr_db.out", "sqnr_db.dx",
+                      "sqnr_db.wi.min_expert", "sqnr_db.wo.min_expert")
+LAYER_ORDER = ("op", 2, 3, 4)
+LAYER_NAMES = {"op": "1 · op", 2: "2 · MoE layer", 3: "3 · training", 4: "4 · logs"}
 
 
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
     return "" if v is None else str(v)
+
+
+def layer_name(layer: Any) -> str:
+    return LAYER_NAMES.get(layer, str(layer))
+
+
+def _margin(c: dict[str, Any]) -> float:
+    """How far a numeric criterion is from its limit, relative to the limit (< 0: failed).
+
+    The direction (upper or lower limit) follows from value, limit and passed; boolean
+    criteria and count limits of 0 that pass are never the tight ones (inf)."""
+    v, lim = c.get("value"), c.get("limit")
+    if isinstance(v, bool) or isinstance(lim, bool) or v is None or lim is None:
+        return -math.inf if not c["passed"] else math.inf
+    v, lim = float(v), float(lim)
+    if not c["passed"]:
+        return -math.inf if not math.isfinite(v) else -abs(v - lim) / max(abs(lim), 1e-300)
+    if lim == 0 or v == lim:
+        return math.inf if lim == 0 else 0.0
+    return abs(v - lim) / abs(lim)
+
+
+def worst_criterion(results: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The criterion closest to (or furthest past) its limit over `results`:
+    {name, case, value, limit, passed}; None when no result has a criterion with a finite
+    margin or a failure (passing boolean and zero-count checks have no margin to show)."""
+    best: tuple[float, dict[str, Any]] | None = None
+    for r in results:
+        for name, c in r.get("criteria", {}).items():
+            mg = _margin(c)
+            if mg != math.inf and (best is None or mg < best[0]):
+                best = (mg, {"name": name, "case": r["case"], "value": c.get("value"),
+                             "limit": c.get("limit"), "passed": c["passed"]})
+    return None if best is None else best[1]
+
+
+def _status(r: dict[str, Any]) -> str:
+    if r["passed"] is None:
+        return "skipped"
+    return "pass" if r["passed"] else ("error" if r.get("error") else "fail")
+
+
+def summary_matrix(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """{"layers": [...], "rows": [{"kernel", "cells": {layer: cell | None}}]}; a cell has
+    passed / failed / skipped / errors counts, seconds, the worst criterion and how many
+    cases failed each criterion (`failed_criteria`)."""
+    layers = [lay for lay in LAYER_ORDER if any(r["layer"] == lay for r in results)]
+    layers += sorted({r["layer"] for r in results} - set(layers), key=str)
+    kernels = list(dict.fromkeys(r["kernel"] for r in results))
+    rows = []
+    for k in kernels:
+        cells: dict[Any, dict[str, Any] | None] = {}
+        for lay in layers:
+            mine = [r for r in results if r["kernel"] == k and r["layer"] == lay]
+            if not mine:
+                cells[lay] = None
+                continue
+            st = [_status(r) for r in mine]
+            cells[lay] = {
+                "passed": st.count("pass"), "failed": st.count("fail") + st.count("error"),
+                "skipped": st.count("skipped"), "errors": st.count("error"),
+                "seconds": sum(float(r.get("seconds") or 0.0) for r in mine),
+                "worst": worst_criterion(mine),
+                "failed_criteria": Counter(n for r in mine for n in r.get("failed", [])),
+            }
+        rows.append({"kernel": k, "cells": cells})
+    return {"layers": layers, "rows": rows}
+
+
+def _figure(r: dict[str, Any]) -> str | None:
+    """The inline PNG of a result's figure (by layer), None when it has no plot data."""
+    builder = {"op": plots.case_figure, 2: plots.layer2_figure, 3: plots.layer3_figure}
+    fig = builder.get(r["layer"], plots.layer3_figure)(r)
+    return None if fig is None else plots.to_data_uri(fig)
+
+
+def _key_metrics(r: dict[str, Any]) -> list[tuple[str, Any]]:
+    keys = KEY_METRICS if r["layer"] == "op" else LAYER2_KEY_METRICS if r["layer"] == 2 else ()
+    m = r.get("metrics", {})
+    shown = [(k, m[k]) for k in keys if k in m]
+    if not shown:  # other layers: every scalar metric
+        shown = [(k, v) for k, v in m.items() if isinstance(v, int | float | str)]
+    return shown
+
+
+def _view(r: dict[str, Any], anchor: str) -> dict[str, Any]:
+    return {"r": r, "status": _status(r), "anchor": anchor, "key_metrics": _key_metrics(r),
+            "scalars": [(k, v) for k, v in r.get("metrics", {}).items()
+                        if k != "plots" and not isinstance(v, dict)],
+            "figure": None}
+
+
+def build_context(doc: dict[str, Any]) -> dict[str, Any]:
+    """Everything the template shows, figures rendered (the expensive part)."""
+    results = doc["results"]
+    views = [_view(r, f"case-{i}") for i, r in enumerate(results)]
+    failures = [v for v in views if v["status"] in ("fail", "error")]
+    for v in views:
+        if v["status"] != "skipped":
+            v["figure"] = _figure(v["r"])
+    sections = []
+    matrix = summary_matrix(results)
+    for lay in matrix["layers"]:
+        by_kernel = []
+        for row in matrix["rows"]:
+            mine = [v for v in views
+                    if v["r"]["layer"] == lay and v["r"]["kernel"] == row["kernel"]]
+            if mine:
+                # failures first within a kernel too
+                mine.sort(key=lambda v: v["status"] not in ("fail", "error"))
+                by_kernel.append((row["kernel"], mine))
+        sections.append({"layer": lay, "name": layer_name(lay), "kernels": by_kernel})
+    overview = plots.impact_overview_figure(results)
+    tune = doc.get("tune")
+    tune_fig = plots.tune_figure(tune) if tune else None
+    return {
+        "summary": doc["summary"], "environment": doc["environment"], "matrix": matrix,
+        "failures": failures, "sections": sections,
+        "impact_overview": None if overview is None else plots.to_data_uri(overview),
+        "tune": tune, "accepted_statuses": plots.ACCEPTED_STATUSES,
+        "tune_figure": None if tune_fig is None else plots.to_data_uri(tune_fig),
+    }
 
 
 def render_html(doc: dict[str, Any]) -> str:
@@ -31,13 +170,8 @@ def render_html(doc: dict[str, Any]) -> str:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["fmt"] = _fmt
-    results = doc["results"]
-    failures = [r for r in results if r["passed"] is False]
-    return env.get_template("report.html").render(
-        summary=doc["summary"], environment=doc["environment"], failures=failures,
-        results=sorted(results, key=lambda r: (r["passed"] is not False, r["kernel"], r["case"])),
-        key_metrics=KEY_METRICS,
-    )
+    env.filters["layer_name"] = layer_name
+    return env.get_template("report.html").render(**build_context(doc))
 
 
 def write_html(path: str | Path, doc: dict[str, Any]) -> None:

@@ -22,7 +22,12 @@ from fp8check import registry, results
 from fp8check.kernels.pallas.tiling import PHASES, Tiling
 from fp8check.tune.accuracy import AccuracyChecker, PallasKernels, proxy_note
 from fp8check.tune.cost_model import FITNESS_LABEL
-from fp8check.tune.measure import MEASURED_LABEL, measure_us, native_available
+from fp8check.tune.measure import (
+    MEASURED_LABEL,
+    measure_us,
+    native_available,
+    require_native,
+)
 from fp8check.tune.output import finalists_table, round_table, snippet, tune_section
 from fp8check.tune.search import TilingSearch
 from fp8check.tune.shapes import NAMED_SHAPES, parse_shape
@@ -71,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     shape = parse_shape(args.shape)
     phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
     measured = args.fitness == "measured" or (args.fitness == "auto" and native_available())
-    if measured and not native_available():
-        measure_us("fwd", Tiling(128, 128, 128), shape)  # raises the one-line reason
+    if measured:
+        require_native()
     kernels = PallasKernels(args.backend)
     checker = AccuracyChecker(shape, kernels)
     label = MEASURED_LABEL if measured else FITNESS_LABEL

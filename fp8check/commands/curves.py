@@ -1,0 +1,61 @@
+"""`fp8check curves A B`: layer 4, loss curves of runs made elsewhere.
+
+A is the candidate (FP8), B the baseline (BF16): CSV or JSONL loss logs, or a gate
+result file with a selector (`gate.json@pallas/fp8`).  Steps are compared where both
+logs have them; steps only one log has are counted and reported.  The metrics and limits
+are layer 3's (`fp8check.curves`).  Exit 0 within the profile's limits, 1 when a gap
+exceeds them or the candidate diverges, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fp8check.curves import compare, get_limits, load_curve
+from fp8check.layers.op import _jsonable
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "curves", help="compare two loss curves (layer 4): candidate A vs baseline B",
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("candidate", metavar="A", help="candidate (FP8) loss log or FILE@SELECTOR")
+    p.add_argument("baseline", metavar="B", help="baseline (BF16) loss log or FILE@SELECTOR")
+    p.add_argument("--label", nargs=2, metavar=("LABEL_A", "LABEL_B"),
+                   help="names of A and B in the output (default: the arguments)")
+    p.add_argument("--profile", default="strict", help="tolerance profile (strict, explore)")
+    p.add_argument("--json", metavar="OUT", help="write the metrics and checks as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    limits = get_limits(args.profile)
+    la, lb = args.label or (args.candidate, args.baseline)
+    cand, base = load_curve(args.candidate, la), load_curve(args.baseline, lb)
+    cmp = compare(cand, base, limits)
+    m = cmp.metrics
+    print(f"fp8check curves: {la} vs {lb} (profile {args.profile}): "
+          f"{m['steps_compared']} common steps {m['first_step']}..{m['last_step']}")
+    if m["only_candidate_steps"] or m["only_baseline_steps"]:
+        print(f"  steps not compared: {len(m['only_candidate_steps'])} only in {la}, "
+              f"{len(m['only_baseline_steps'])} only in {lb}")
+    for note in m["notes"]:
+        print(f"  note: {note}")
+    for name, (value, limit, ok) in cmp.checks.items():
+        if name == "finite":
+            value = "all finite" if ok else f"non-finite from step {value}"
+        shown = f"{value:+.4%}" if isinstance(value, float) else value
+        bound = f"|.| <= {limit:.2%}" if isinstance(limit, float) else limit
+        print(f"  {'ok  ' if ok else 'FAIL'} {name}: {shown}" + (
+            f" (limit {bound})" if limit not in (None, []) else ""))
+    if args.json:
+        doc = {"candidate": args.candidate, "baseline": args.baseline, "labels": [la, lb],
+               "profile": args.profile, "passed": cmp.passed, "metrics": m,
+               "checks": {k: {"value": v, "limit": lim, "passed": ok}
+                          for k, (v, lim, ok) in cmp.checks.items()}}
+        Path(args.json).write_text(json.dumps(_jsonable(doc), indent=1))
+    print(f"fp8check curves: {'PASS' if cmp.passed else 'FAIL'}")
+    return 0 if cmp.passed else 1

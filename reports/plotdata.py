@@ -1,0 +1,162 @@
+"""Bounded plot-data summary of one layer-1 matmul result (numpy only, no matplotlib).
+
+The layer-1 validator keeps scalars; the report's per-case figures need arrays.  This
+module condenses them into `metrics["plots"]`, small enough to keep for every case
+(about 15 kB of compact JSON at most, whatever the shape):
+
+* `ulp_hist`: ULP distance of the kernel output to the correctly rounded exact value, in
+  power-of-two bins: `edges` [0, 1, 2, 4, ..., 2^j] (bin i is [edges[i], edges[i+1]), the
+  last bin is >= edges[-1]), `counts`, and `nan` (elements where either side is NaN).
+* `err_vs_ab`: `points` [[|A||B|_ij, |out - exact|_ij, bound_ratio_ij], ...] for at most
+  `MAX_POINTS` elements: the `N_WORST` largest bound ratios plus a seeded uniform sample
+  of the rest (so the cloud's shape and its worst outliers both show); `gamma` is the
+  bound's gamma_n (the slope of the bound line err = gamma_n |A||B|), `n_elements` the
+  number of compared elements.
+* `bound_tiles`: the maximum bound ratio over tiles of `row_tile` x `col_tile` output
+  elements, at most `MAX_TILES` x `MAX_TILES` tiles (`max`, rows first); `rows`, `cols`
+  the compared extent; `group_starts` the first row of every group (empty groups repeat
+  a row), `residual_rows` [start, end) of every group's partial last 128-row tile (the
+  rows a padding-free kernel stores masked); `row_axis` says what a row is.
+* `group_sqnr`: per group, SQNR in dB of the output against the unquantized float64
+  reference (`impact`) and against the exact value of the quantized problem (`vs_exact`);
+  None for an empty gmm group (no rows), inf as the string "inf" in JSON; a tgmm
+  group always has its K x N slab (zero when empty).
+
+Floats are kept to 4 significant digits (plots need no more).  Rows past sum(group_sizes)
+are not part of any array here, exactly as they are not compared by the gate.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fp8check import metrics
+
+if TYPE_CHECKING:
+    from fp8check.layers.op import Problem
+
+MAX_POINTS = 256
+N_WORST = 32
+MAX_TILES = 32
+MIN_TILE = 8
+QUANT_ROWS = 128  # a padding-free kernel's M tile: rows past the last full one are residual
+_SAMPLE_SEED = 0
+
+
+def _sig4(v: float) -> float:
+    """v to 4 significant digits (non-finite values unchanged)."""
+    return float(f"{v:.4g}") if math.isfinite(v) else float(v)
+
+
+def gamma_n(k: int, u: float, n: int | None = None) -> float:
+    """Higham's gamma_n = n u / (1 - n u) with the n of `metrics.bound_ratio`
+    (n = k + 2 ceil(k / 128) + 2 unless given): the slope of the bound in |A||B|."""
+    if n is None:
+        n = k + 2 * math.ceil(k / 128) + 2
+    return n * u / (1 - n * u)
+
+
+def ulp_histogram(ulps: np.ndarray) -> dict[str, Any]:
+    """Power-of-two histogram of int64 ULP distances; NaN sentinels counted apart."""
+    nan = ulps == metrics.ULP_NAN
+    finite = ulps[~nan]
+    top = int(finite.max(initial=0))
+    # edges 0, 1, 2, 4, ... up to the first power of two above the largest distance
+    n_pow = max(1, top.bit_length())
+    edges = [0] + [1 << j for j in range(n_pow + 1)]
+    counts = np.histogram(finite, bins=np.array(edges[:-1] + [np.iinfo(np.int64).max]))[0]
+    return {"edges": edges[:-1], "counts": [int(c) for c in counts],
+            "nan": int(np.count_nonzero(nan))}
+
+
+def _sample_points(ab: np.ndarray, err: np.ndarray, ratio: np.ndarray) -> list[list[float]]:
+    flat_r = ratio.ravel()
+    if flat_r.size <= MAX_POINTS:
+        idx = np.arange(flat_r.size)
+    else:
+        order = np.argsort(-np.nan_to_num(flat_r, nan=np.inf), kind="stable")
+        worst = order[:N_WORST]
+        rest = np.random.default_rng(_SAMPLE_SEED).choice(
+            order[N_WORST:], MAX_POINTS - N_WORST, replace=False)
+        idx = np.sort(np.concatenate([worst, rest]))
+    a, e = ab.ravel(), err.ravel()
+    return [[_sig4(float(a[i])), _sig4(float(e[i])), _sig4(float(flat_r[i]))] for i in idx]
+
+
+def _tile_size(extent: int) -> int:
+    """Smallest power of two >= MIN_TILE giving at most MAX_TILES tiles over `extent`."""
+    t = MIN_TILE
+    while math.ceil(extent / t) > MAX_TILES:
+        t *= 2
+    return t
+
+
+def tile_max(ratio2d: np.ndarray) -> dict[str, Any]:
+    """Max of a [rows, cols] array over the report's tile grid (NaN counts as inf)."""
+    rows, cols = ratio2d.shape
+    tr, tc = _tile_size(rows), _tile_size(cols)
+    nr, nc = math.ceil(rows / tr), math.ceil(cols / tc)
+    padded = np.full((nr * tr, nc * tc), -np.inf)
+    padded[:rows, :cols] = np.nan_to_num(ratio2d, nan=np.inf, posinf=np.inf)
+    tiles = padded.reshape(nr, tr, nc, tc).max(axis=(1, 3))
+    return {"row_tile": tr, "col_tile": tc, "rows": rows, "cols": cols,
+            "max": [[_sig4(float(v)) for v in row] for row in tiles]}
+
+
+def _group_rows(group_sizes: np.ndarray) -> list[tuple[int, int]]:
+    ends = np.cumsum(group_sizes)
+    return [(int(e - s), int(e)) for s, e in zip(group_sizes.tolist(), ends.tolist(),
+                                                 strict=True)]
+
+
+def _sqnr(ref: np.ndarray, out: np.ndarray) -> float:
+    return _sig4(float(metrics.sqnr_db(ref, out)))
+
+
+def plot_summary(out: np.ndarray, prob: Problem, u: float, out_dtype: np.dtype) -> dict[str, Any]:
+    """The bounded plot data of a layer-1 result (see the module docstring).
+
+    `out` is the kernel's full output (numpy, out_dtype), `prob` the case's Problem
+    (exact / abs_ab / unquantized references, compared rows, k and n for the bound), `u`
+    the kernel's declared accumulator unit roundoff.  gmm outputs are [M, N] with groups
+    along the rows; tgmm outputs [G, K, N] are shown as G*K rows, one group per K rows.
+    """
+    sl = slice(0, prob.rows)
+    o, exact = out[sl].astype(np.float64), prob.exact[sl]
+    ratio = metrics.bound_ratio(o, exact, prob.abs_ab[sl], prob.k, u=u, out_dtype=out_dtype,
+                                n=prob.n_terms)
+    ulps = metrics.ulp_distance(out[sl], exact.astype(out_dtype), out_dtype)
+    with np.errstate(invalid="ignore"):
+        err = np.abs(o - exact)
+    group_sizes = np.asarray(prob.args[-1])
+    if o.ndim == 3:  # tgmm: [G, K, N], every group a K x N slab
+        g, k_rows, n_cols = o.shape
+        tiles = tile_max(ratio.reshape(g * k_rows, n_cols))
+        tiles.update(row_axis="group x K row", residual_rows=[],
+                     group_starts=[i * k_rows for i in range(g)])
+        groups = [(i, i + 1) for i in range(g)]
+    else:
+        tiles = tile_max(ratio)
+        groups = _group_rows(group_sizes)
+        tiles.update(row_axis="output row", group_starts=[s for s, _ in groups],
+                     residual_rows=[[s + (e - s) // QUANT_ROWS * QUANT_ROWS, e]
+                                    for s, e in groups if (e - s) % QUANT_ROWS])
+    # gmm: an empty group has no rows to measure (None); tgmm: it has a K x N slab that
+    # must be exactly zero, the place where an empty-group bug shows.
+    measured = [e > s or o.ndim == 3 for s, e in groups]
+    return {
+        "ulp_hist": ulp_histogram(ulps),
+        "err_vs_ab": {"gamma": gamma_n(prob.k, u, prob.n_terms), "n_elements": int(o.size),
+                      "points": _sample_points(prob.abs_ab[sl], err, ratio)},
+        "bound_tiles": tiles,
+        "group_sqnr": {
+            "group_sizes": [int(v) for v in group_sizes],
+            "impact": [_sqnr(prob.unquantized[sl][a:b], o[a:b]) if keep else None
+                       for (a, b), keep in zip(groups, measured, strict=True)],
+            "vs_exact": [_sqnr(exact[a:b], o[a:b]) if keep else None
+                         for (a, b), keep in zip(groups, measured, strict=True)],
+        },
+    }

@@ -1,0 +1,140 @@
+"""The layer-1 plot-data summary (`fp8check.reports.plotdata`): bounded, and true to the
+full arrays it summarises (checked against brute force and against seeded bugs whose
+failure location is known)."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+from seeded_bugs.kernels import BUGGY, CORRECT
+
+from fp8check import metrics
+from fp8check.cases import build_suite
+from fp8check.layers.op import build_problem, validate_case
+from fp8check.profiles import get_profile
+from fp8check.reports import plotdata
+
+SMOKE = build_suite("smoke", 0)
+RESIDUES = SMOKE[1]  # group sizes (1, 64, 64, 127): every group ends in a partial tile
+ZERO_MIDDLE = SMOKE[0]  # an empty group between two others
+
+
+@functools.cache
+def _result(kernel: str, case_index: int) -> dict:
+    spec = {**CORRECT, **BUGGY}[kernel]
+    case = SMOKE[case_index]
+    res = validate_case(spec, case, get_profile("strict"), build_problem(spec.contract, case))
+    return json.loads(json.dumps(res.to_dict()))  # exactly what the report reads
+
+
+def test_ulp_histogram_matches_brute_force_on_random_distances():
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        ulps = rng.integers(0, 1 << int(rng.integers(1, 40)), size=int(rng.integers(1, 500)))
+        ulps[rng.random(ulps.size) < 0.05] = metrics.ULP_NAN
+        h = plotdata.ulp_histogram(ulps)
+        finite = ulps[ulps != metrics.ULP_NAN]
+        assert h["nan"] == ulps.size - finite.size
+        edges = h["edges"]
+        assert edges[:2] == [0, 1]
+        assert all(b == 2 * a for a, b in zip(edges[1:], edges[2:], strict=False))
+        for i, lo in enumerate(edges):
+            hi = edges[i + 1] if i + 1 < len(edges) else np.inf
+            assert h["counts"][i] == np.count_nonzero((finite >= lo) & (finite < hi))
+        # the open last bin starts above every distance but the largest power-of-two range
+        assert finite.size == 0 or finite.max() < 2 * edges[-1]
+
+
+def test_tile_max_matches_brute_force_and_stays_bounded():
+    rng = np.random.default_rng(3)
+    for rows, cols in [(1, 1), (7, 300), (256, 768), (2048, 256), (1000, 129)]:
+        a = rng.lognormal(size=(rows, cols))
+        a[rng.random(a.shape) < 0.001] = np.nan
+        t = plotdata.tile_max(a)
+        grid = np.array(t["max"])
+        assert grid.shape[0] <= plotdata.MAX_TILES and grid.shape[1] <= plotdata.MAX_TILES
+        tr, tc = t["row_tile"], t["col_tile"]
+        for i in range(grid.shape[0]):
+            for j in range(grid.shape[1]):
+                block = a[i * tr:(i + 1) * tr, j * tc:(j + 1) * tc]
+                want = np.inf if np.isnan(block).any() else block.max()
+                assert grid[i, j] == pytest.approx(want, rel=1e-3)
+
+
+def test_correct_kernel_summary_is_bounded_and_consistent_with_the_gate():
+    r = _result("numpy-fp8-pairwise", 1)
+    p, m = r["metrics"]["plots"], r["metrics"]
+    assert r["passed"] is True
+    assert len(json.dumps(p, separators=(",", ":"))) < 20_000
+    assert sum(p["ulp_hist"]["counts"]) + p["ulp_hist"]["nan"] == p["err_vs_ab"]["n_elements"]
+    assert p["err_vs_ab"]["n_elements"] == sum(m["group_sizes"]) * RESIDUES.n
+    assert len(p["err_vs_ab"]["points"]) == plotdata.MAX_POINTS
+    tiles = np.array(p["bound_tiles"]["max"], dtype=float)
+    assert tiles.max() == pytest.approx(m["bound_ratio_max"], rel=1e-3)
+    # the ulp histogram's top bin agrees with the gate's scalar maximum
+    hist = p["ulp_hist"]
+    nonzero = [e for e, c in zip(hist["edges"], hist["counts"], strict=True) if c]
+    assert nonzero[-1] <= m["ulp_max_vs_exact"] < 2 * max(nonzero[-1], 1)
+    # the worst element is always among the sampled points
+    assert max(pt[2] for pt in p["err_vs_ab"]["points"]) == pytest.approx(
+        m["bound_ratio_max"], rel=1e-3)
+
+
+def test_err_vs_ab_gamma_is_the_bound_ratio_slope():
+    """err / ratio is the bound; its |A||B| term is gamma_n |A||B| (the rest is >= 0 and
+    small next to it), so a drift between plotdata.gamma_n and metrics.bound_ratio shows."""
+    p = _result("numpy-fp8-pairwise", 0)["metrics"]["plots"]["err_vs_ab"]
+    pts = np.array([pt for pt in p["points"] if pt[1] > 0 and pt[2] > 0], dtype=float)
+    assert len(pts) > 50
+    bound = pts[:, 1] / pts[:, 2]
+    lower = p["gamma"] * pts[:, 0]
+    assert np.all(bound >= lower * (1 - 2e-3))  # 4 significant digits on three factors
+    # for elements with a large |A||B| the gamma term dominates the half-ulp term
+    big = pts[:, 0] > np.median(pts[:, 0])
+    assert np.median(bound[big] / lower[big]) < 1.5
+
+
+def test_residual_rows_are_where_the_dropped_residual_tile_bug_fails():
+    p = _result("bug-dropped-residual-tile", 1)["metrics"]["plots"]["bound_tiles"]
+    gs = np.array(RESIDUES.group_sizes)
+    starts = np.concatenate([[0], np.cumsum(gs)[:-1]])
+    assert p["group_starts"] == starts.tolist()
+    want = [[int(s + g // 128 * 128), int(s + g)]
+            for s, g in zip(starts, gs, strict=True) if g % 128]
+    assert p["residual_rows"] == want
+    grid = np.array(p["max"], dtype=float)
+    tr = p["row_tile"]
+    residual = np.zeros(p["rows"], bool)
+    for a, b in want:
+        residual[a:b] = True
+    for i, row in enumerate(grid):
+        rows = residual[i * tr:(i + 1) * tr]
+        if rows.all():
+            assert row.max() > 1, f"tile row {i} is all residual rows, yet within the bound"
+        elif not rows.any():
+            assert row.max() <= 1, f"tile row {i} has no residual row, yet over the bound"
+
+
+def test_tgmm_empty_group_bug_shows_in_group_sqnr_and_ulp_nan():
+    r = _result("bug-tgmm-empty-group-nan", 0)
+    p = r["metrics"]["plots"]
+    empty = [i for i, g in enumerate(ZERO_MIDDLE.group_sizes) if g == 0]
+    assert empty
+    for i in empty:
+        assert float(p["group_sqnr"]["vs_exact"][i]) == -np.inf
+    for i, g in enumerate(ZERO_MIDDLE.group_sizes):
+        if g:
+            assert float(p["group_sqnr"]["vs_exact"][i]) > 100  # only float32 rounding
+    assert p["ulp_hist"]["nan"] == len(empty) * ZERO_MIDDLE.k * ZERO_MIDDLE.n
+    assert p["bound_tiles"]["row_axis"] == "group x K row"
+
+
+def test_gmm_empty_group_has_no_sqnr():
+    p = _result("numpy-fp8-deepgemm", 0)["metrics"]["plots"]["group_sqnr"]
+    for g, imp, ex in zip(ZERO_MIDDLE.group_sizes, p["impact"], p["vs_exact"], strict=True):
+        assert (imp is None) == (g == 0) and (ex is None) == (g == 0)
+        if g:
+            assert 20 < float(imp) < float(ex)  # quantization noise >> accumulation noise
