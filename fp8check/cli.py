@@ -64,8 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--junit", help="write JUnit XML here")
     g.add_argument("--report", help="write the HTML report here")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g.add_argument("--shard", help="run only shard i of n (i/n, 1-based): case k of each "
-                                   "layer goes to shard k mod n + 1; join with `fp8check merge`")
+    g.add_argument("--shard", help="run only shard i of n (i/n, 1-based): case k of layers "
+                                   "1-2 (family k of layer 3) goes to shard k mod n + 1; join "
+                                   "with `fp8check merge`")
     g.add_argument("--jobs", type=int, default=1,
                    help="worker processes for layer 1 (results identical to --jobs 1)")
     ls = sub.add_parser("list", help="list built-in kernels and the case ids of a suite")
@@ -276,26 +277,45 @@ def _in_shard(items: list, shard: tuple[int, int]) -> list:
     return [x for k, x in enumerate(items) if k % n == i - 1]
 
 
-def _layer2_cases(cfg: GateConfig, args: argparse.Namespace) -> list[str] | None:
-    """Layer-2 case ids of this run: --case, else this shard of the suite (None = all)."""
+def _family_cases(layer: int, fam: str, cfg: GateConfig,
+                  args: argparse.Namespace) -> list[str] | None:
+    """Case ids of a layer-2/3 run of family `fam`: --case, else this shard's (None = all).
+    Layer 2 shards by scenario; layer 3 by family, since its across-seed result needs every
+    seed's run of the family in one process."""
     if args.case:
         return args.case
     shard = parse_shard(args.shard)
     if shard == (1, 1):
         return None
+    if layer == 3:
+        return None if fam in _in_shard(list(registry.FAMILIES), shard) else []
     from fp8check.layers.moe import SUITES
 
     return _in_shard([s.case_id(cfg.seed) for s in SUITES[cfg.suite]], shard)
 
 
-def _run_layer2(families, cfg, args, sink: _Sink) -> None:
-    from fp8check.layers.moe import iter_layer2
-
+def _run_family_layer(layer: int, families, cfg, args, sink: _Sink) -> None:
+    """Layer 2 (MoE layer) or 3 (training) for each kernel family."""
+    if layer == 2:
+        from fp8check.layers.moe import iter_layer2 as run
+    else:
+        from fp8check.layers.training import iter_layer3 as run
     for fam in families:
-        sink.bar.set_description(f"layer 2 {fam}")
-        for res in iter_layer2(fam, cfg.suite, cfg.seed, cfg.profile,
-                               cases=_layer2_cases(cfg, args)):
-            sink(res, _family_repro(2, fam, cfg, res.case))
+        sink.bar.set_description(f"layer {layer} {fam}")
+        for res in run(fam, cfg.suite, cfg.seed, cfg.profile,
+                       cases=_family_cases(layer, fam, cfg, args)):
+            sink(res, _family_repro(layer, fam, cfg, res.case))
+
+
+def _family_size(layer: int, fam: str, cfg, args) -> int:
+    cases = _family_cases(layer, fam, cfg, args)
+    if layer == 2:
+        from fp8check.layers.moe import layer2_size
+
+        return layer2_size(cfg.suite, cases)
+    from fp8check.layers.training import layer3_size
+
+    return layer3_size(cfg.suite, cases, seed=cfg.seed, family=fam)
 
 
 def run_gate(args: argparse.Namespace) -> int:
@@ -329,19 +349,17 @@ def run_gate(args: argparse.Namespace) -> int:
     for name, err in load_errors.items():
         print(f"fp8check: kernel {name} not loaded: {err}", file=sys.stderr)
 
-    total = len(specs) * len(suite_cases)
-    if 2 in cfg.layers:
-        from fp8check.layers.moe import layer2_size
-
-        total += len(families) * layer2_size(cfg.suite, _layer2_cases(cfg, args))
+    total = len(specs) * len(suite_cases) + sum(
+        _family_size(layer, fam, cfg, args) for layer in cfg.layers if layer >= 2
+        for fam in families)
     with results.JsonlStream(_jsonl_path(cfg)) as stream, \
             _progress(total, not args.no_progress) as bar:
         stream.write({"event": "start", "environment": env})
         sink = _Sink(stream, bar)
         if 1 in cfg.layers:
             _run_layer1(loaded, suite_cases, profile, cfg, args, sink)
-        if 2 in cfg.layers:
-            _run_layer2(families, cfg, args, sink)
+        for layer in sorted(n for n in cfg.layers if n >= 2):
+            _run_family_layer(layer, families, cfg, args, sink)
     done = sink.done
     summary = results.summarize(done, load_errors)
     doc = results.document(done, summary, env)

@@ -123,7 +123,8 @@ def document(
 
 def result_from_dict(d: dict[str, Any]) -> CaseResult:
     """Inverse of `CaseResult.to_dict` (as read back from a results document)."""
-    crit = [Criterion(name, c["question"], c["value"], c["limit"], c["passed"])
+    crit = [Criterion(name, c["question"], c["value"], c["limit"], c["passed"],
+                      n_bad=c.get("n_bad"), worst=c.get("worst"))
             for name, c in d.get("criteria", {}).items()]
     return CaseResult(kernel=d["kernel"], layer=d["layer"], case=d["case"], passed=d["passed"],
                       metrics=d.get("metrics", {}), criteria=crit, skipped=d.get("skipped"),

@@ -1,15 +1,20 @@
 """Suite-wide pytest configuration: the hypothesis profiles.
 
-"ci" (the default) is derandomized, so every run of the suite draws the same examples and a
-failure reproduces anywhere; it keeps no example database and has no deadline (the CPU
-interpreters are slow and their timing varies).  Set HYPOTHESIS_PROFILE=fuzz for a long
-randomized search when hunting bugs locally.
+fp8check's own `fp8check-ci` profile is the default (`fp8check.hypothesis_profiles`):
+derandomized, so every run of the suite draws the same examples and a failure reproduces
+anywhere; no example database, no deadline (the CPU interpreters are slow and their
+timing varies).  Set HYPOTHESIS_PROFILE=fp8check-dev for a randomized search with the
+example database when hunting bugs locally.
 """
 
 import os
 
 from hypothesis import settings
 
-settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
-settings.register_profile("fuzz", deadline=None, database=None, max_examples=2000)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+from fp8check.hypothesis_profiles import CI_PROFILE
+
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", CI_PROFILE))
+
+# The sample user suite is run by tests/test_plugin_user_example.py through pytester (as a
+# user's own run, in a subprocess), not collected as part of this one.
+collect_ignore = ["user_example"]

@@ -497,3 +497,39 @@ def test_error_ratio_of_valid_block_orders_stays_below_two():
             acc = acc + blocks[b]
         worst = max(worst, error_ratio(acc.astype(np.float64), exact, naive))
     assert worst <= 2.0, worst
+
+
+def test_bias_z_clustered_has_no_false_alarm_where_scale_roundings_are_shared():
+    """A bit-exact deepgemm-recipe output with one K block: every element of a (row, N tile)
+    shares the rounding of RN(sa*sb).  Per element that looks like bias; per cluster it is
+    not, and truncation is still caught."""
+    from fp8check.layers.op import _bias_clusters
+    from fp8check.references import gmm, quantize
+
+    rng = np.random.default_rng(8)
+    naive_worst, clustered_worst = 0.0, 0.0
+    for _ in range(60):
+        x = rng.standard_normal((2, 128)).astype(F32)
+        w = rng.standard_normal((1, 128, 384)).astype(F32)
+        qa, qb, gs = quantize(x), quantize(w, (128, 128)), np.array([2], np.int32)
+        out = gmm(qa, qb, gs, accum="deepgemm")
+        ref = gmm(qa, qb, gs, accum="exact")
+        naive_worst = max(naive_worst, abs(bias_z(out, ref)))
+        clustered_worst = max(clustered_worst, abs(bias_z(out, ref, clusters=_bias_clusters(out))))
+    assert naive_worst > 6.0  # the per-element statistic really false-alarms here
+    assert clustered_worst <= 6.0
+    # With a few hundred clusters (the gate's case sizes) truncation is still far out.
+    x = rng.standard_normal((64, 256)).astype(F32)
+    w = rng.standard_normal((1, 256, 256)).astype(F32)
+    qa, qb, gs = quantize(x), quantize(w, (128, 128)), np.array([64], np.int32)
+    out = gmm(qa, qb, gs, accum="deepgemm")
+    trunc = (out.view(np.uint32) & np.uint32(0xFFFF0000)).view(F32)  # toward zero, bf16
+    ref16 = gmm(qa, qb, gs, accum="exact", out_dtype=BF16).astype(F32)
+    assert bias_z(trunc, ref16, clusters=_bias_clusters(trunc)) < -6.0
+
+
+def test_bias_z_cluster_labels_checked():
+    with pytest.raises(ValueError, match="at least 2 clusters"):
+        bias_z(np.array([1.0, 2.5]), np.array([1.0, 2.0]), clusters=np.array([0, 0]))
+    with pytest.raises(ValueError, match="integer labels"):
+        bias_z(np.array([1.0, 2.5]), np.array([1.0, 2.0]), clusters=np.array([0.0, 1.0]))

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from fp8check.curves import compare, get_limits, load_curve
-from fp8check.layers.op import _jsonable
+from fp8check.layers.op import jsonable
 
 
 def register(subparsers) -> None:
@@ -47,15 +47,17 @@ def run(args: argparse.Namespace) -> int:
     for name, (value, limit, ok) in cmp.checks.items():
         if name == "finite":
             value = "all finite" if ok else f"non-finite from step {value}"
+        elif name == "new_spikes":
+            value = f"{value} {m['new_spikes']}"
         shown = f"{value:+.4%}" if isinstance(value, float) else value
         bound = f"|.| <= {limit:.2%}" if isinstance(limit, float) else limit
         print(f"  {'ok  ' if ok else 'FAIL'} {name}: {shown}" + (
-            f" (limit {bound})" if limit not in (None, []) else ""))
+            f" (limit {bound})" if limit is not None else ""))
     if args.json:
         doc = {"candidate": args.candidate, "baseline": args.baseline, "labels": [la, lb],
                "profile": args.profile, "passed": cmp.passed, "metrics": m,
                "checks": {k: {"value": v, "limit": lim, "passed": ok}
                           for k, (v, lim, ok) in cmp.checks.items()}}
-        Path(args.json).write_text(json.dumps(_jsonable(doc), indent=1))
+        Path(args.json).write_text(json.dumps(jsonable(doc), indent=1))
     print(f"fp8check curves: {'PASS' if cmp.passed else 'FAIL'}")
     return 0 if cmp.passed else 1

@@ -29,6 +29,7 @@ from fp8check import metrics
 from fp8check.cases import Case, CaseInputs, case_inputs
 from fp8check.contracts import NUMPY_DTYPES, KernelSpec, call_kernel
 from fp8check.profiles import IMPACT_REPORT_ONLY, Profile, sqnr_band
+from fp8check.reports.plotdata import plot_summary
 
 LAYER = "op"
 # The source document's strict per-element check of an FP8 kernel vs its FP8 CPU reference
@@ -47,10 +48,20 @@ class Criterion:
     value: float | bool | None
     limit: float | bool | None
     passed: bool
+    # Elements behind the verdict: how many are off (the criterion's own per-element
+    # test, or for aggregate statistics the elements that differ from the correctly
+    # rounded exact value), and the worst one: {"index", "out", "ref", "ulp", "bound"}.
+    n_bad: int | None = None
+    worst: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"question": self.question, "value": _jsonable(self.value),
-                "limit": _jsonable(self.limit), "passed": self.passed}
+        d = {"question": self.question, "value": jsonable(self.value),
+             "limit": jsonable(self.limit), "passed": self.passed}
+        if self.n_bad is not None:
+            d["n_bad"] = self.n_bad
+        if self.worst is not None:
+            d["worst"] = jsonable(self.worst)
+        return d
 
 
 @dataclass
@@ -75,22 +86,22 @@ class CaseResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "kernel": self.kernel, "layer": self.layer, "case": self.case,
-            "passed": self.passed, "metrics": {k: _jsonable(v) for k, v in self.metrics.items()},
+            "passed": self.passed, "metrics": {k: jsonable(v) for k, v in self.metrics.items()},
             "criteria": {c.name: c.to_dict() for c in self.criteria},
             "failed": self.failed_criteria, "skipped": self.skipped, "error": self.error,
             "repro": self.repro, "seconds": round(self.seconds, 4),
         }
 
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
     if isinstance(v, np.generic):
         v = v.item()
     if isinstance(v, float) and not np.isfinite(v):
         return str(v)  # JSON has no inf / nan
     if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
+        return {k: jsonable(x) for k, x in v.items()}
     if isinstance(v, list | tuple):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     return v
 
 
@@ -131,18 +142,26 @@ class Problem:
     """Kernel arguments and everything the criteria compare against (numpy, float64 refs).
 
     `rows` is how many leading rows are compared (all of them for tgmm); `k` and `n_terms`
-    feed the error bound.  A Problem depends only on (contract, case), so one serves every
-    kernel of that contract; `accum_ref` memoises the reference under each declared recipe.
+    feed the error bound.  `out_dtype` is the dtype the output must have; `exact_partials`
+    says every 128-wide partial is exact in float32 (then a declared accumulation recipe
+    is checked bit for bit); `unquantized` is None when the unquantized operands are not
+    known (the impact question is then not measured); `impact_not_gated` gives the reason
+    when impact is reported but not gated.  A Problem depends only on (contract, case), so
+    one serves every kernel of that contract; `accum_ref` memoises the reference under
+    each declared recipe.
     """
 
     args: tuple[np.ndarray, ...]
     exact: np.ndarray
     abs_ab: np.ndarray
     naive: np.ndarray
-    unquantized: np.ndarray
+    unquantized: np.ndarray | None
     rows: int
     k: int
     n_terms: int | None
+    out_dtype: str
+    exact_partials: bool = False
+    impact_not_gated: str | None = None
     quantized: tuple[Any, Any] | None = None  # (lhs QTensor, rhs QTensor) for gmm-fp8
     _accum_refs: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
 
@@ -158,50 +177,54 @@ class Problem:
         return self._accum_refs[key]
 
 
-def _naive(acc32: np.ndarray, case: Case) -> np.ndarray:
-    """The naive implementation's float32 result rounded to the case's output dtype."""
-    return acc32.astype(NUMPY_DTYPES[case.out_dtype])
+def gmm_fp8_problem(
+    lq: Any, rq: Any, group_sizes: np.ndarray, out_dtype: str,
+    unquantized: tuple[np.ndarray, np.ndarray] | None = None, **facts: Any,
+) -> Problem:
+    """The `gmm-fp8` problem on quantized operands lq [M,K] (1x128) and rq [G,K,N]
+    (128x128) QTensors; `unquantized` = (x, w) they came from (float32), if known;
+    `facts`: exact_partials, impact_not_gated (see Problem)."""
+    from fp8check.references import abs_product, dequantize, gmm
 
-
-def _gmm_fp8_problem(case: Case, inp: CaseInputs) -> Problem:
-    from fp8check.references import abs_product, dequantize, gmm, quantize
-
-    gs = inp.group_sizes
-    lq = quantize(inp.x, (1, 128), case.recipe)
-    rq = quantize(inp.w, (128, 128), case.recipe)
+    gs = group_sizes
     return Problem(
         args=(lq.values, lq.scales, rq.values, rq.scales, gs),
         exact=gmm(lq, rq, gs, out_dtype=np.float64, accum="exact"),
         abs_ab=abs_product(lq, rq, gs),
-        naive=_naive(grouped_matmul(dequantize(lq), dequantize(rq), gs), case),
-        unquantized=grouped_matmul(inp.x, inp.w, gs, np.float64),
-        rows=int(gs.sum()), k=case.k, n_terms=None, quantized=(lq, rq),
+        naive=grouped_matmul(dequantize(lq), dequantize(rq), gs).astype(NUMPY_DTYPES[out_dtype]),
+        unquantized=None if unquantized is None else grouped_matmul(*unquantized, gs, np.float64),
+        rows=int(gs.sum()), k=lq.shape[1], n_terms=None, out_dtype=out_dtype,
+        quantized=(lq, rq), **facts,
     )
 
 
-def _gmm_bf16_problem(case: Case, inp: CaseInputs) -> Problem:
+def plain_gmm_problem(
+    lhs: np.ndarray, rhs: np.ndarray, group_sizes: np.ndarray, out_dtype: str,
+    unquantized: tuple[np.ndarray, np.ndarray] | None = None, **facts: Any,
+) -> Problem:
+    """The `gmm` problem on plain (bf16 or f32) operands lhs [M,K], rhs [G,K,N]."""
     from fp8check.references import abs_product, gmm
 
-    gs = inp.group_sizes
-    bf16 = NUMPY_DTYPES["bf16"]
-    lhs, rhs = inp.x.astype(bf16), inp.w.astype(bf16)
+    gs = group_sizes
     return Problem(
         args=(lhs, rhs, gs),
         exact=gmm(lhs, rhs, gs, out_dtype=np.float64, accum="exact"),
         abs_ab=abs_product(lhs, rhs, gs),
-        naive=_naive(grouped_matmul(lhs, rhs, gs), case),
-        unquantized=grouped_matmul(inp.x, inp.w, gs, np.float64),
+        naive=grouped_matmul(lhs, rhs, gs).astype(NUMPY_DTYPES[out_dtype]),
+        unquantized=None if unquantized is None else grouped_matmul(*unquantized, gs, np.float64),
         # No scales in a plain matmul: only the K-term sum rounds.
-        rows=int(gs.sum()), k=case.k, n_terms=case.k,
+        rows=int(gs.sum()), k=lhs.shape[1], n_terms=lhs.shape[1], out_dtype=out_dtype, **facts,
     )
 
 
-def _tgmm_problem(case: Case, inp: CaseInputs) -> Problem:
+def tgmm_problem(
+    lhs: np.ndarray, dy: np.ndarray, group_sizes: np.ndarray, out_dtype: str,
+    unquantized: tuple[np.ndarray, np.ndarray] | None = None, **facts: Any,
+) -> Problem:
+    """The `tgmm` problem on plain (bf16 or f32) operands lhs [M,K], dy [M,N]."""
     from fp8check.references import tgmm
 
-    gs = inp.group_sizes
-    bf16 = NUMPY_DTYPES["bf16"]
-    lhs, dy = inp.x.astype(bf16), inp.dy.astype(bf16)
+    gs = group_sizes
     # The reduction runs over a group's rows: the longest group bounds every entry.
     k = max(int(gs.max(initial=0)), 1)
     return Problem(
@@ -211,9 +234,9 @@ def _tgmm_problem(case: Case, inp: CaseInputs) -> Problem:
         # the bound's gamma_n >= n 2^-24.
         abs_ab=grouped_tmatmul(np.abs(lhs.astype(np.float64)), np.abs(dy.astype(np.float64)),
                                gs, np.float64),
-        naive=_naive(grouped_tmatmul(lhs, dy, gs), case),
-        unquantized=grouped_tmatmul(inp.x, inp.dy, gs, np.float64),
-        rows=case.g, k=k, n_terms=k,
+        naive=grouped_tmatmul(lhs, dy, gs).astype(NUMPY_DTYPES[out_dtype]),
+        unquantized=None if unquantized is None else grouped_tmatmul(*unquantized, gs, np.float64),
+        rows=len(gs), k=k, n_terms=k, out_dtype=out_dtype, **facts,
     )
 
 
@@ -234,16 +257,16 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
-def _finite_mismatches(out: np.ndarray, exact: np.ndarray) -> int:
-    """Elements where the kernel is non-finite and the reference is not, or vice versa, or
-    both are infinite with different signs."""
+def _finite_mismatches(out: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """Mask of the elements where the kernel is non-finite and the reference is not, or
+    vice versa, or both are infinite with different signs."""
     if np.isfinite(out).all() and np.isfinite(exact).all():
-        return 0
+        return np.zeros(out.shape, bool)
     o, e = out.astype(np.float64), exact
     nan_bad = np.isnan(o) != np.isnan(e)
     inf_bad = np.isinf(o) != np.isinf(e)
     sign_bad = np.isinf(o) & np.isinf(e) & (np.sign(o) != np.sign(e))
-    return int(np.count_nonzero(nan_bad | inf_bad | sign_bad))
+    return nan_bad | inf_bad | sign_bad
 
 
 def _ulp_histogram(ulps: np.ndarray) -> dict[str, int]:
@@ -257,75 +280,113 @@ def _ulp_histogram(ulps: np.ndarray) -> dict[str, int]:
     return hist
 
 
+def _element(idx: tuple[int, ...] | np.ndarray, out: np.ndarray, ref: np.ndarray,
+             ulps: np.ndarray, bound: float | None = None) -> dict[str, Any]:
+    """The description of one element that Criterion.worst holds."""
+    idx = tuple(int(i) for i in idx)
+    return {"index": list(idx), "out": float(out[idx]), "ref": float(ref[idx]),
+            "ulp": int(ulps[idx]), "bound": bound}
+
+
+def _worst_ulp(out: np.ndarray, ref: np.ndarray, ulps: np.ndarray) -> dict[str, Any] | None:
+    """The element furthest (in ulps) from ref, None for an empty output."""
+    if not ulps.size:
+        return None
+    return _element(np.unravel_index(np.argmax(ulps), ulps.shape), out, ref, ulps)
+
+
 def _correctness(
-    spec: KernelSpec, case: Case, prob: Problem, out: np.ndarray, profile: Profile,
-    m: dict[str, Any],
+    prob: Problem, out: np.ndarray, profile: Profile, m: dict[str, Any], accum: str | None,
+    acc_unit_roundoff: float,
 ) -> list[Criterion]:
     sl = slice(0, prob.rows)
     o, exact = out[sl], prob.exact[sl]
-    out_np = NUMPY_DTYPES[case.out_dtype]
+    out_np = NUMPY_DTYPES[prob.out_dtype]
     exact_rounded = exact.astype(out_np)  # correctly rounded: f64 -> f32 / bf16 is one RNE
+    ulps = metrics.ulp_distance(o, exact_rounded, out_np)
+    n_off = int(np.count_nonzero(ulps))  # elements not correctly rounded
+    worst_off = _worst_ulp(o, exact, ulps)
     crit: list[Criterion] = []
 
-    bad = _finite_mismatches(o, exact)
+    mask = _finite_mismatches(o, exact)
+    bad = int(np.count_nonzero(mask))
     m["nonfinite_mismatches"] = bad
-    crit.append(Criterion("finite", "correctness", bad, 0, bad == 0))
+    first_bad = _element(np.argwhere(mask)[0], o, exact, ulps) if bad else None
+    crit.append(Criterion("finite", "correctness", bad, 0, bad == 0, n_bad=bad, worst=first_bad))
 
     ratio = metrics.bound_ratio(
-        o, exact, prob.abs_ab[sl], prob.k, u=spec.acc_unit_roundoff, out_dtype=out_np,
+        o, exact, prob.abs_ab[sl], prob.k, u=acc_unit_roundoff, out_dtype=out_np,
         n=prob.n_terms,
     )
     worst = float(np.max(ratio)) if ratio.size else 0.0
     m["bound_ratio_max"] = worst
+    worst_el = None
     if ratio.size:
-        m["bound_ratio_argmax"] = [int(i) for i in np.unravel_index(np.argmax(ratio), ratio.shape)]
+        arg = np.unravel_index(np.argmax(ratio), ratio.shape)
+        m["bound_ratio_argmax"] = [int(i) for i in arg]
+        err = abs(float(o[arg]) - float(exact[arg]))
+        # bound = |out - exact| / ratio; unknown where out is not finite or exact equals out
+        bound = err / worst if np.isfinite(worst) and worst > 0 else None
+        worst_el = _element(arg, o, exact, ulps, bound)
     crit.append(Criterion("bound_ratio", "correctness", worst, profile.max_bound_ratio,
-                          bool(worst <= profile.max_bound_ratio)))
+                          bool(worst <= profile.max_bound_ratio),
+                          n_bad=int(np.count_nonzero(ratio > profile.max_bound_ratio)),
+                          worst=worst_el))
 
     er = float(metrics.error_ratio(o, exact, prob.naive[sl]))
     m["error_ratio"] = er
     crit.append(Criterion("error_ratio", "correctness", er, profile.max_error_ratio,
-                          bool(er <= profile.max_error_ratio)))
+                          bool(er <= profile.max_error_ratio), n_bad=n_off, worst=worst_off))
 
-    if o.size >= 2:  # a t-statistic needs two samples
+    clusters = _bias_clusters(o)
+    if np.unique(clusters).size < 2:  # a t-statistic needs two independent samples
+        m["bias_z_note"] = "fewer than 2 (row, N tile) clusters: bias not testable"
+    else:
         # Against the correctly rounded exact value: a correct RNE output has zero-mean
         # error against it whatever the data, while against the unrounded exact value RNE
         # itself shows a data-determined bias when the data has few distinct values
-        # (near-max blocks, M_g = 1 outer products).
-        z = float(metrics.bias_z(o, exact_rounded))
+        # (near-max blocks, M_g = 1 outer products).  Clustered by (row, N tile): those
+        # elements share their scales' roundings (see metrics.bias_z).
+        z = float(metrics.bias_z(o, exact_rounded, clusters=clusters))
         m["bias_z"] = z
         crit.append(Criterion("bias_z", "correctness", z, profile.max_abs_bias_z,
-                              bool(abs(z) <= profile.max_abs_bias_z)))
+                              bool(abs(z) <= profile.max_abs_bias_z), n_bad=n_off,
+                              worst=worst_off))
 
-    ulps = metrics.ulp_distance(o, exact_rounded, out_np)
     m["ulp_max_vs_exact"] = int(ulps.max(initial=0))
     m["ulp_histogram_vs_exact"] = _ulp_histogram(ulps)
     ref_close = metrics.allclose_report(o, exact, REF_ATOL, REF_RTOL)
     m["ref_allclose_fail_frac"] = float(ref_close.frac_fail)
 
-    if spec.accum is not None and case.exact_partials:
-        d = metrics.ulp_distance(o, prob.accum_ref(spec.accum, case.out_dtype)[sl], out_np)
+    if accum is not None and prob.exact_partials:
+        ref = prob.accum_ref(accum, prob.out_dtype)[sl]
+        d = metrics.ulp_distance(o, ref, out_np)
         mism = int(np.count_nonzero(d))
         m["bit_exact_mismatches"] = mism
-        m["bit_exact_accum"] = spec.accum
-        crit.append(Criterion("bit_exact", "correctness", mism, 0, mism == 0))
+        m["bit_exact_accum"] = accum
+        crit.append(Criterion("bit_exact", "correctness", mism, 0, mism == 0, n_bad=mism,
+                              worst=_worst_ulp(o, ref, d) if mism else None))
     return crit
 
 
-def _row_normalised(out: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _row_normalised(
+    out: np.ndarray, ref: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """out and ref with each row (last axis) divided by the reference row's RMS; rows whose
-    reference is all zero are dropped.  Per-token (1x128) quantization makes the row the
-    unit of quantization error: without this a few large rows (lognormal-rows spans e^+-6)
-    decide a global SQNR alone and it swings by several dB between seeds."""
+    reference is all zero are dropped (the third array: flat indices of the rows kept).
+    Per-token (1x128) quantization makes the row the unit of quantization error: without
+    this a few large rows (lognormal-rows spans e^+-6) decide a global SQNR alone and it
+    swings by several dB between seeds."""
     o, r = out.reshape(-1, out.shape[-1]), ref.reshape(-1, ref.shape[-1])
     rms = np.sqrt(np.mean(np.square(r), axis=1))
     keep = rms > 0
-    return o[keep] / rms[keep, None], r[keep] / rms[keep, None]
+    return o[keep] / rms[keep, None], r[keep] / rms[keep, None], np.flatnonzero(keep)
 
 
-def _impact(
-    case: Case, prob: Problem, out: np.ndarray, profile: Profile, m: dict[str, Any]
-) -> list[Criterion]:
+def _impact(prob: Problem, out: np.ndarray, profile: Profile, m: dict[str, Any]) -> list[Criterion]:
+    if prob.unquantized is None:
+        m["impact_note"] = "unquantized operands not given: impact not measured"
+        return []
     sl = slice(0, prob.rows)
     o, ref = out[sl].astype(np.float64), prob.unquantized[sl]
     if not np.any(ref):
@@ -334,45 +395,88 @@ def _impact(
     m["impact_sqnr_db_global"] = float(metrics.sqnr_db(ref, o))
     # SQNR, calc_diff and allclose on row-normalised values: atol is then in units of the
     # row's RMS (the source document's atol assumes unit-scale rows).
-    on, rn = _row_normalised(o, ref)
+    on, rn, kept = _row_normalised(o, ref)
     sqnr = float(metrics.sqnr_db(rn, on))
     cd = float(metrics.calc_diff(on, rn))
     close = metrics.allclose_report(on, rn, profile.impact_atol, profile.impact_rtol)
     m.update(impact_sqnr_db=sqnr, impact_band=sqnr_band(sqnr), impact_calc_diff=cd,
              impact_allclose_fail_frac=float(close.frac_fail))
-    if case.distribution in IMPACT_REPORT_ONLY:
-        m["impact_not_gated"] = IMPACT_REPORT_ONLY[case.distribution]
+    if prob.impact_not_gated is not None:
+        m["impact_not_gated"] = prob.impact_not_gated
         return []
+    worst = None
+    if close.worst_index is not None:
+        # back from (kept row, column) of the normalised view to the output's own index
+        i, j = close.worst_index
+        idx = (*np.unravel_index(kept[i], o.shape[:-1]), j)
+        out_np = NUMPY_DTYPES[prob.out_dtype]
+        # one-element arrays: ulp_distance's integer arithmetic warns on numpy scalars
+        ulp = metrics.ulp_distance(o[idx][None], ref[idx][None].astype(out_np), out_np)[0]
+        worst = {"index": [int(v) for v in idx], "out": float(o[idx]), "ref": float(ref[idx]),
+                 "ulp": int(ulp), "bound": None}
     return [
         Criterion("impact_sqnr_db", "impact", sqnr, profile.min_sqnr_db,
-                  bool(sqnr >= profile.min_sqnr_db)),
+                  bool(sqnr >= profile.min_sqnr_db), n_bad=close.n_fail, worst=worst),
         Criterion("impact_calc_diff", "impact", cd, profile.max_calc_diff,
-                  bool(cd <= profile.max_calc_diff)),
+                  bool(cd <= profile.max_calc_diff), n_bad=close.n_fail, worst=worst),
         Criterion("impact_allclose", "impact", float(close.frac_fail),
                   profile.impact_max_fail_frac,
-                  bool(close.frac_fail <= profile.impact_max_fail_frac)),
+                  bool(close.frac_fail <= profile.impact_max_fail_frac), n_bad=close.n_fail,
+                  worst=worst),
     ]
 
 
-def _quantizer_criteria(spec: KernelSpec, inp: CaseInputs, m: dict[str, Any]) -> list[Criterion]:
+def quantizer_output_criteria(
+    values: np.ndarray, scales: np.ndarray, x: np.ndarray, block: tuple[int, int],
+    recipe: str, fmt: str, m: dict[str, Any],
+) -> list[Criterion]:
+    """`quantizer_bit_exact`: (values, scales) bit for bit equal to quantize(x, block,
+    recipe, fmt).  Records value/scale mismatch counts in `m`; the criterion's `worst` is
+    the first mismatching value (index into x) or, with every value right, scale (index
+    into the block grid, with "what": "scale")."""
     from fp8check.references import quantize
 
+    ref = quantize(x, tuple(block), recipe, fmt)
+    values, scales = np.asarray(values), np.asarray(scales)
+    val_ok = _same_bits(values, ref.values)
+    scale_ok = _same_bits(np.asarray(scales, dtype=np.float32), ref.scales) and (
+        scales.dtype == np.float32)
+    n_bad, worst = 0, None
+    if not scale_ok and scales.shape == ref.scales.shape:
+        s32 = np.asarray(scales, np.float32)
+        diff = s32.view(np.uint32) != ref.scales.view(np.uint32)
+        m["scale_mismatches"] = n_scales = int(np.count_nonzero(diff))
+        n_bad += n_scales
+        if n_scales:
+            worst = _element(np.argwhere(diff)[0], s32, ref.scales,
+                             metrics.ulp_distance(s32, ref.scales, np.float32))
+            worst["what"] = "scale"
+    if not val_ok and values.shape == ref.values.shape and values.dtype == ref.values.dtype:
+        diff = values.view(np.uint8) != ref.values.view(np.uint8)
+        m["value_mismatches"] = n_values = int(np.count_nonzero(diff))
+        n_bad += n_values
+        if n_values:
+            worst = _element(np.argwhere(diff)[0], values.astype(np.float32),
+                             ref.values.astype(np.float32),
+                             metrics.ulp_distance(values, ref.values, ref.values.dtype))
+            worst["what"] = "value"
+    ok = val_ok and scale_ok
+    if not ok and worst is None:  # wrong shape or dtype: say which
+        m["quantizer_layout"] = (f"returned values {values.dtype}{list(values.shape)}, "
+                                 f"scales {scales.dtype}{list(scales.shape)}; expected "
+                                 f"{ref.values.dtype}{list(ref.values.shape)}, "
+                                 f"float32{list(ref.scales.shape)}")
+    return [Criterion("quantizer_bit_exact", "correctness", ok, True, ok,
+                      n_bad=None if ok else n_bad, worst=worst)]
+
+
+def _quantizer_criteria(spec: KernelSpec, inp: CaseInputs, m: dict[str, Any]) -> list[Criterion]:
     x = inp.w if tuple(spec.block) == (128, 128) else inp.x
     x = x.astype(NUMPY_DTYPES[spec.in_dtype])
-    ref = quantize(x, tuple(spec.block), spec.recipe, spec.fmt)
     runs = [call_kernel(spec, (x,)) for _ in range(2 if spec.deterministic else 1)]
     values, scales = runs[0]
-    val_ok = _same_bits(np.asarray(values), ref.values)
-    scale_ok = _same_bits(np.asarray(scales, dtype=np.float32), ref.scales) and (
-        np.asarray(scales).dtype == np.float32)
-    if not val_ok and np.asarray(values).shape == ref.values.shape:
-        diff = np.asarray(values).view(np.uint8) != ref.values.view(np.uint8)
-        m["value_mismatches"] = int(np.count_nonzero(diff))
-    if not scale_ok and np.asarray(scales).shape == ref.scales.shape:
-        m["scale_mismatches"] = int(np.count_nonzero(
-            np.asarray(scales, np.float32).view(np.uint32) != ref.scales.view(np.uint32)))
-    crit = [Criterion("quantizer_bit_exact", "correctness", val_ok and scale_ok, True,
-                      val_ok and scale_ok)]
+    crit = quantizer_output_criteria(values, scales, x, tuple(spec.block), spec.recipe,
+                                     spec.fmt, m)
     if spec.deterministic:
         same = all(_same_bits(np.asarray(a), np.asarray(b)) for a, b in zip(*runs, strict=True))
         crit.append(Criterion("deterministic", "correctness", same, True, same))
@@ -381,13 +485,23 @@ def _quantizer_criteria(spec: KernelSpec, inp: CaseInputs, m: dict[str, Any]) ->
 
 def build_problem(contract: str, case: Case) -> Problem:
     """Kernel arguments and references of `case` under a matmul contract."""
+    from fp8check.references import quantize
+
     inp = case_inputs(case)
+    gs = inp.group_sizes
+    facts = {"exact_partials": case.exact_partials,
+             "impact_not_gated": IMPACT_REPORT_ONLY.get(case.distribution)}
+    bf16 = NUMPY_DTYPES["bf16"]
     if contract == "gmm-fp8":
-        return _gmm_fp8_problem(case, inp)
+        return gmm_fp8_problem(quantize(inp.x, (1, 128), case.recipe),
+                               quantize(inp.w, (128, 128), case.recipe), gs, case.out_dtype,
+                               (inp.x, inp.w), **facts)
     if contract == "gmm":
-        return _gmm_bf16_problem(case, inp)
+        return plain_gmm_problem(inp.x.astype(bf16), inp.w.astype(bf16), gs, case.out_dtype,
+                                 (inp.x, inp.w), **facts)
     if contract == "tgmm":
-        return _tgmm_problem(case, inp)
+        return tgmm_problem(inp.x.astype(bf16), inp.dy.astype(bf16), gs, case.out_dtype,
+                            (inp.x, inp.dy), **facts)
     raise ValueError(f"contract {contract!r} has no matmul problem")
 
 
@@ -411,7 +525,7 @@ def validate_case(
         else:
             prob = problem if problem is not None else build_problem(spec.contract, case)
             res.criteria = _matmul_criteria(spec, case, prob, profile, m)
-    except _BadOutput as e:
+    except BadOutput as e:
         res.error = f"bad output: {e}"
     except Exception as e:  # the kernel under test may raise anything: report, don't crash
         res.error = f"{type(e).__name__}: {e}"
@@ -420,8 +534,37 @@ def validate_case(
     return res
 
 
-class _BadOutput(Exception):
+class BadOutput(ValueError):
     """The kernel returned the wrong type, shape or dtype."""
+
+
+def _bias_clusters(o: np.ndarray) -> np.ndarray:
+    """Cluster label per element for bias_z: (row, 128-wide N tile) of a [rows, N] output,
+    (expert, row, N tile) of a [G, K, N] one."""
+    idx = np.indices(o.shape)
+    tiles = -(-o.shape[-1] // 128)
+    lead = np.ravel_multi_index(idx[:-1], o.shape[:-1]) if o.ndim > 1 else 0
+    return (lead * tiles + idx[-1] // 128).astype(np.int64)
+
+
+def output_criteria(
+    out: np.ndarray, prob: Problem, profile: Profile, m: dict[str, Any], *,
+    accum: str | None = None, acc_unit_roundoff: float = 2.0**-24,
+) -> list[Criterion]:
+    """Every layer-1 criterion that one output of a matmul contract decides: correctness
+    (finite, bound_ratio, error_ratio, bias_z, and bit_exact when `accum` is declared and
+    the problem's partials are exact) then impact.  The one implementation behind both
+    the gate (`validate_case`) and `fp8check.testing`; metrics go into `m`.
+
+    `out` must be a numpy array of the problem's output shape and dtype (BadOutput
+    otherwise); `accum` is the accumulation recipe the kernel claims, `acc_unit_roundoff`
+    its accumulator's unit roundoff (the error bound's u).
+    """
+    why = _shape_error(out, prob.exact.shape, prob.out_dtype)
+    if why is not None:
+        raise BadOutput(why)
+    return (_correctness(prob, out, profile, m, accum, acc_unit_roundoff)
+            + _impact(prob, out, profile, m))
 
 
 def _matmul_criteria(
@@ -432,14 +575,19 @@ def _matmul_criteria(
         out = call_kernel(spec, prob.args, case.out_dtype)
         why = _shape_error(out, prob.exact.shape, case.out_dtype)
         if why is not None:
-            raise _BadOutput(why)
+            raise BadOutput(why)
         outs.append(out)
-    crit = _correctness(spec, case, prob, outs[0], profile, m)
+    crit = output_criteria(outs[0], prob, profile, m, accum=spec.accum,
+                           acc_unit_roundoff=spec.acc_unit_roundoff)
+    # Bounded arrays for the report's per-case figures (fp8check.reports.plotdata).
+    m["plots"] = plot_summary(outs[0], prob, spec.acc_unit_roundoff, NUMPY_DTYPES[case.out_dtype])
     if spec.deterministic:
         sl = slice(0, prob.rows)
         same = _same_bits(outs[0][sl], outs[1][sl])
-        crit.append(Criterion("deterministic", "correctness", same, True, same))
-    return crit + _impact(case, prob, outs[0], profile, m)
+        # listed with the correctness criteria, before impact, as the gate always has
+        crit.insert(sum(c.question == "correctness" for c in crit),
+                    Criterion("deterministic", "correctness", same, True, same))
+    return crit
 
 
 def skipped_result(spec: KernelSpec, case: Case, reason: str) -> CaseResult:

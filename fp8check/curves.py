@@ -1,0 +1,421 @@
+"""Loss-curve comparison shared by layer 3 (training here) and layer 4 (logs of runs
+elsewhere): a candidate curve (FP8) against a baseline (BF16), and the seed statistics.
+
+Gaps are relative and signed, (candidate - baseline) / |baseline|: positive means the
+candidate's loss is higher (worse).  Metrics (all on the steps both curves have):
+
+* `gap` per step, raw and EMA-smoothed (`ema`, factor `EMA_BETA`); gated on max |EMA gap|
+  (a single noisy batch must not decide, a sustained drift must);
+* `auc_gap`: relative gap of the trapezoidal area under the curves over the common steps
+  (Megatron's CI holds FP8 within 1% of BF16 on it);
+* `final_gap`: relative gap of the mean loss over the last `FINAL_FRAC` of the steps;
+* divergence: the first non-finite loss, and spikes: a loss above the line fitted to the
+  previous `SPIKE_WINDOW` losses (the trend of a falling curve is not noise) by more than
+  `spike_k` times the robust spread of that fit's residuals (1.4826 * MAD, floored at
+  `SPIKE_REL_FLOOR` of the prediction so a flat curve's zero spread cannot flag noise).
+  Only the candidate's spikes that the baseline does not share (within one step) are
+  gated: a spike in both is the data, not the kernel;
+* gradient SNR trend (layer 3): robust (Theil-Sen) slope of the SNR (dB) over steps, in
+  dB per 100 steps, with Kendall's p-value;
+* across seeds (`seed_test`): a one-sided paired t-test on the per-seed AUC gaps.
+
+`LIMITS` holds each profile's thresholds; layers 3 and 4 use the same ones.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+EMA_BETA = 0.9
+FINAL_FRAC = 0.1
+SPIKE_WINDOW = 10
+SPIKE_REL_FLOOR = 1e-3
+SEED_ALPHA = 0.05
+STEP_KEYS = ("step", "iteration", "iter", "global_step", "steps")
+LOSS_KEYS = ("loss", "train_loss", "lm_loss", "lm loss", "train/loss")
+
+
+@dataclass(frozen=True)
+class CurveLimits:
+    """Thresholds of one profile.  Gaps are relative (0.01 = 1%), SNR in dB."""
+
+    max_auc_gap: float
+    max_final_gap: float
+    max_ema_gap: float
+    spike_k: float
+    min_grad_snr_db: float  # median over the sampled steps (layer 3 only)
+    max_snr_drop_db: float  # fitted SNR decline over the run (layer 3 only)
+
+
+# strict: Megatron's 1% AUC rule; the final loss (a tenth of the steps, noisier) and the
+# worst EMA-smoothed step get 2% and 3%.  Measured on the ci schedule (Pallas, seeds 0-2),
+# correct FP8 kernels give |AUC gap| <= 3.1e-4, |final gap| <= 1.3e-3, max |EMA gap| <=
+# 4e-3 and a median gradient SNR of 28-29 dB against f32 (bf16 kernels: ~46 dB); single
+# samples dip to ~15 dB where a token's top-k flips between the two models.  explore
+# doubles the gaps and takes 5 dB off the SNR floor.
+LIMITS: dict[str, CurveLimits] = {
+    "strict": CurveLimits(max_auc_gap=0.01, max_final_gap=0.02, max_ema_gap=0.03,
+                          spike_k=8.0, min_grad_snr_db=20.0, max_snr_drop_db=6.0),
+    "explore": CurveLimits(max_auc_gap=0.02, max_final_gap=0.04, max_ema_gap=0.06,
+                           spike_k=8.0, min_grad_snr_db=15.0, max_snr_drop_db=10.0),
+}
+
+
+def get_limits(profile: str) -> CurveLimits:
+    """The curve limits of `profile` (ValueError for an unknown one, or for "off")."""
+    from fp8check.profiles import get_profile
+
+    get_profile(profile)
+    if profile not in LIMITS:
+        raise ValueError(f"profile {profile!r} has no curve limits; expected one of "
+                         f"{', '.join(LIMITS)}")
+    return LIMITS[profile]
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A loss curve: strictly increasing integer steps and float64 losses (NaN / inf kept:
+    they are what divergence detection looks for)."""
+
+    steps: np.ndarray
+    loss: np.ndarray
+    label: str = ""
+    notes: tuple[str, ...] = ()
+
+    @staticmethod
+    def of(loss: Sequence[float], label: str = "", steps: Sequence[int] | None = None
+           ) -> Curve:
+        """A curve from values (steps 0, 1, ... unless given)."""
+        y = np.asarray([float(v) for v in loss], np.float64)
+        s = np.arange(len(y)) if steps is None else np.asarray(steps, np.int64)
+        return make_curve(s, y, label)
+
+
+def make_curve(steps: np.ndarray, loss: np.ndarray, label: str = "") -> Curve:
+    """A `Curve` from raw (step, loss) records in log order.  A step logged twice (a
+    restarted run) keeps its last value and is noted; steps are sorted."""
+    steps, loss = np.asarray(steps), np.asarray(loss, np.float64)
+    if steps.shape != loss.shape or steps.ndim != 1:
+        raise ValueError(f"{label or 'curve'}: steps and losses must be 1-D and equally long")
+    if steps.size == 0:
+        raise ValueError(f"{label or 'curve'}: no (step, loss) records")
+    if not np.all(np.equal(np.mod(steps, 1), 0)):
+        raise ValueError(f"{label or 'curve'}: steps must be integers")
+    steps = steps.astype(np.int64)
+    last = {int(s): i for i, s in enumerate(steps)}  # last occurrence wins
+    dup = len(steps) - len(last)
+    order = sorted(last)
+    notes = (f"{dup} repeated steps: kept the last value of each",) if dup else ()
+    return Curve(np.asarray(order, np.int64), loss[[last[s] for s in order]], label, notes)
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """Two curves on their common steps, and the steps only one of them has."""
+
+    steps: np.ndarray
+    cand: np.ndarray
+    base: np.ndarray
+    only_cand: list[int]
+    only_base: list[int]
+
+
+def align(cand: Curve, base: Curve) -> Alignment:
+    """Restrict both curves to the steps they share (ValueError when there are < 2)."""
+    common, ic, ib = np.intersect1d(cand.steps, base.steps, return_indices=True)
+    if common.size < 2:
+        raise ValueError(f"curves {cand.label!r} and {base.label!r} share {common.size} "
+                         f"steps; need at least 2 to compare")
+    return Alignment(common, cand.loss[ic], base.loss[ib],
+                     [int(s) for s in np.setdiff1d(cand.steps, common)],
+                     [int(s) for s in np.setdiff1d(base.steps, common)])
+
+
+def ema(x: np.ndarray, beta: float = EMA_BETA) -> np.ndarray:
+    """Bias-corrected exponential moving average (Adam-style: the first value is not
+    damped toward 0); NaN propagates."""
+    out = np.empty(len(x))
+    acc = 0.0
+    for i, v in enumerate(np.asarray(x, np.float64)):
+        acc = beta * acc + (1 - beta) * v
+        out[i] = acc / (1 - beta ** (i + 1))
+    return out
+
+
+def auc(steps: np.ndarray, y: np.ndarray) -> float:
+    """Trapezoidal area under y over `steps` (loss x steps)."""
+    return float(np.trapezoid(np.asarray(y, np.float64), np.asarray(steps, np.float64)))
+
+
+def rel_gap(cand: np.ndarray | float, base: np.ndarray | float) -> np.ndarray | float:
+    """(cand - base) / |base|, elementwise."""
+    return (np.asarray(cand, np.float64) - base) / np.abs(base)
+
+
+def first_nonfinite(y: np.ndarray) -> int | None:
+    """Index of the first NaN / inf in y, or None."""
+    bad = np.flatnonzero(~np.isfinite(y))
+    return int(bad[0]) if bad.size else None
+
+
+def spikes(y: np.ndarray, k: float, window: int = SPIKE_WINDOW) -> list[int]:
+    """Indices i where y[i] exceeds the straight line fitted to the previous `window`
+    finite values (extrapolated to i) by more than k robust spreads of that fit's
+    residuals (module docstring); the first `window` points are never spikes."""
+    y = np.asarray(y, np.float64)
+    out = []
+    for i in range(window, len(y)):
+        x = np.arange(i - window, i, dtype=np.float64)
+        hist = y[i - window:i]
+        ok = np.isfinite(hist)
+        if ok.sum() < window // 2 or not np.isfinite(y[i]):
+            continue
+        slope, icpt = np.polyfit(x[ok], hist[ok], 1)
+        resid = hist[ok] - (slope * x[ok] + icpt)
+        pred = slope * i + icpt
+        spread = max(1.4826 * float(np.median(np.abs(resid - np.median(resid)))),
+                     SPIKE_REL_FLOOR * abs(pred))
+        if y[i] - pred > k * spread:
+            out.append(i)
+    return out
+
+
+def final_window(n: int) -> int:
+    """How many trailing steps the final loss averages: FINAL_FRAC of them, at least 1."""
+    return max(1, int(round(n * FINAL_FRAC)))
+
+
+@dataclass
+class Comparison:
+    """Metrics (JSON-ready) and gated checks of a candidate curve against a baseline.
+    `checks` maps a criterion name to (value, limit, passed)."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+    checks: dict[str, tuple[Any, Any, bool]] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(ok for _, _, ok in self.checks.values())
+
+
+def compare(cand: Curve, base: Curve, limits: CurveLimits) -> Comparison:
+    """The loss-curve metrics and checks of `cand` against `base` (module docstring)."""
+    al = align(cand, base)
+    res = Comparison()
+    m = res.metrics
+    n = len(al.steps)
+    m.update(steps_compared=n, first_step=int(al.steps[0]), last_step=int(al.steps[-1]),
+             only_candidate_steps=al.only_cand, only_baseline_steps=al.only_base,
+             notes=list(cand.notes + base.notes))
+    div_c, div_b = first_nonfinite(al.cand), first_nonfinite(al.base)
+    m["candidate_nonfinite_step"] = None if div_c is None else int(al.steps[div_c])
+    m["baseline_nonfinite_step"] = None if div_b is None else int(al.steps[div_b])
+    res.checks["finite"] = (m["candidate_nonfinite_step"], None, div_c is None)
+    sp_c, sp_b = spikes(al.cand, limits.spike_k), spikes(al.base, limits.spike_k)
+    new = [int(al.steps[i]) for i in sp_c if not any(abs(i - j) <= 1 for j in sp_b)]
+    m.update(candidate_spikes=[int(al.steps[i]) for i in sp_c],
+             baseline_spikes=[int(al.steps[i]) for i in sp_b], new_spikes=new)
+    res.checks["new_spikes"] = (len(new), 0, not new)
+    gap = rel_gap(al.cand, al.base)
+    gap_ema = rel_gap(ema(al.cand), ema(al.base))
+    m["gap"], m["gap_ema"] = gap.tolist(), gap_ema.tolist()
+    max_ema = float(np.max(np.abs(gap_ema))) if np.all(np.isfinite(gap_ema)) else math.inf
+    m["max_abs_gap"] = float(np.max(np.abs(gap))) if np.all(np.isfinite(gap)) else math.inf
+    m["max_abs_gap_ema"] = max_ema
+    m["mean_gap"] = float(np.mean(gap))
+    auc_gap = float(rel_gap(auc(al.steps, al.cand), auc(al.steps, al.base)))
+    w = final_window(n)
+    final_gap = float(rel_gap(np.mean(al.cand[-w:]), np.mean(al.base[-w:])))
+    m.update(auc_gap=auc_gap, final_gap=final_gap, final_window=w)
+    for name, value, limit in (("auc_gap", auc_gap, limits.max_auc_gap),
+                               ("final_gap", final_gap, limits.max_final_gap),
+                               ("max_abs_gap_ema", max_ema, limits.max_ema_gap)):
+        ok = bool(np.isfinite(value) and abs(value) <= limit)
+        res.checks[name] = (value, limit, ok)
+    return res
+
+
+@dataclass(frozen=True)
+class Trend:
+    """Robust line through (step, value): Theil-Sen slope per 100 steps, the two-sided
+    p-value of Kendall's tau (is there a monotone trend at all), and the fitted change
+    from the first to the last step (negative = decline)."""
+
+    slope_per_100: float
+    p_value: float
+    fitted_change: float
+
+
+def trend(steps: Sequence[int], values: Sequence[float]) -> Trend:
+    """`Trend` of values over steps; NaN for < 3 points or non-finite values (a -inf SNR
+    is a diverged gradient, caught elsewhere).  Theil-Sen, not least squares: a gradient
+    SNR sample dips by 15-20 dB where a token's top-k flips between the two models, and
+    one such sample at the end of a run must not read as a decline."""
+    from scipy import stats
+
+    x, y = np.asarray(steps, np.float64), np.asarray(values, np.float64)
+    if len(x) < 3 or not np.all(np.isfinite(y)):
+        return Trend(math.nan, math.nan, math.nan)
+    slope = float(stats.theilslopes(y, x).slope)
+    p = float(stats.kendalltau(x, y).pvalue) if np.ptp(y) > 0 else 1.0
+    return Trend(slope * 100, p, slope * float(x[-1] - x[0]))
+
+
+@dataclass(frozen=True)
+class SeedVerdict:
+    """Across seeds, is FP8 worse than BF16 beyond seed noise?
+
+    `verdict`: "fp8-worse" (the paired one-sided t-test rejects "no worse" at `alpha` and
+    the mean AUC gap exceeds the profile's limit), "fp8-worse-within-limit" (significant
+    but small), "within-seed-noise" (not significant), or "too-few-seeds" (< 2).
+    `seed_noise` is the baseline's spread across seeds (std / mean of its AUCs): the scale
+    the per-seed gaps are to be read against.
+    """
+
+    verdict: str
+    n_seeds: int
+    mean_gap: float
+    t_stat: float
+    p_value: float
+    seed_noise: float
+    alpha: float = SEED_ALPHA
+
+
+def seed_test(gaps: Sequence[float], base_aucs: Sequence[float], limit: float,
+              alpha: float = SEED_ALPHA) -> SeedVerdict:
+    """H0: the per-seed relative AUC gaps (FP8 vs BF16, same seed, same data) have mean
+    <= 0; one-sided one-sample t-test (equivalent to the paired test of the AUCs)."""
+    from scipy import stats
+
+    g = np.asarray(gaps, np.float64)
+    b = np.asarray(base_aucs, np.float64)
+    noise = float(np.std(b, ddof=1) / abs(np.mean(b))) if len(b) > 1 else math.nan
+    if len(g) < 2:
+        return SeedVerdict("too-few-seeds", len(g), float(np.mean(g)) if len(g) else math.nan,
+                           math.nan, math.nan, noise, alpha)
+    if not np.all(np.isfinite(g)):
+        return SeedVerdict("fp8-worse", len(g), math.inf, math.inf, 0.0, noise, alpha)
+    if np.all(g == g[0]):  # zero variance: the t-statistic is undefined
+        t, p = (math.inf, 0.0) if g[0] > 0 else (math.nan, 1.0)
+    else:
+        r = stats.ttest_1samp(g, 0.0, alternative="greater")
+        t, p = float(r.statistic), float(r.pvalue)
+    mean = float(np.mean(g))
+    if p < alpha:
+        verdict = "fp8-worse" if mean > limit else "fp8-worse-within-limit"
+    else:
+        verdict = "within-seed-noise"
+    return SeedVerdict(verdict, len(g), mean, t, p, noise, alpha)
+
+
+# --- loading curves: CSV / JSONL loss logs and the gate's own results -------------------
+
+
+def _pick(keys: Sequence[str], wanted: Sequence[str], what: str, src: str) -> str:
+    low = {k.strip().lower(): k for k in keys}
+    for w in wanted:
+        if w in low:
+            return low[w]
+    raise ValueError(f"{src}: no {what} column (looked for {', '.join(wanted)}; "
+                     f"found {', '.join(keys) or 'none'})")
+
+
+def _records_curve(rows: list[dict[str, Any]], src: str, label: str) -> Curve:
+    if not rows:
+        raise ValueError(f"{src}: no records")
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    sk, lk = _pick(keys, STEP_KEYS, "step", src), _pick(keys, LOSS_KEYS, "loss", src)
+    steps, loss = [], []
+    for i, r in enumerate(rows):
+        if r.get(sk) in (None, "") or r.get(lk) in (None, ""):
+            continue  # a record of other metrics (eval, lr) in the same log
+        try:
+            steps.append(float(r[sk]))
+            loss.append(float(r[lk]))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{src}: record {i + 1}: bad step/loss {r[sk]!r}, {r[lk]!r}"
+                             ) from e
+    return make_curve(np.asarray(steps), np.asarray(loss), label)
+
+
+def _gate_results(text: str, src: str) -> list[dict[str, Any]] | None:
+    """The result dicts of a gate JSON document or JSONL stream, or None if it is not one."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        doc = None
+    if isinstance(doc, dict) and "results" in doc:
+        return list(doc["results"])
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    try:
+        recs = [json.loads(ln) for ln in lines]
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{src}: not JSON / JSONL ({e})") from e
+    if recs and isinstance(recs[0], dict) and recs[0].get("event") == "start":
+        return [r for r in recs[1:] if isinstance(r, dict) and "kernel" in r]
+    return None
+
+
+def _gate_curve(results: list[dict[str, Any]], selector: str, src: str, label: str) -> Curve:
+    """The curve `selector` = "[KERNEL/][CASE/]NAME" (NAME: fp8, bf16 or f32) of the
+    layer-3 results; KERNEL may be a family ("pallas")."""
+    *where, name = selector.split("/")
+    found: dict[tuple[str, str], list[float]] = {}
+    for r in results:
+        curves = (r.get("metrics") or {}).get("curves")
+        if r.get("layer") != 3 or not isinstance(curves, dict) or name not in curves:
+            continue
+        family = str(r["kernel"]).split("-")[0]
+        if where and where[0] not in (r["kernel"], family):
+            continue
+        if len(where) > 1 and where[1] != r["case"]:
+            continue
+        found[(family, r["case"])] = curves[name]  # the fp8 and bf16 results share curves
+    if len(found) != 1:
+        have = ", ".join(f"{f}/{c}" for f, c in found) or "none"
+        raise ValueError(f"{src}: selector {selector!r} matches {len(found)} layer-3 "
+                         f"curves ({have}); name one as FILE@FAMILY/CASE/CURVE")
+    values = [math.nan if isinstance(v, str) else float(v) for v in next(iter(found.values()))]
+    return Curve.of(values, label)
+
+
+def load_curve(spec: str, label: str | None = None) -> Curve:
+    """A loss curve from `spec`:
+
+    * `log.csv`: a header row with a step column (step, iteration, iter, global_step) and
+      a loss column (loss, train_loss, lm_loss, ...); rows missing either are ignored;
+    * `log.jsonl`: one JSON object per line with such keys;
+    * `gate.json@SELECTOR` (or the gate's JSONL stream): a layer-3 result's curve, the
+      selector "[FAMILY/][CASE/]fp8|bf16|f32" (enough of it to name one curve).
+    """
+    path_s, _, selector = spec.partition("@")
+    path = Path(path_s)
+    if not path.is_file():
+        raise ValueError(f"{path_s}: no such file")
+    text = path.read_text()
+    label = label or spec
+    if path.suffix.lower() == ".csv":
+        if selector:
+            raise ValueError(f"{spec}: a CSV log takes no @selector")
+        return _records_curve(list(csv.DictReader(io.StringIO(text))), path_s, label)
+    results = _gate_results(text, path_s)
+    if results is not None:
+        if not selector:
+            raise ValueError(f"{path_s} is a gate result file: say which curve, e.g. "
+                             f"{path_s}@fp8 or {path_s}@pallas/fp8")
+        return _gate_curve(results, selector, path_s, label)
+    if selector:
+        raise ValueError(f"{spec}: @selector is only for gate result files")
+    rows = [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+    if not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"{path_s}: every JSONL line must be an object")
+    return _records_curve(rows, path_s, label)

@@ -1,0 +1,276 @@
+"""Layer 3 (training): the tiny MoE model of `fp8check.references.trainer`, trained with
+AdamW in three precisions (the family's FP8 kernels, its bf16 kernels, and the f32 dense
+model) from the same initialisation on the same batches, seed by seed.
+
+Per seed and family, two results (case `markov-...-s<seed>`):
+
+* `<family>-train-fp8`: the FP8 loss curve against the bf16 one (`fp8check.curves`:
+  per-step gap raw and EMA, AUC gap, final-loss gap, NaN / spikes), and the gradient SNR
+  of the FP8 model against the f32 dense model at the FP8 run's own weights and batch,
+  every `snr_every` steps: its median and its fitted decline over the run (trend);
+* `<family>-train-bf16`: the bf16 curve against the f32 one, the same way: the baseline
+  must itself be sound, or "FP8 matches bf16" means nothing.
+
+Both also check that the run learned: the loss closes at least `MIN_LEARNED` of the
+distance from its first value to the task's entropy rate (the best achievable loss).
+Every result carries `metrics["curves"] = {"fp8": [...], "bf16": [...], "f32": [...]}`.
+
+Across seeds, one more result (case `markov-...-seeds<a>-<b>`, kernel
+`<family>-train-fp8`): the paired one-sided t-test of the per-seed AUC gaps
+(`curves.seed_test`); it fails only on the verdict "fp8-worse" (significant and beyond
+the AUC limit), and is skipped with one seed.
+
+What each suite runs (`SUITES`), 64 tokens a step: the ci suite trains Pallas for 4 seeds
+x 60 steps (the whole step is one jitted XLA program: ~25 ms an FP8 step in interpret
+mode; measured 16 s for the four seeds, tracing included) and Triton for 2 seeds x 50
+steps (interpret mode; measured 59 s a seed, three precisions and the SNR probes, on the
+shared 2-core box), so each family's seed test runs in ci too (2 seeds: a weak test, it
+can only flag a gap consistent across both); `full` runs 1000 steps, 8 seeds for Pallas
+and 3 for Triton; `smoke` one Pallas seed of 50 steps and one Triton seed of 8 steps (a
+wiring check that cannot show learning, so its learning criterion is reported, not gated).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fp8check.curves import Curve, compare, get_limits, seed_test, trend
+from fp8check.layers.op import CaseResult, Criterion
+from fp8check.references.trainer import (
+    GradFn,
+    MarkovTask,
+    ModelConfig,
+    Schedule,
+    TrainLog,
+    dense_f32_grad_fn,
+    make_task,
+    train,
+)
+
+LAYER = 3
+FAMILIES = ("pallas", "triton")
+VARIANTS = ("fp8", "bf16")
+MIN_LEARNED = 0.5
+# (model config, "fp8" | "bf16") -> the family's GradFn: the model under test.
+ModelImpl = Callable[[ModelConfig, str], GradFn]
+
+
+@dataclass(frozen=True)
+class TrainCase:
+    """One family's layer-3 schedule in a suite: `seeds` runs of `schedule`."""
+
+    schedule: Schedule
+    seeds: int
+    model: ModelConfig = ModelConfig()
+    gate_learning: bool = True
+
+    def case_id(self, seed: int) -> str:
+        c, s = self.model, self.schedule
+        return (f"markov-v{c.vocab}-d{c.d_model}-e{c.experts}-k{c.top_k}-t{s.tokens}"
+                f"-n{s.steps}-s{seed}")
+
+    def seeds_case_id(self, seed: int) -> str:
+        return self.case_id(seed).rsplit("-s", 1)[0] + f"-seeds{seed}-{seed + self.seeds - 1}"
+
+
+SUITES: dict[str, dict[str, TrainCase]] = {
+    "smoke": {"pallas": TrainCase(Schedule(steps=50), seeds=1),
+              "triton": TrainCase(Schedule(steps=8, warmup=2, snr_every=4), seeds=1,
+                                  gate_learning=False)},
+    "ci": {"pallas": TrainCase(Schedule(steps=60), seeds=4),
+           "triton": TrainCase(Schedule(steps=50), seeds=2)},
+    "full": {"pallas": TrainCase(Schedule(steps=1000, warmup=50, snr_every=25), seeds=8),
+             "triton": TrainCase(Schedule(steps=1000, warmup=50, snr_every=25), seeds=3)},
+}
+
+
+def default_model(family: str) -> ModelImpl:
+    """The family's model (imported lazily: the Triton one sets the interpreter up)."""
+    if family == "pallas":
+        from fp8check.kernels.pallas.model import make_grad_fn
+    elif family == "triton":
+        from fp8check.kernels.triton.model import make_grad_fn
+    else:
+        raise ValueError(f"unknown kernel family {family!r}; expected one of {FAMILIES}")
+    return make_grad_fn
+
+
+def _check(family: str, suite: str) -> TrainCase:
+    if family not in FAMILIES:
+        raise ValueError(f"unknown kernel family {family!r}; expected one of {FAMILIES}")
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
+    return SUITES[suite][family]
+
+
+def _case_ids(tc: TrainCase, seed: int) -> set[str]:
+    return {tc.case_id(seed + i) for i in range(tc.seeds)} | (
+        {tc.seeds_case_id(seed)} if tc.seeds > 1 else set())
+
+
+def _plan(suite: str, tc: TrainCase, seed: int, cases: Sequence[str] | None
+          ) -> tuple[list[int], bool]:
+    """(seeds to train, whether the across-seed result is wanted) for `cases`.  A case of
+    another family's schedule selects nothing here; one of no family's is a ValueError."""
+    all_seeds = [seed + i for i in range(tc.seeds)]
+    if cases is None:
+        return all_seeds, tc.seeds > 1
+    wanted = set(cases)
+    known = set().union(*(_case_ids(t, seed) for t in SUITES[suite].values()))
+    if wanted - known:
+        raise ValueError(f"unknown layer-3 case(s) {sorted(wanted - known)}; suite {suite} "
+                         f"has {', '.join(sorted(known))}")
+    stats = tc.seeds > 1 and tc.seeds_case_id(seed) in wanted
+    picked = [s for s in all_seeds if tc.case_id(s) in wanted]
+    return (all_seeds if stats else picked), stats
+
+
+def layer3_size(suite: str, cases: Sequence[str] | None = None, *, seed: int = 0,
+                family: str | None = None) -> int:
+    """Number of results `iter_layer3` yields for `family` (for progress bars); without a
+    family, the largest count over the families (their schedules differ)."""
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
+    tcs = list(SUITES[suite].values()) if family is None else [_check(family, suite)]
+    sizes = []
+    for tc in tcs:
+        seeds, stats = _plan(suite, tc, seed, cases)
+        sizes.append(len(VARIANTS) * len(seeds) + int(stats))
+    return max(sizes)
+
+
+def _learned(curve: list[float], achievable: float) -> float:
+    """Fraction of the way from the first loss to the achievable one that the final loss
+    (mean of the last tenth of the steps) has come; NaN for a diverged curve."""
+    from fp8check.curves import final_window
+
+    y = np.asarray(curve, np.float64)
+    if not np.all(np.isfinite(y)) or y[0] <= achievable:
+        return math.nan
+    final = float(np.mean(y[-final_window(len(y)):]))
+    return (y[0] - final) / (y[0] - achievable)
+
+
+def _seed_result(family: str, variant: str, tc: TrainCase, seed: int, profile: str,
+                 logs: dict[str, TrainLog], task: MarkovTask, seconds: float) -> CaseResult:
+    base = "bf16" if variant == "fp8" else "f32"
+    cid = tc.case_id(seed)
+    res = CaseResult(kernel=f"{family}-train-{variant}", layer=LAYER, case=cid, passed=None,
+                     repro=f"fp8check gate --layers 3 --kernel {family} --case {cid}")
+    limits = get_limits(profile)
+    cmp = compare(Curve.of(logs[variant].loss, variant), Curve.of(logs[base].loss, base),
+                  limits)
+    m = res.metrics
+    s = tc.schedule
+    m.update(baseline=base, steps=s.steps, tokens_per_step=s.tokens, lr=s.lr, seed=seed,
+             model=vars(tc.model), achievable_loss=task.entropy_rate,
+             curves={v: logs[v].loss for v in ("fp8", "bf16", "f32")},
+             diverged_at={v: logs[v].diverged_at for v in ("fp8", "bf16", "f32")})
+    m.update(cmp.metrics)
+    crit = [Criterion(name, "training", value, limit, ok)
+            for name, (value, limit, ok) in cmp.checks.items()]
+    log = logs[variant]
+    snr = np.asarray(log.snr_db, np.float64)
+    med = float(np.median(snr)) if snr.size else math.nan
+    tr = trend(log.snr_steps, log.snr_db)
+    m.update(grad_snr=log.snr_db, grad_snr_steps=log.snr_steps, grad_snr_median_db=med)
+    m["grad_snr_trend"] = {"slope_db_per_100_steps": tr.slope_per_100, "p_value": tr.p_value,
+                           "fitted_change_db": tr.fitted_change}
+    crit.append(Criterion("grad_snr_median_db", "training", med, limits.min_grad_snr_db,
+                          bool(med >= limits.min_grad_snr_db)))
+    drop = -tr.fitted_change
+    # Fewer than 3 samples fit no trend (smoke); a NaN drop otherwise is a -inf SNR.
+    drop_ok = snr.size < 3 or bool(drop <= limits.max_snr_drop_db)
+    crit.append(Criterion("grad_snr_drop_db", "training", drop, limits.max_snr_drop_db,
+                          drop_ok))
+    learned = _learned(log.loss, task.entropy_rate)
+    m["learned_fraction"] = learned
+    if tc.gate_learning:
+        crit.append(Criterion("learned_fraction", "sanity", learned, MIN_LEARNED,
+                              bool(learned >= MIN_LEARNED)))
+    else:
+        m["learned_note"] = f"{s.steps} steps is a wiring check: learning is not gated"
+    res.criteria = crit
+    res.passed = all(c.passed for c in crit)
+    res.seconds = seconds
+    return res
+
+
+def _seeds_result(family: str, tc: TrainCase, seed: int, profile: str,
+                  per_seed: list[tuple[int, dict[str, TrainLog]]]) -> CaseResult:
+    from fp8check.curves import auc, rel_gap
+
+    cid = tc.seeds_case_id(seed)
+    res = CaseResult(kernel=f"{family}-train-fp8", layer=LAYER, case=cid, passed=None,
+                     repro=f"fp8check gate --layers 3 --kernel {family} --case {cid}")
+    limit = get_limits(profile).max_auc_gap
+    gaps, base_aucs = [], []
+    for _, logs in per_seed:
+        fp8, bf16 = Curve.of(logs["fp8"].loss), Curve.of(logs["bf16"].loss)
+        n = min(len(fp8.loss), len(bf16.loss))
+        a_f, a_b = auc(fp8.steps[:n], fp8.loss[:n]), auc(bf16.steps[:n], bf16.loss[:n])
+        gaps.append(float(rel_gap(a_f, a_b)) if n == len(bf16.loss) else math.inf)
+        base_aucs.append(a_b)
+    v = seed_test(gaps, base_aucs, limit)
+    res.metrics.update(seeds=[s for s, _ in per_seed], auc_gaps=gaps, verdict=v.verdict,
+                       mean_auc_gap=v.mean_gap, t_stat=v.t_stat, p_value=v.p_value,
+                       alpha=v.alpha, seed_noise=v.seed_noise,
+                       test="one-sided one-sample t-test of per-seed AUC gaps (paired by "
+                            "seed), H0: mean gap <= 0")
+    worse = v.verdict == "fp8-worse"
+    res.criteria = [Criterion("seed_test_fp8_worse", "training", worse, False, not worse)]
+    res.passed = not worse
+    return res
+
+
+def iter_layer3(
+    family: str, suite: str = "ci", seed: int = 0, profile: str = "strict", *,
+    cases: Sequence[str] | None = None, model_impl: ModelImpl | None = None,
+) -> Iterator[CaseResult]:
+    """Layer 3 of `suite` for one kernel family: per seed (seeds seed, seed+1, ...) the
+    `<family>-train-fp8` and `<family>-train-bf16` results, yielded as each seed finishes,
+    then the across-seed result.  `cases` keeps only the named case ids (naming the
+    across-seed case runs every seed); `model_impl` replaces the family's model."""
+    tc = _check(family, suite)
+    get_limits(profile)  # unknown profile or "off": ValueError before any training
+    seeds, stats = _plan(suite, tc, seed, cases)
+    model = model_impl if model_impl is not None else default_model(family)
+    task = make_task(tc.model.vocab)
+    f32 = dense_f32_grad_fn(tc.model)
+    fns = {v: model(tc.model, v) for v in VARIANTS}
+    per_seed = []
+    for s in seeds:
+        t0 = time.perf_counter()
+        logs = {"f32": train(f32, tc.model, tc.schedule, task, s)}
+        errors = {}
+        for v in VARIANTS:
+            try:
+                logs[v] = train(fns[v], tc.model, tc.schedule, task, s, snr_ref=f32)
+            except Exception as e:  # the model under test may raise anything: report it
+                errors[v] = f"{type(e).__name__}: {e}"
+        seconds = time.perf_counter() - t0
+        if errors:
+            for v in VARIANTS:
+                cid = tc.case_id(s)
+                yield CaseResult(kernel=f"{family}-train-{v}", layer=LAYER, case=cid,
+                                 passed=False, error=errors.get(v) or next(iter(
+                                     errors.values())), seconds=seconds,
+                                 repro=f"fp8check gate --layers 3 --kernel {family} "
+                                       f"--case {cid}")
+            continue
+        per_seed.append((s, logs))
+        for v in VARIANTS:
+            yield _seed_result(family, v, tc, s, profile, logs, task, seconds)
+    if stats:
+        if len(per_seed) == len(seeds):
+            yield _seeds_result(family, tc, seed, profile, per_seed)
+        else:
+            yield CaseResult(kernel=f"{family}-train-fp8", layer=LAYER,
+                             case=tc.seeds_case_id(seed), passed=False,
+                             error="a seed's training raised: no seed test")
+

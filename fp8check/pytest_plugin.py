@@ -1,0 +1,176 @@
+"""pytest plugin of fp8check (entry point `pytest11`, loaded wherever fp8check is installed).
+
+* `--fp8check-report PATH`: every `fp8check.testing` assertion of the run, passing and
+  failing, goes into the gate's HTML report at PATH and its JSON document (at
+  `--fp8check-json`, default PATH with suffix .json); failing inputs are saved as .npz
+  files in `fp8check-failures/` beside the report.
+* `@pytest.mark.fp8check(suite="ci", contract="gmm-fp8", seed=0, profile="strict",
+  kernel=None, framework="numpy", out_dtypes=("f32", "bf16"), m_align=1)` with the
+  `fp8check_case` fixture: the test runs once per case of the gate suite (ids are the
+  gate's case ids); cases the declared `out_dtypes` / `m_align` do not support are
+  skipped with the gate's reason.  `kernel="module:attr"` and `framework` only fill in
+  the gate repro command.  `--fp8check-suite`
+  overrides every marker's suite (e.g. `full` at night).
+* registers the hypothesis profiles `fp8check-ci` and `fp8check-dev`.
+
+Loading it costs nothing for a run that does not use it: this module imports only pytest
+at load time (no numpy, jax, torch or triton); fp8check itself is imported by the hooks
+that need it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MARKER = "fp8check"
+FIXTURE = "fp8check_case"
+_MARKER_ARGS = {"suite": "ci", "contract": "gmm-fp8", "seed": 0, "profile": "strict",
+                "kernel": None, "framework": "numpy", "out_dtypes": ("f32", "bf16"),
+                "m_align": 1}
+_COLLECTOR = "fp8check-collector"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fp8check", "fp8check accuracy assertions")
+    group.addoption("--fp8check-report", metavar="PATH", default=None,
+                    help="write every fp8check.testing assertion of this run into the gate's "
+                         "HTML report at PATH (and its JSON beside it)")
+    group.addoption("--fp8check-json", metavar="PATH", default=None,
+                    help="write the gate's JSON results document here (default: the report "
+                         "path with suffix .json)")
+    group.addoption("--fp8check-suite", default=None, choices=("smoke", "ci", "full"),
+                    help="run every @pytest.mark.fp8check test over this suite instead")
+
+
+@pytest.hookimpl(tryfirst=True)  # before hypothesis's plugin reads --hypothesis-profile
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "fp8check(suite='ci', contract='gmm-fp8', seed=0, profile='strict', kernel=None, "
+        "framework='numpy', out_dtypes=('f32', 'bf16'), m_align=1): run the test once per "
+        "case of an fp8check gate suite through the fp8check_case fixture",
+    )
+    try:
+        import fp8check.hypothesis_profiles  # noqa: F401  (registers the profiles)
+    except ImportError:  # hypothesis absent: nothing to register
+        pass
+    report, json_path = config.getoption("--fp8check-report"), config.getoption("--fp8check-json")
+    if report or json_path:
+        config.pluginmanager.register(_Collector(config, report, json_path), _COLLECTOR)
+
+
+def _marker_options(marker: pytest.Mark, config: pytest.Config) -> dict[str, Any]:
+    unknown = set(marker.kwargs) - set(_MARKER_ARGS)
+    if marker.args or unknown:
+        raise pytest.UsageError(
+            f"@pytest.mark.fp8check takes keywords {', '.join(_MARKER_ARGS)}; got "
+            f"{list(marker.args) + sorted(unknown)}")
+    opts = _MARKER_ARGS | marker.kwargs
+    opts["suite"] = config.getoption("--fp8check-suite") or opts["suite"]
+    return opts
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker(MARKER)
+    if FIXTURE not in metafunc.fixturenames:
+        if marker is not None:
+            raise pytest.UsageError(f"{metafunc.definition.nodeid}: @pytest.mark.fp8check "
+                                    f"needs the {FIXTURE} fixture as an argument")
+        return
+    if marker is None:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: the {FIXTURE} fixture needs "
+                                f"@pytest.mark.fp8check(suite=...)")
+    from fp8check.cases import build_suite
+
+    opts = _marker_options(marker, metafunc.config)
+    try:
+        cases = build_suite(opts["suite"], opts["seed"])
+    except ValueError as e:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: {e}") from e
+    metafunc.parametrize(FIXTURE, cases, ids=[c.id for c in cases], indirect=True)
+
+
+@pytest.fixture
+def fp8check_case(request: pytest.FixtureRequest):
+    """A `fp8check.testing.GateCase`: one gate case, its kernel arguments (`args`), and
+    `assert_matches(out)`, which applies the gate's criteria."""
+    from fp8check.testing import GateCase, assertion_context
+
+    opts = _marker_options(request.node.get_closest_marker(MARKER), request.config)
+    try:
+        gate_case = GateCase(request.param, contract=opts["contract"], profile=opts["profile"],
+                             suite=opts["suite"], seed=opts["seed"], kernel=opts["kernel"],
+                             framework=opts["framework"], out_dtypes=tuple(opts["out_dtypes"]),
+                             m_align=int(opts["m_align"]))
+    except ValueError as e:
+        raise pytest.UsageError(f"{request.node.nodeid}: {e}") from e
+    reason = gate_case.unsupported()
+    if reason is not None:
+        pytest.skip(f"fp8check: {reason}")
+    with assertion_context(label=_label(request.node), gate_case=gate_case):
+        yield gate_case
+
+
+def _label(item: pytest.Item) -> str:
+    """The report's 'kernel' column: the test function without its parameters."""
+    return item.nodeid.split("[", 1)[0]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Label every assertion made by the test body with the test (when fp8check is
+    already imported: a test that never used it is left alone)."""
+    import sys
+
+    if "fp8check.testing" not in sys.modules and FIXTURE not in getattr(item, "fixturenames",
+                                                                           ()):
+        return (yield)
+    from fp8check.testing import _context, assertion_context
+
+    ctx = _context.get()
+    if ctx is not None and ctx.label:  # the fixture already set it (with the gate case)
+        return (yield)
+    with assertion_context(label=_label(item)):
+        return (yield)
+
+
+class _Collector:
+    """Gathers every CaseResult of the run; writes the gate's JSON and HTML at the end."""
+
+    def __init__(self, config: pytest.Config, report: str | None, json_path: str | None):
+        self.config = config
+        self.report = Path(report) if report else None
+        self.json = Path(json_path) if json_path else self.report.with_suffix(".json")
+        self.results: list[Any] = []
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        from fp8check import testing
+
+        testing.add_listener(self.results.append)
+        testing.set_failure_dir((self.report or self.json).parent / "fp8check-failures")
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from fp8check import results, testing
+
+        testing.remove_listener(self.results.append)
+        testing.set_failure_dir(None)
+        env = results.environment([], suite=self.config.getoption("--fp8check-suite") or "",
+                                  seed=0, profile="per assertion", backend="pytest",
+                                  load_errors={})
+        env["source"] = "pytest " + " ".join(self.config.invocation_params.args)
+        doc = results.document(self.results, results.summarize(self.results, {}), env)
+        results.write_json(self.json, doc)
+        if self.report is not None:
+            from fp8check.reports.html import write_html
+
+            write_html(self.report, doc)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        n_fail = sum(1 for r in self.results if r.passed is False)
+        where = self.report or self.json
+        terminalreporter.write_line(f"fp8check: {len(self.results)} assertions recorded, "
+                                    f"{n_fail} failed; report: {where}")

@@ -1,0 +1,54 @@
+"""The layer-3 tiny MoE model in JAX on the Pallas MoE layer (`moe.moe_layer`).
+
+The model is `fp8check.references.trainer`'s (its docstring): fixed embedding and head in
+float32, two residual MoE blocks on rmsnorm'd bf16 inputs, mean cross-entropy.  Only the
+blocks' grouped matmuls differ between variants ("fp8": `gmm_fp8_train`, "bf16":
+`gmm_bf16_train`, or any `GroupedMatmul` a test injects).  The whole loss-and-gradient
+step is one `jax.jit`: interpret-mode Pallas kernels are traced once and then run as
+compiled XLA, so a step costs milliseconds on a CPU.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fp8check.kernels.pallas.moe import VARIANTS, GroupedMatmul, moe_layer
+from fp8check.references.trainer import GradFn, ModelConfig, Params, frozen_params
+
+
+def _rmsnorm(h: jax.Array) -> jax.Array:
+    return h * jax.lax.rsqrt(jnp.mean(h * h, axis=-1, keepdims=True) + 1e-6)
+
+
+def make_grad_fn(cfg: ModelConfig, gmm: GroupedMatmul | str, task_seed: int = 0) -> GradFn:
+    """A `GradFn` (numpy params in, (loss, numpy grads) out) of the model whose expert
+    matmuls are `gmm` (a variant name of `moe.VARIANTS` or a differentiable GMM)."""
+    if isinstance(gmm, str):
+        if gmm not in VARIANTS:
+            raise ValueError(f"variant must be one of {tuple(VARIANTS)}, got {gmm!r}")
+        gmm = VARIANTS[gmm]
+    emb, head = (jnp.asarray(a) for a in frozen_params(cfg, task_seed))
+    no_bias = jnp.zeros(cfg.experts, jnp.float32)
+
+    def loss_fn(params, tokens, targets):
+        h = emb[tokens]
+        for b in range(cfg.blocks):
+            out, _ = moe_layer(_rmsnorm(h).astype(jnp.bfloat16), params[f"b{b}.w_router"],
+                               no_bias, params[f"b{b}.wi"], params[f"b{b}.wo"],
+                               top_k=cfg.top_k, gmm=gmm)
+            h = h + out
+        logits = _rmsnorm(h) @ head
+        nll = jax.nn.logsumexp(logits, axis=1) - jnp.take_along_axis(
+            logits, targets[:, None], axis=1)[:, 0]
+        return jnp.mean(nll)
+
+    step = jax.jit(jax.value_and_grad(loss_fn))
+
+    def grad_fn(params: Params, tokens: np.ndarray, targets: np.ndarray):
+        loss, grads = step({k: jnp.asarray(v) for k, v in params.items()},
+                           jnp.asarray(tokens), jnp.asarray(targets))
+        return float(loss), {k: np.asarray(v, np.float32) for k, v in grads.items()}
+
+    return grad_fn

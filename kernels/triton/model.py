@@ -1,0 +1,55 @@
+"""The layer-3 tiny MoE model in torch on the Triton MoE layer (`moe.moe_layer`).
+
+The model is `fp8check.references.trainer`'s (its docstring): fixed embedding and head in
+float32, two residual MoE blocks on rmsnorm'd bf16 inputs, mean cross-entropy.  Only the
+blocks' grouped matmuls differ between variants ("fp8": `grouped_linear_fp8`, "bf16":
+`grouped_linear_bf16`, or any `GroupedMatmul` a test injects).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fp8check.references.trainer import (
+    GradFn,
+    ModelConfig,
+    Params,
+    frozen_params,
+    torch_single_thread,
+)
+
+from .moe import VARIANTS, GroupedMatmul, moe_layer
+
+
+def _rmsnorm(h: torch.Tensor) -> torch.Tensor:
+    return h * torch.rsqrt(torch.mean(h * h, dim=-1, keepdim=True) + 1e-6)
+
+
+def make_grad_fn(cfg: ModelConfig, gmm: GroupedMatmul | str, task_seed: int = 0) -> GradFn:
+    """A `GradFn` (numpy params in, (loss, numpy grads) out) of the model whose expert
+    matmuls are `gmm` (a variant name of `moe.VARIANTS` or a differentiable GMM)."""
+    if isinstance(gmm, str):
+        if gmm not in VARIANTS:
+            raise ValueError(f"variant must be one of {tuple(VARIANTS)}, got {gmm!r}")
+        gmm = VARIANTS[gmm]
+    emb, head = (torch.from_numpy(a) for a in frozen_params(cfg, task_seed))
+    no_bias = torch.zeros(cfg.experts)
+    names = cfg.trainable()
+
+    @torch_single_thread()  # ~20% faster: the torch glue between kernels is tiny
+    def grad_fn(params: Params, tokens: np.ndarray, targets: np.ndarray):
+        p = {k: torch.tensor(params[k], dtype=torch.float32, requires_grad=True)
+             for k in names}
+        h = emb[torch.from_numpy(tokens.astype(np.int64))]
+        for b in range(cfg.blocks):
+            out, _ = moe_layer(_rmsnorm(h).to(torch.bfloat16), p[f"b{b}.w_router"], no_bias,
+                               p[f"b{b}.wi"], p[f"b{b}.wo"], top_k=cfg.top_k, gmm=gmm)
+            h = h + out
+        logits = _rmsnorm(h) @ head
+        loss = torch.nn.functional.cross_entropy(
+            logits, torch.from_numpy(targets.astype(np.int64)))
+        grads = torch.autograd.grad(loss, [p[k] for k in names])
+        return float(loss.detach()), {k: g.numpy() for k, g in zip(names, grads, strict=True)}
+
+    return grad_fn
