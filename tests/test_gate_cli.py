@@ -106,7 +106,7 @@ def test_plain_function_with_declared_limits_skips_and_passes(kernels, tmp_path)
         (["--profile", "off"], "never off"),
         (["--suite", "nightly"], "invalid choice"),
         (["--layers", "1,x"], "--layers"),
-        (["--layers", "3"], "this build has layers"),
+        (["--layers", "5"], "this build has layers"),
         (["--kernel", "no_such_kernel"], "module:attr"),
         (["--kernel", "numpy:matmul"], "--contract and --framework"),
         (["--kernel", "pallas-fp8", "--backend", "warp"], "invalid choice"),
