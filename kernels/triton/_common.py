@@ -76,3 +76,15 @@ def locate_tile(pid_m, group_sizes_ptr, row_ends_ptr, tile_ends_ptr, G,
     row0 = tl.load(row_ends_ptr + gs) - size
     tile0 = tl.load(tile_ends_ptr + gs) - tl.cdiv(size, BLOCK_M)
     return g, row0, size, (pid_m - tile0) * BLOCK_M
+
+
+def output_buffer(out: torch.Tensor | None, shape: tuple[int, ...], dtype: torch.dtype,
+                  device: torch.device, *, zero: bool = False) -> torch.Tensor:
+    """The caller's `out` checked to be `dtype` of `shape`, or a new one (zeroed when
+    `zero`, else uninitialised)."""
+    if out is None:
+        return (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=device)
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype:
+        raise ValueError(f"out must be {dtype} {tuple(shape)}, got {out.dtype} "
+                         f"{tuple(out.shape)}")
+    return out

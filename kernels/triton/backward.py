@@ -23,6 +23,7 @@ from ._common import (
     group_schedule,
     locate_tile,
     max_row_tiles,
+    output_buffer,
     prepare_backend,
 )
 
@@ -87,11 +88,7 @@ def _check_tiles(k: int, n: int, block_k: int, block_n: int) -> None:
 def _out(out: torch.Tensor | None, shape, dtype, device, zero: bool) -> torch.Tensor:
     if dtype not in OUT_DTYPES:
         raise ValueError(f"out_dtype must be one of {OUT_DTYPES}, got {dtype}")
-    if out is None:
-        return (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=device)
-    if tuple(out.shape) != tuple(shape) or out.dtype != dtype:
-        raise ValueError(f"out must be {dtype} {tuple(shape)}, got {out.dtype} "
-                         f"{tuple(out.shape)}")
+    out = output_buffer(out, shape, dtype, device, zero=zero)
     check_tma_operand("out", out)
     return out
 

@@ -45,6 +45,7 @@ from ._common import (
     group_schedule,
     locate_tile,
     max_row_tiles,
+    output_buffer,
     prepare_backend,
 )
 
@@ -148,10 +149,7 @@ def gmm_fp8(lhs_q: torch.Tensor, lhs_scale: torch.Tensor, rhs_q: torch.Tensor,
     check_gmm_fp8_inputs(lhs_q, lhs_scale, rhs_q, rhs_scale, group_sizes, out_dtype,
                          block_m, block_n)
     m, n = lhs_q.shape[0], rhs_q.shape[2]
-    if out is None:
-        out = torch.empty((m, n), dtype=out_dtype, device=lhs_q.device)
-    elif out.shape != (m, n) or out.dtype != out_dtype:
-        raise ValueError(f"out must be {out_dtype} {(m, n)}, got {out.dtype} {tuple(out.shape)}")
+    out = output_buffer(out, (m, n), out_dtype, lhs_q.device)
     check_tma_operand("out", out)
     return launch_gmm_fp8(lhs_q, lhs_scale, rhs_q, rhs_scale, group_sizes, out, block_m,
                           block_n)

@@ -21,41 +21,10 @@ import torch
 
 from fp8check.references.moe import MoEInputs, MoEOutputs
 
-from .autograd import grouped_linear_fp8
-from .backward import dgrad, tgmm
+from .autograd import grouped_linear_bf16, grouped_linear_fp8
 
 # A differentiable grouped matmul: (x [M, K], w [G, K, N], group_sizes [G]) -> [M, N] bf16.
 GroupedMatmul = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-class GroupedLinearBF16(torch.autograd.Function):
-    """y [M, N] bf16 = x_g @ w_g per group; bf16 operands, float32 accumulation, forward
-    and backward (group_sizes gets no gradient)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, w: torch.Tensor, group_sizes: torch.Tensor):
-        x16, w16 = x.to(torch.bfloat16).contiguous(), w.to(torch.bfloat16).contiguous()
-        y = dgrad(x16, w16.transpose(1, 2).contiguous(), group_sizes)
-        ctx.save_for_backward(x16, w16, group_sizes)
-        ctx.dtypes = (x.dtype, w.dtype)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy: torch.Tensor):
-        x16, w16, group_sizes = ctx.saved_tensors
-        dy16 = dy.to(torch.bfloat16).contiguous()
-        dx = dgrad(dy16, w16, group_sizes, out_dtype=torch.float32).to(ctx.dtypes[0])
-        dw = tgmm(x16, dy16, group_sizes, out_dtype=torch.float32).to(ctx.dtypes[1])
-        return dx, dw, None
-
-
-def grouped_linear_bf16(x: torch.Tensor, w: torch.Tensor,
-                        group_sizes: torch.Tensor) -> torch.Tensor:
-    """Differentiable bf16 grouped linear, the bf16 twin of `grouped_linear_fp8`."""
-    if x.ndim != 2 or w.ndim != 3 or x.shape[1] != w.shape[1]:
-        raise ValueError(f"x must be [M,K] and w [G,K,N] with matching K, got "
-                         f"{tuple(x.shape)}, {tuple(w.shape)}")
-    return GroupedLinearBF16.apply(x, w, group_sizes)
 
 
 VARIANTS: dict[str, GroupedMatmul] = {"fp8": grouped_linear_fp8, "bf16": grouped_linear_bf16}

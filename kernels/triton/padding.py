@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from ._common import output_buffer
 from .gmm import check_gmm_fp8_inputs, launch_gmm_fp8
 
 _BYTES_FP8 = 1
@@ -58,10 +59,7 @@ def gmm_fp8_padded(lhs_q: torch.Tensor, lhs_scale: torch.Tensor, rhs_q: torch.Te
     check_gmm_fp8_inputs(lhs_q, lhs_scale, rhs_q, rhs_scale, group_sizes, out_dtype,
                          block_m, block_n)
     m, n = lhs_q.shape[0], rhs_q.shape[2]
-    if out is None:
-        out = torch.empty((m, n), dtype=out_dtype, device=lhs_q.device)
-    elif out.shape != (m, n) or out.dtype != out_dtype:
-        raise ValueError(f"out must be {out_dtype} {(m, n)}, got {out.dtype} {tuple(out.shape)}")
+    out = output_buffer(out, (m, n), out_dtype, lhs_q.device)
     sizes_pad = padded_sizes(group_sizes, block_m)
     m_pad = int(sizes_pad.sum())
     dest = padded_row_index(group_sizes, block_m)
