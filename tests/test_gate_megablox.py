@@ -32,3 +32,29 @@ def test_megablox_passes_smoke(tmp_path, monkeypatch):
     doc = json.loads((tmp_path / "m.json").read_text())
     assert rc == 0 and doc["summary"]["n_passed"] == len(doc["results"]) > 0
     assert doc["environment"]["kernels"]["megablox-bf16"]["backend"] == "interpret"
+
+
+def test_megablox_fails_when_handed_wrong_group_sizes():
+    """The same third-party kernel, wired with group sizes shifted by one expert (a
+    metadata bug in the caller), fails every smoke case it runs on."""
+    import dataclasses
+
+    from fp8check import cases
+    from fp8check.layers.op import build_problem, validate_case
+    from fp8check.profiles import get_profile
+
+    good = megablox_bf16("interpret")
+
+    def shifted(lhs, rhs, group_sizes, out_dtype):
+        return good.fn(lhs, rhs, np.roll(np.asarray(group_sizes), 1), out_dtype)
+
+    bad = dataclasses.replace(good, name="megablox-shifted-groups", fn=shifted)
+    verdicts = []
+    for case in cases.build_suite("smoke"):
+        if cases.supported(case, bad.out_dtypes, bad.m_align) is None:
+            prob = build_problem("gmm", case)
+            res_good = validate_case(good, case, get_profile("strict"), prob)
+            res_bad = validate_case(bad, case, get_profile("strict"), prob)
+            assert res_good.passed, res_good.failed_criteria
+            verdicts.append((res_bad.passed, res_bad.failed_criteria))
+    assert verdicts and all(not passed and "bound_ratio" in failed for passed, failed in verdicts)
