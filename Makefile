@@ -3,7 +3,6 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-REPORT ?= reports/out/gate.html
 
 .PHONY: setup browser gate test lint bench
 
@@ -19,7 +18,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 gate: $(STAMP)
-	$(BIN)/fp8check gate --report $(REPORT) --json reports/out/gate.json --junit reports/out/gate.xml
+	$(BIN)/fp8check gate  # [tool.fp8check] in pyproject.toml: reports/out/gate.html, .json, .xml
 
 # The report's browser test needs Debian's chromium (the machines run as root).
 browser:
