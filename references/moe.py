@@ -209,3 +209,11 @@ def moe_reference(inp: MoEInputs, operands: str = "exact") -> MoEOutputs:
     out.backward(torch.tensor(inp.dy, dtype=f64))
     return MoEOutputs(out=out.detach().numpy(), dx=x.grad.numpy(), d_router=w_r.grad.numpy(),
                       d_wi=wi.grad.numpy(), d_wo=wo.grad.numpy(), group_sizes=group_sizes)
+
+
+def variant_of(variants: dict, name: str):
+    """The grouped matmul a family registers under `name` ("fp8", "bf16"); ValueError
+    naming the choices otherwise."""
+    if name not in variants:
+        raise ValueError(f"variant must be one of {tuple(variants)}, got {name!r}")
+    return variants[name]

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fp8check.kernels.pallas.moe import VARIANTS, GroupedMatmul, moe_layer
+from fp8check.references.moe import variant_of
 from fp8check.references.trainer import GradFn, ModelConfig, Params, frozen_params
 
 
@@ -26,9 +27,7 @@ def make_grad_fn(cfg: ModelConfig, gmm: GroupedMatmul | str, task_seed: int = 0)
     """A `GradFn` (numpy params in, (loss, numpy grads) out) of the model whose expert
     matmuls are `gmm` (a variant name of `moe.VARIANTS` or a differentiable GMM)."""
     if isinstance(gmm, str):
-        if gmm not in VARIANTS:
-            raise ValueError(f"variant must be one of {tuple(VARIANTS)}, got {gmm!r}")
-        gmm = VARIANTS[gmm]
+        gmm = variant_of(VARIANTS, gmm)
     emb, head = (jnp.asarray(a) for a in frozen_params(cfg, task_seed))
     no_bias = jnp.zeros(cfg.experts, jnp.float32)
 

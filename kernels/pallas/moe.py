@@ -20,7 +20,7 @@ import numpy as np
 from fp8check.kernels.pallas.gmm import dgrad, gmm_bf16
 from fp8check.kernels.pallas.tgmm import tgmm
 from fp8check.kernels.pallas.train import gmm_fp8_train
-from fp8check.references.moe import MoEInputs, MoEOutputs
+from fp8check.references.moe import MoEInputs, MoEOutputs, variant_of
 
 # A differentiable grouped matmul: (lhs [M, K], rhs [G, K, N], group_sizes [G]) -> [M, N].
 GroupedMatmul = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
@@ -105,6 +105,4 @@ def run_moe(inp: MoEInputs, gmm: GroupedMatmul) -> MoEOutputs:
 
 def run_variant(inp: MoEInputs, variant: str) -> MoEOutputs:
     """`run_moe` with the variant's kernels ("fp8" or "bf16")."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {tuple(VARIANTS)}, got {variant!r}")
-    return run_moe(inp, VARIANTS[variant])
+    return run_moe(inp, variant_of(VARIANTS, variant))

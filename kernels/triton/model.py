@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fp8check.references.moe import variant_of
 from fp8check.references.trainer import (
     GradFn,
     ModelConfig,
@@ -30,9 +31,7 @@ def make_grad_fn(cfg: ModelConfig, gmm: GroupedMatmul | str, task_seed: int = 0)
     """A `GradFn` (numpy params in, (loss, numpy grads) out) of the model whose expert
     matmuls are `gmm` (a variant name of `moe.VARIANTS` or a differentiable GMM)."""
     if isinstance(gmm, str):
-        if gmm not in VARIANTS:
-            raise ValueError(f"variant must be one of {tuple(VARIANTS)}, got {gmm!r}")
-        gmm = VARIANTS[gmm]
+        gmm = variant_of(VARIANTS, gmm)
     emb, head = (torch.from_numpy(a) for a in frozen_params(cfg, task_seed))
     no_bias = torch.zeros(cfg.experts)
     names = cfg.trainable()

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from fp8check.references.moe import MoEInputs, MoEOutputs
+from fp8check.references.moe import MoEInputs, MoEOutputs, variant_of
 
 from .autograd import grouped_linear_bf16, grouped_linear_fp8
 
@@ -73,6 +73,4 @@ def run_moe(inp: MoEInputs, gmm: GroupedMatmul) -> MoEOutputs:
 
 def run_variant(inp: MoEInputs, variant: str) -> MoEOutputs:
     """`run_moe` with the variant's kernels ("fp8" or "bf16")."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {tuple(VARIANTS)}, got {variant!r}")
-    return run_moe(inp, VARIANTS[variant])
+    return run_moe(inp, variant_of(VARIANTS, variant))
