@@ -4,9 +4,13 @@ Prints, measured in this one run:
 * dev shape (wi EP=8 shard: M=8192, K=2048, N=512, G=32): reference gmm time per accum
   recipe against a plain float32 matmul of the same FLOPs (numpy, same BLAS), as a ratio;
 * dev shape: the exact tgmm and dgrad references (bf16 operands) in the same table;
+* the layer-1 metrics (ULP, bound ratio, SQNR; `fp8check.summary.summarize`) over 10^8
+  elements against one numpy pass over the same bytes (a sum of each input array);
 * production shapes wi (M=65536, K=2048, N=512, G=256) and wo (K and N swapped): time and
-  peak RSS of the reference gmm plus the layer-1 metrics on its output (ULP distance,
-  bound ratio, SQNR), each in a fresh subprocess so the peak is its own.
+  peak RSS of the reference gmm (standing in for a kernel's output) and of the streamed
+  layer-1 metrics on it (`fp8check.summary.gmm_summary`: exact reference, |A||B|, the
+  deepgemm recipe and the metrics one row chunk at a time), each in a fresh subprocess so
+  the peak is its own.
 
 Usage: python benchmarks/reference.py [--skip-production]
 """
@@ -83,28 +87,39 @@ def dev_table():
         print(f"{name + ' exact':<10} {t * 1e3:9.1f} {t / base:7.2f}")
 
 
+def metrics_table(n=10**8):
+    from fp8check.summary import summarize
+
+    rng = np.random.default_rng(4)
+    exact = rng.standard_normal(n)
+    out = exact.astype(np.float32)
+    abs_ab = np.abs(exact) * 4.0
+    summarize(out[:10], exact[:10], abs_ab[:10], 2048)  # compile / warm
+    base = best_of(lambda: (out.sum(), exact.sum(), abs_ab.sum()))
+    t = best_of(lambda: summarize(out, exact, abs_ab, 2048))
+    print(f"metrics over {n:.0e} elements (ULP, bound ratio, SQNR): {t * 1e3:.0f} ms; one "
+          f"numpy pass over the same {(out.nbytes + exact.nbytes + abs_ab.nbytes) / 2**30:.1f}"
+          f" GiB {base * 1e3:.0f} ms; ratio {t / base:.2f} (target <= 2.0)")
+
+
 def production_child(layer: str):
-    from fp8check import metrics
-    from fp8check.references import abs_product, gmm
+    from fp8check.references import gmm
+    from fp8check.summary import gmm_summary
 
     shape = PROD[layer]
     t = time.perf_counter()
     lhs, rhs, gs = make_problem(**shape)
     t_make = time.perf_counter() - t
     t = time.perf_counter()
-    out = gmm(lhs, rhs, gs, accum="deepgemm")
+    out = gmm(lhs, rhs, gs, accum="deepgemm")  # the kernel output under test, stood in for
     t_ref = time.perf_counter() - t
-    # The layer-1 metrics on the output, against the reference as the kernel's stand-in:
-    # the exact value of a whole production GMM is not needed for their cost.
     t = time.perf_counter()
-    ref64 = out.astype(np.float64)
-    metrics.ulp_distance(out, out, np.float32)
-    metrics.bound_ratio(ref64, ref64, abs_product(lhs, rhs, gs), shape["k"])
-    metrics.sqnr_db(ref64, ref64)
+    s = gmm_summary(out, lhs, rhs, gs, accum="deepgemm")
     t_metrics = time.perf_counter() - t
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
     print(json.dumps({"make_s": t_make, "gmm_s": t_ref, "metrics_s": t_metrics,
-                      "peak_gib": peak}))
+                      "peak_gib": peak, "bit_exact": s.n_ref_mismatch == 0,
+                      "bound_ratio_max": s.bound_ratio_max}))
 
 
 def production():
@@ -113,8 +128,10 @@ def production():
                              capture_output=True, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"production {layer} {shape}: inputs {r['make_s']:.1f} s, reference gmm "
-              f"{r['gmm_s']:.1f} s, metrics {r['metrics_s']:.1f} s, peak RSS "
-              f"{r['peak_gib']:.2f} GiB (target < 4 GiB)")
+              f"{r['gmm_s']:.1f} s, streamed layer-1 metrics (exact reference, |A||B|, "
+              f"recipe, ULP/bound/SQNR) {r['metrics_s']:.1f} s, peak RSS "
+              f"{r['peak_gib']:.2f} GiB (target < 4 GiB); bit-exact {r['bit_exact']}, "
+              f"bound ratio max {r['bound_ratio_max']:.3g}")
 
 
 if __name__ == "__main__":
@@ -126,5 +143,6 @@ if __name__ == "__main__":
         production_child(args.production_child)
     else:
         dev_table()
+        metrics_table()
         if not args.skip_production:
             production()

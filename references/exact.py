@@ -32,14 +32,23 @@ import math
 
 import numba
 import numpy as np
+from numba import types
+from numba.extending import intrinsic
 
 # Superaccumulator geometry: values from 2^EMIN upward in 32-bit digits.  float64 terms
 # reach 2^-1074 .. 2^1024; the products the references add stay far inside that.
 EMIN = -1152
 NCELLS = (1024 + 64 - EMIN) // 32 + 4
+# Two bookkeeping slots after the digits record the window of cells in use, so rounding
+# touches only those (a dot product's terms span a few cells of the 74): acc[NCELLS] is
+# one past the highest cell written plus a carry cell, acc[NCELLS + 1] is NCELLS minus
+# the lowest; both 0 when empty, so np.zeros(ACC_SIZE) is an empty accumulator.
+ACC_SIZE = NCELLS + 2
 _MASK32 = (1 << 32) - 1
 
 _F32_TINY = 2.0**-126
+_LOW29 = (1 << 29) - 1  # float64 fraction bits below float32's 23
+_HALF29 = 1 << 28
 _SPLIT25 = 2.0**28 + 1.0  # Veltkamp constant that keeps the top 53 - 28 = 25 bits
 
 # (precision in significant bits, exponent of the smallest normal) for each output format.
@@ -47,6 +56,39 @@ PRECISION = {
     np.dtype(np.float64): (53, -1022),
     np.dtype(np.float32): (24, -126),
 }
+
+
+@intrinsic
+def bits_f64(typingctx, x):
+    """The int64 bit pattern of a float64 (an LLVM bitcast: it vectorizes, unlike a view)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.int64))
+    return types.int64(types.float64), codegen
+
+
+@intrinsic
+def f64_of_bits(typingctx, x):
+    """The float64 with int64 bit pattern x."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float64))
+    return types.float64(types.int64), codegen
+
+
+@intrinsic
+def bits_f32(typingctx, x):
+    """The int32 bit pattern of a float32."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.int32))
+    return types.int32(types.float32), codegen
+
+
+@numba.njit(cache=True, inline="always")
+def may_double_round_f32(s):
+    """Whether RN32(s) can differ from RN32(x) for some x with RN64(x) = s: s is exactly
+    halfway between two float32 normals (its 29 bits below float32 precision are 1000...0)
+    or lies in float32's subnormal range, where midpoints have fewer bits.  A vectorizable
+    screen for the exact fallback: false for every other finite float64 (module doc)."""
+    return (bits_f64(s) & _LOW29) == _HALF29 or abs(s) < _F32_TINY
 
 
 @numba.njit(cache=True, inline="always")
@@ -113,7 +155,8 @@ def fma_f32(a, b, c) -> np.ndarray:
 
 @numba.njit(cache=True, inline="always")
 def acc_add(acc, x):
-    """Add float64 `x` exactly to the superaccumulator `acc` (int64[NCELLS])."""
+    """Add float64 `x` exactly to the superaccumulator `acc` (int64[ACC_SIZE], zeros when
+    new)."""
     if x == 0.0:
         return
     m, e = math.frexp(x)  # x = m * 2^e, 0.5 <= |m| < 1
@@ -130,6 +173,8 @@ def acc_add(acc, x):
     acc[cell] += sgn * (lo & _MASK32)
     acc[cell + 1] += sgn * ((lo >> 32) + (hi & _MASK32))
     acc[cell + 2] += sgn * (hi >> 32)
+    acc[NCELLS] = max(acc[NCELLS], cell + 4)
+    acc[NCELLS + 1] = max(acc[NCELLS + 1], NCELLS - cell)
 
 
 @numba.njit(cache=True, inline="always")
@@ -149,40 +194,50 @@ def two_product(a, b):
 @numba.njit(cache=True)
 def acc_round(acc, p, emin):
     """Round the exact value held in `acc` to `p` significant bits (RNE, subnormals below
-    2^emin), return it as float64, and clear `acc` for reuse.  Exact zero gives +0.0."""
-    n = acc.shape[0]
-    for i in range(n - 1):  # carry-propagate to digits in [0, 2^32)
+    2^emin), return it as float64, and clear `acc` for reuse.  Exact zero gives +0.0.
+
+    Only the window of cells in use is read: below it every cell is zero, and above it
+    too except for carries, which the window's top cell (one past the highest written)
+    absorbs: each written cell holds less than 2^60 in magnitude (fewer than 2^28 terms),
+    so its carry is below 2^28 and the top cell ends as the signed leading digit."""
+    top = acc[NCELLS] - 1
+    if top < 0:
+        return 0.0
+    low = NCELLS - acc[NCELLS + 1]
+    acc[NCELLS] = 0
+    acc[NCELLS + 1] = 0
+    for i in range(low, top):  # carry-propagate to digits in [0, 2^32)
         c = acc[i] >> 32
         acc[i] -= c << 32
         acc[i + 1] += c
     sign = 1.0
-    if acc[n - 1] < 0:
+    if acc[top] < 0:
         sign = -1.0
-        for i in range(n):
+        for i in range(low, top + 1):
             acc[i] = -acc[i]
-        for i in range(n - 1):
+        for i in range(low, top):
             c = acc[i] >> 32
             acc[i] -= c << 32
             acc[i + 1] += c
-    h = n - 1
-    while h >= 0 and acc[h] == 0:
+    h = top
+    while h >= low and acc[h] == 0:
         h -= 1
-    if h < 0:
+    if h < low:
         return 0.0
-    top = acc[h]
+    t = acc[h]
     b = 0
-    while (top >> b) != 0:
+    while (t >> b) != 0:
         b += 1
-    d1 = acc[h - 1] if h >= 1 else 0
-    d2 = acc[h - 2] if h >= 2 else 0
+    d1 = acc[h - 1] if h - 1 >= low else 0
+    d2 = acc[h - 2] if h - 2 >= low else 0
     # 64-bit window W of the leading bits (MSB set) as two 32-bit halves, plus sticky.
-    w = (np.uint64(top) << np.uint64(64 - b)) | (np.uint64(d1) << np.uint64(32 - b))
+    w = (np.uint64(t) << np.uint64(64 - b)) | (np.uint64(d1) << np.uint64(32 - b))
     w = w | (np.uint64(d2) >> np.uint64(b))
     sticky = (d2 & ((1 << b) - 1)) != 0
-    for i in range(h - 2):
+    for i in range(low, h - 2):
         if acc[i] != 0:
             sticky = True
-    for i in range(n):
+    for i in range(low, top + 1):
         acc[i] = 0
     msb = 32 * h + b - 1 + EMIN  # exponent of the leading bit
     q = max(msb - (p - 1), emin - (p - 1))  # exponent of the result's last kept bit
@@ -213,14 +268,19 @@ def precision_of(dtype) -> tuple[int, int]:
     raise ValueError(f"no exact rounding to {dt}; expected float64, float32 or bfloat16")
 
 
-@numba.njit(cache=True)
-def _exact_sum_rows(terms, p, emin):
-    out = np.empty(terms.shape[0], np.float64)
-    acc = np.zeros(NCELLS, np.int64)
-    for i in range(terms.shape[0]):
-        for t in range(terms.shape[1]):
-            acc_add(acc, terms[i, t])
-        out[i] = acc_round(acc, p, emin)
+@numba.njit(parallel=True, cache=True)
+def exact_sum_rows(terms, p, emin):
+    """The exact sum of each row of float64 terms [R, T] (any strides), rounded once to p
+    bits with subnormals below 2^emin (parallel over chunks of rows)."""
+    rows = terms.shape[0]
+    out = np.empty(rows, np.float64)
+    chunk = 1024
+    for c in numba.prange((rows + chunk - 1) // chunk):
+        acc = np.zeros(ACC_SIZE, np.int64)
+        for i in range(c * chunk, min(rows, (c + 1) * chunk)):
+            for t in range(terms.shape[1]):
+                acc_add(acc, terms[i, t])
+            out[i] = acc_round(acc, p, emin)
     return out
 
 
@@ -235,4 +295,4 @@ def exact_sum(terms: np.ndarray, dtype=np.float64) -> np.ndarray:
         raise ValueError("exact_sum: terms must be finite")
     p, emin = precision_of(dtype)
     flat = terms.reshape(-1, terms.shape[-1]) if terms.ndim else terms.reshape(1, 1)
-    return _exact_sum_rows(np.ascontiguousarray(flat), p, emin).reshape(terms.shape[:-1])
+    return exact_sum_rows(np.ascontiguousarray(flat), p, emin).reshape(terms.shape[:-1])

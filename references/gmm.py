@@ -34,12 +34,15 @@ from __future__ import annotations
 import ml_dtypes
 import numba
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from fp8check.references.exact import (
-    NCELLS,
+    ACC_SIZE,
     acc_add,
     acc_round,
+    exact_sum_rows,
     fma_f32_scalar,
+    may_double_round_f32,
     precision_of,
     round_pair_f32,
     two_product,
@@ -53,6 +56,7 @@ PLAIN_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16))
 # Rows of one group handled per step: keeps the float64 partials of a chunk near 8 MiB.
 _CHUNK_BYTES = 8 << 20
 _NO_REMAINDER = np.zeros((0, 0, 0), np.float64)
+_FUSED_ROWS = 64  # rows per parallel chunk of the fused e4m3 path: partials stay in L2
 
 
 def _fp8_lut(dtype) -> np.ndarray:
@@ -62,12 +66,21 @@ def _fp8_lut(dtype) -> np.ndarray:
 _LUT = {np.dtype(d): _fp8_lut(d) for d in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2)}
 
 
+@numba.njit(parallel=True, cache=True)
+def _gather(lut, codes):
+    out = np.empty(codes.shape[0])
+    for i in numba.prange(codes.shape[0]):
+        out[i] = lut[codes[i]]
+    return out
+
+
 def _to_f64(values: np.ndarray) -> np.ndarray:
     """Exact float64 image of an fp8 / bf16 / f32 array (fp8 through a 256-entry table)."""
     lut = _LUT.get(values.dtype)
     if lut is None:
         return values.astype(np.float64)
-    return lut[values.view(np.uint8)]
+    codes = np.ascontiguousarray(values).view(np.uint8).reshape(-1)
+    return _gather(lut, codes).reshape(values.shape)
 
 
 def check_group_sizes(group_sizes, num_groups: int, m: int) -> np.ndarray:
@@ -130,27 +143,79 @@ def _check_out(out_dtype, accum: str) -> np.dtype:
 
 
 @numba.njit(cache=True)
+def _accumulate_row(acc, p, a, sb, code, old):
+    """One K block of recipe `code` on one output row, in place: acc [N] float32 (the
+    accumulator), p [N] float32 (RN32 of the exact partials), a the row's lhs scale, sb [N]
+    the rhs scales; old [N] scratch.
+
+    The float32 fma is fma(x, y, c) = RN32(x*y + c) with x*y exact in float64, so
+    RN32(RN64(x*y + c)) equals it unless RN64's result may double-round
+    (`may_double_round_f32`, a rare exact midpoint or a float32 subnormal): the first loop
+    takes RN32(RN64(.)) for every element (it vectorizes), the second redoes the flagged
+    ones with the exact `fma_f32_scalar`."""
+    n = acc.shape[0]
+    if code == 2:  # tokamax: plain float32 multiplies and add, no fma
+        for j in range(n):
+            acc[j] = (p[j] * a) * sb[j] + acc[j]
+        return
+    flagged = 0
+    for j in range(n):
+        x, y = (a * sb[j], p[j]) if code == 0 else (p[j] * a, sb[j])
+        s = np.float64(x) * np.float64(y) + np.float64(acc[j])
+        old[j] = acc[j]
+        acc[j] = np.float32(s)
+        flagged += may_double_round_f32(s)
+    if flagged:
+        for j in range(n):
+            x, y = (a * sb[j], p[j]) if code == 0 else (p[j] * a, sb[j])
+            s = np.float64(x) * np.float64(y) + np.float64(old[j])
+            if may_double_round_f32(s):
+                acc[j] = fma_f32_scalar(x, y, old[j])
+
+
+@numba.njit(cache=True)
 def _accumulate(p_hi, p_lo, sa, sb, code):
     """Apply recipe `code` over K blocks in order.  p_hi + p_lo [KB, m, N] are the exact
     partials (p_hi = RN64, p_lo the exact remainder), sa [m, KB], sb [KB, N] (rhs scales
     expanded over N) -> acc float32 [m, N]."""
     kb_n, m, n = p_hi.shape
-    has_lo = p_lo.shape[0] != 0  # e4m3 partials are exact in float64: no remainder
     acc = np.zeros((m, n), np.float32)
+    p, old = np.empty(n, np.float32), np.empty(n, np.float32)
     for i in range(m):
         for kb in range(kb_n):
-            a = sa[i, kb]
             for j in range(n):
-                p = round_pair_f32(p_hi[kb, i, j], p_lo[kb, i, j]) if has_lo else (
-                    np.float32(p_hi[kb, i, j]))
-                b = sb[kb, j]
-                if code == 0:
-                    acc[i, j] = fma_f32_scalar(a * b, p, acc[i, j])
-                elif code == 1:
-                    acc[i, j] = fma_f32_scalar(p * a, b, acc[i, j])
-                else:
-                    acc[i, j] = (p * a) * b + acc[i, j]
+                p[j] = round_pair_f32(p_hi[kb, i, j], p_lo[kb, i, j])
+            _accumulate_row(acc[i], p, sa[i, kb], sb[kb], code, old)
     return acc
+
+
+@numba.njit(parallel=True, cache=True)
+def _gmm_e4m3(values, lut, b64, sa, sb, code, rows):
+    """The recipe `code` for one group of e4m3 operands, fused and parallel over chunks of
+    `rows` rows: values [m, K] uint8 (the lhs codes), lut [256] their float64 values,
+    b64 [K, N] the group's rhs as float64, sa [m, KB], sb [KB, N] -> float32 [m, N].
+    Each chunk forms its exact 128-wide partials with one float64 BLAS call per K block
+    (exact in any order, see the module docstring) and consumes them while in cache."""
+    m, k = values.shape
+    n = b64.shape[1]
+    out = np.empty((m, n), np.float32)
+    for t in numba.prange((m + rows - 1) // rows):
+        r0 = t * rows
+        r1 = min(m, r0 + rows)
+        a = np.empty((r1 - r0, 128))
+        acc = np.zeros((r1 - r0, n), np.float32)
+        p, old = np.empty(n, np.float32), np.empty(n, np.float32)
+        for kb in range(k // 128):
+            for i in range(r1 - r0):
+                for c in range(128):
+                    a[i, c] = lut[values[r0 + i, 128 * kb + c]]
+            part = np.dot(a, b64[128 * kb : 128 * (kb + 1)])
+            for i in range(r1 - r0):
+                for j in range(n):
+                    p[j] = np.float32(part[i, j])  # RN32 of the exact partial
+                _accumulate_row(acc[i], p, sa[r0 + i, kb], sb[kb], code, old)
+        out[r0:r1] = acc
+    return out
 
 
 @numba.njit(cache=True)
@@ -160,7 +225,7 @@ def _accumulate_exact(p_hi, p_lo, sa, sb, prec, emin):
     has_lo = p_lo.shape[0] != 0
     out = np.empty((m, n), np.float64)
     for i in range(m):
-        acc = np.zeros(NCELLS, np.int64)
+        acc = np.zeros(ACC_SIZE, np.int64)
         for j in range(n):
             for kb in range(kb_n):
                 s = np.float64(sa[i, kb]) * np.float64(sb[kb, j])  # exact: 24 + 24 bits
@@ -172,20 +237,76 @@ def _accumulate_exact(p_hi, p_lo, sa, sb, prec, emin):
     return out
 
 
-@numba.njit(cache=True)
-def exact_matmul(a, b, prec, emin):
-    """Exact a @ b for float64 a [m, k], b [k, n] whose pairwise products are exact in
-    float64 (true for images of float32 / bf16 / fp8), rounded once -> float64 [m, n]."""
+@numba.njit(parallel=True, cache=True)
+def _exact_matmul_terms(a, b, prec, emin):
+    """exact_matmul term by term: every product into the superaccumulator (parallel over
+    rows).  The fallback for operands whose slices would be too many."""
     m, k = a.shape
     n = b.shape[1]
     out = np.empty((m, n), np.float64)
-    for i in range(m):
-        acc = np.zeros(NCELLS, np.int64)
+    for i in numba.prange(m):
+        acc = np.zeros(ACC_SIZE, np.int64)
         for j in range(n):
             for t in range(k):
                 acc_add(acc, a[i, t] * b[t, j])
             out[i, j] = acc_round(acc, prec, emin)
     return out
+
+
+def slices(x: np.ndarray, beta: int, max_slices: int) -> list[np.ndarray] | None:
+    """Split float64 x [m, k] row by row into x = sum(slices) exactly, each slice holding
+    per row integers of magnitude <= 2^beta times a power of two (the row's unit); None if
+    more than max_slices are needed.
+
+    Per row, unit = 2^(floor(log2 max|r|) + 1 - beta) for the remainder r, hi = rint(r /
+    unit) * unit and r -= hi.  All exact: dividing by a power of two and rint are exact,
+    |r / unit| < 2^beta, and r - hi is a multiple of ulp(r_i) (hi is a multiple of unit,
+    itself a multiple of ulp(r_i) whenever hi_i != r_i) of magnitude <= unit / 2.  The
+    values here are images of float32 / bf16 data, far from float64's under/overflow.
+    """
+    out, r = [], np.array(x, dtype=np.float64)
+    while r.any():
+        if len(out) == max_slices:
+            return None
+        mu = np.max(np.abs(r), axis=1, keepdims=True)
+        e = np.frexp(np.where(mu > 0, mu, 1.0))[1] - 1  # floor(log2 mu), exactly
+        unit = np.ldexp(1.0, e + 1 - beta)
+        hi = np.rint(r / unit) * unit
+        out.append(hi)
+        r = r - hi
+    return out
+
+
+_MAX_SLICE_PAIRS = 16
+
+
+def exact_matmul(a: np.ndarray, b: np.ndarray, prec: int, emin: int) -> np.ndarray:
+    """Exact a @ b for float64 a [m, k], b [k, n] holding images of float32 / bf16 values,
+    rounded once to prec bits (subnormals below 2^emin) -> float64 [m, n].
+
+    Sliced (Ozaki's error-free splitting): a's rows and b's columns are split into slices
+    of integers of at most beta = floor((53 - ceil(log2 k)) / 2) bits times a per-row
+    (per-column) power of two.  A slice product a_s @ b_t then sums k integers of at most
+    2 beta bits times one common power of two per output element, so every partial sum
+    is an integer below 2^53 units: float64 BLAS returns it exactly in any order, with or
+    without fma.  The true product is the sum of the few slice products, which the
+    superaccumulator adds exactly and rounds once.  Data spanning many binades per row
+    needs many slices: past _MAX_SLICE_PAIRS products it falls back to adding every term.
+    """
+    k = a.shape[1]
+    if a.shape[0] == 0 or b.shape[1] == 0:
+        return np.zeros((a.shape[0], b.shape[1]))
+    beta = (53 - max(1, k - 1).bit_length()) // 2
+    sa = slices(a, beta, _MAX_SLICE_PAIRS)
+    sb = slices(np.ascontiguousarray(b.T), beta, _MAX_SLICE_PAIRS)
+    if sa is None or sb is None or len(sa) * len(sb) > _MAX_SLICE_PAIRS:
+        return _exact_matmul_terms(np.ascontiguousarray(a), np.ascontiguousarray(b), prec,
+                                   emin)
+    if not sa or not sb:  # a zero operand
+        return np.zeros((a.shape[0], b.shape[1]))
+    prods = np.stack([x @ y.T for x in sa for y in sb])  # [pairs, m, n], each exact
+    terms = prods.reshape(prods.shape[0], -1).T
+    return exact_sum_rows(terms, prec, emin).reshape(a.shape[0], b.shape[1])
 
 
 @numba.njit(cache=True)
@@ -197,7 +318,7 @@ def _exact_pair_partials(a, b):
     n = b.shape[2]
     hi = np.empty((kb_n, m, n), np.float64)
     lo = np.empty((kb_n, m, n), np.float64)
-    acc = np.zeros(NCELLS, np.int64)
+    acc = np.zeros(ACC_SIZE, np.int64)
     for kb in range(kb_n):
         for i in range(m):
             for j in range(n):
@@ -230,20 +351,29 @@ def _gmm_blockwise(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, 
     kb = lhs.values.shape[1] // 128
     offs = group_offsets(gs)
     chunk = max(1, _CHUNK_BYTES // (8 * kb * n))
+    fused = lhs.fmt == "e4m3fn" and accum != "exact"
     for g in range(gs.shape[0]):
         if gs[g] == 0:
             continue
         b64 = _to_f64(rhs.values[g])
         sb = np.repeat(rhs.scales[g].astype(np.float32), 128, axis=1)[:, :n]
         sb = np.ascontiguousarray(sb)
+        rows = slice(offs[g], offs[g + 1])
+        sa = np.ascontiguousarray(lhs.scales[rows].astype(np.float32))
+        if fused:
+            # One BLAS thread per numba thread: nested BLAS threads would oversubscribe.
+            with threadpool_limits(1, user_api="blas"):
+                out[rows] = _gmm_e4m3(lhs.values[rows].view(np.uint8), _LUT[lhs.values.dtype],
+                                      b64, sa, sb, _ACCUM_CODE[accum], _FUSED_ROWS)
+            continue
         for r0 in range(offs[g], offs[g + 1], chunk):
             r1 = min(r0 + chunk, offs[g + 1])
             p_hi, p_lo = _partials(_to_f64(lhs.values[r0:r1]), b64, lhs.fmt)
-            sa = np.ascontiguousarray(lhs.scales[r0:r1].astype(np.float32))
+            s = sa[r0 - offs[g] : r1 - offs[g]]
             if accum == "exact":
-                res = _accumulate_exact(p_hi, p_lo, sa, sb, *prec)
+                res = _accumulate_exact(p_hi, p_lo, s, sb, *prec)
             else:
-                res = _accumulate(p_hi, p_lo, sa, sb, _ACCUM_CODE[accum])
+                res = _accumulate(p_hi, p_lo, s, sb, _ACCUM_CODE[accum])
             out[r0:r1] = res.astype(out.dtype)
 
 

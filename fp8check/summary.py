@@ -1,0 +1,305 @@
+"""Layer-1 correctness metrics reduced in one pass, for outputs too large to keep the
+elementwise metric arrays of (production shapes: 10^8 elements and more).
+
+`summarize(out, exact, abs_ab, k)` returns, in one fused pass (numba, parallel over fixed
+blocks of elements), exactly what the elementwise functions of `fp8check.metrics` give
+when reduced:
+
+* `ulp_max`, `n_ulp_off`: max and count of `ulp_distance(out, RN(exact), out_dtype) > 0`
+  (distance to the correctly rounded exact value; `ULP_NAN` where out is NaN);
+* `bound_ratio_max`, `bound_ratio_argmax`, `n_over_bound`: max, first argmax and count
+  over 1 of `bound_ratio(out, exact, abs_ab, k, u=u, out_dtype=out_dtype, n=n)`, bit for
+  bit (the same float64 operations in the same order);
+* `n_nonfinite`: NaN or Inf in out (the reference must be finite);
+* `signal`, `noise`: sum exact^2 and sum (out - exact)^2, from which `sqnr_db` follows;
+  float64 sums in a fixed block order, so the result does not depend on the thread count
+  (it differs from numpy's pairwise sum by float64 rounding only);
+* with `ref` (a recipe reference such as `gmm(..., accum="deepgemm")`): `n_ref_mismatch`,
+  the elements with `ulp_distance(out, ref) != 0` (bits differ, +0 and -0 equal, NaN
+  never matches).
+
+`gmm_summary` streams a gmm-fp8 output through it group by group and row chunk by row
+chunk, computing the exact reference, |A||B| and the recipe reference for one chunk at a
+time: memory is the output plus operands plus O(chunk), never a float64 copy of a whole
+operand or output.  `Summary.merge` combines the chunks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import ml_dtypes
+import numba
+import numpy as np
+
+from fp8check.formats import get_format
+from fp8check.metrics import ULP_NAN
+from fp8check.references.exact import bits_f32, bits_f64, f64_of_bits
+
+_BLOCK = 1 << 16  # elements per parallel work item; fixes the order of the float64 sums
+_SUB = 1024  # elements per vectorized sub-block (buffers stay in L1)
+_F64_MAX = float(np.finfo(np.float64).max)
+_NEG_ZERO = np.int32(np.float32(-0.0).view(np.int32))
+OUT_DTYPES = {np.dtype(np.float32): 0, np.dtype(ml_dtypes.bfloat16): 16}  # -> ulp bit shift
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Reduced layer-1 metrics of one output (see the module docstring).  Indices are flat
+    into the row-major output; `bound_ratio_argmax` is -1 for an empty output."""
+
+    n: int
+    n_nonfinite: int
+    ulp_max: int
+    n_ulp_off: int
+    bound_ratio_max: float
+    bound_ratio_argmax: int
+    n_over_bound: int
+    signal: float
+    noise: float
+    n_ref_mismatch: int | None = None
+
+    @property
+    def sqnr_db(self) -> float:
+        """10 log10(signal / noise): inf when out == exact, -inf with NaN/Inf in out or an
+        all-zero exact value but nonzero error (as `metrics.sqnr_db`)."""
+        if self.n_nonfinite or not (math.isfinite(self.signal) and math.isfinite(self.noise)):
+            return -math.inf  # a float64 sum overflows only past 1e154, far outside float32
+        if self.noise == 0.0:
+            return math.inf
+        if self.signal == 0.0:
+            return -math.inf
+        return 10.0 * (math.log10(self.signal) - math.log10(self.noise))
+
+    @classmethod
+    def empty(cls, with_ref: bool) -> Summary:
+        """The summary of no elements (`n_ref_mismatch` 0 with a reference, else None)."""
+        return cls(0, 0, 0, 0, 0.0, -1, 0, 0.0, 0.0, 0 if with_ref else None)
+
+    def merge(self, other: Summary, offset: int) -> Summary:
+        """This summary followed by `other`, whose flat indices start at `offset`."""
+        later = other.bound_ratio_max > self.bound_ratio_max or self.bound_ratio_argmax < 0
+        both_ref = self.n_ref_mismatch is not None and other.n_ref_mismatch is not None
+        return Summary(
+            n=self.n + other.n,
+            n_nonfinite=self.n_nonfinite + other.n_nonfinite,
+            ulp_max=max(self.ulp_max, other.ulp_max),
+            n_ulp_off=self.n_ulp_off + other.n_ulp_off,
+            bound_ratio_max=max(self.bound_ratio_max, other.bound_ratio_max),
+            bound_ratio_argmax=(other.bound_ratio_argmax + offset
+                                if later and other.bound_ratio_argmax >= 0
+                                else self.bound_ratio_argmax),
+            n_over_bound=self.n_over_bound + other.n_over_bound,
+            signal=self.signal + other.signal,
+            noise=self.noise + other.noise,
+            n_ref_mismatch=self.n_ref_mismatch + other.n_ref_mismatch if both_ref else None,
+        )
+
+
+@numba.njit(cache=True, inline="always")
+def _pow2(k):
+    """2.0**k for -1022 <= k <= 1023, exactly, from its exponent field."""
+    return f64_of_bits(np.int64(k + 1023) << 52)
+
+
+@numba.njit(cache=True, inline="always")
+def _exponent(x):
+    """floor(log2 |x|) for a normal float64 x; -1023 for zero and float64 subnormals (below
+    every format's emin here, so they are clamped up to it like zero)."""
+    return ((bits_f64(x) >> 52) & 0x7FF) - 1023
+
+
+@numba.njit(cache=True, inline="always")
+def _ordered(x):
+    """float32 x -> its place on a monotone integer line (+0 and -0 both 0), as in
+    metrics.ulp_distance."""
+    b = np.int64(bits_f32(x))  # sign-extended: negative iff the sign bit is set
+    mag = b & 0x7FFFFFFF
+    return -mag if b < 0 else mag
+
+
+@numba.njit(cache=True, inline="always")
+def _rounded(x, p, emin):
+    """RNE of finite float64 x to p significant bits, subnormals below 2^emin, as float32
+    (exact: a power-of-two scaling and one rint; 2^128 and beyond become inf, float32's
+    and bfloat16's overflow rule)."""
+    q = max(_exponent(x), emin) - (p - 1)  # exponent of the last kept bit
+    return np.float32(np.rint(x * _pow2(-q)) * _pow2(q))
+
+
+@numba.njit(cache=True, inline="always")
+def _ratio(o, ex, ab, gamma, emin, mant):
+    """metrics.bound_ratio of one element, the same float64 operations in the same order;
+    inf for a non-finite o."""
+    if not abs(o) <= _F64_MAX:
+        return math.inf
+    ulp = _pow2(max(_exponent(max(abs(ex), abs(o))), emin) - mant)  # formats.ulp
+    return abs(o - ex) / (gamma * ab + 0.5 * ulp + 2.0**-53 * abs(ex))
+
+
+@numba.njit(cache=True, fastmath={"reassoc"})
+def _sum(buf, n):
+    """sum(buf[:n]); reassociation lets it vectorize (the order is fixed by the code)."""
+    s = 0.0
+    for i in range(n):
+        s += buf[i]
+    return s
+
+
+@numba.njit(cache=True, fastmath={"nnan"})
+def _max(buf, n):
+    """max(buf[:n]) of non-NaN, non-negative values (-1 when n == 0)."""
+    s = -1.0
+    for i in range(n):
+        s = max(s, buf[i])
+    return s
+
+
+@numba.njit(parallel=True, cache=True)
+def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift):
+    """Per block of _BLOCK elements: ints [nonfinite, ulp max, ulp off, over bound, ref
+    mismatches, invalid exact / abs_ab] and floats [bound max, signal, noise].
+    Elementwise values go through small buffers so that the elementwise loop and each
+    reduction vectorize."""
+    n = out.shape[0]
+    nb = (n + _BLOCK - 1) // _BLOCK
+    ints = np.zeros((nb, 6), np.int64)
+    flt = np.zeros((nb, 3), np.float64)
+    for b in numba.prange(nb):
+        sq, dd, rr = np.empty(_SUB), np.empty(_SUB), np.empty(_SUB)
+        dist = np.empty(_SUB, np.int64)
+        flt[b, 0] = -1.0
+        end = min(n, (b + 1) * _BLOCK)
+        for c0 in range(b * _BLOCK, end, _SUB):
+            m = min(_SUB, end - c0)
+            for t in range(m):
+                o32, ex = out[c0 + t], exact[c0 + t]
+                o = np.float64(o32)
+                d = abs(_ordered(o32) - _ordered(_rounded(ex, p, emin))) >> shift
+                dist[t] = d if o == o else ULP_NAN
+                rr[t] = _ratio(o, ex, abs_ab[c0 + t], gamma, emin, mant)
+                sq[t] = ex * ex
+                dd[t] = (o - ex) * (o - ex) if abs(o) <= _F64_MAX else 0.0
+            nonfinite = ulp_max = ulp_off = over = mismatch = bad = 0
+            for t in range(m):
+                ulp_max = max(ulp_max, dist[t])
+                ulp_off += dist[t] != 0
+                over += rr[t] > 1.0
+                nonfinite += rr[t] == math.inf  # a finite o's ratio is < 2^280
+                ex, ab = exact[c0 + t], abs_ab[c0 + t]
+                bad += not (abs(ex) <= _F64_MAX and 0.0 <= ab <= _F64_MAX)
+            if has_ref:
+                for t in range(m):
+                    a, r = bits_f32(out[c0 + t]), bits_f32(ref[c0 + t])
+                    # -0 == +0; a NaN never matches (as ulp_distance: NaN is ULP_NAN away)
+                    mismatch += ((a != r) & ((a | r) != _NEG_ZERO)) | (dist[t] == ULP_NAN)
+            ints[b, 0] += nonfinite
+            ints[b, 1] = max(ints[b, 1], ulp_max)
+            ints[b, 2] += ulp_off
+            ints[b, 3] += over
+            ints[b, 4] += mismatch
+            ints[b, 5] += bad
+            flt[b, 0] = max(flt[b, 0], _max(rr, m))
+            flt[b, 1] += _sum(sq, m)
+            flt[b, 2] += _sum(dd, m)
+    return ints, flt
+
+
+@numba.njit(cache=True)
+def _first_index_of(out, exact, abs_ab, value, start, stop, gamma, emin, mant):
+    """First i in [start, stop) whose bound ratio equals `value` (-1 if none)."""
+    for i in range(start, stop):
+        if _ratio(np.float64(out[i]), exact[i], abs_ab[i], gamma, emin, mant) == value:
+            return i
+    return -1
+
+
+def _f32_view(x: np.ndarray, name: str) -> np.ndarray:
+    """Flat float32 image (exact) of a float32 / bfloat16 array."""
+    x = np.asarray(x)
+    if x.dtype not in OUT_DTYPES:
+        raise ValueError(f"summarize: {name} must be float32 or bfloat16, got {x.dtype}")
+    return np.ascontiguousarray(x, dtype=np.float32).ravel()
+
+
+def summarize(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | None = None,
+              ref=None) -> Summary:
+    """Reduced layer-1 metrics of `out` (float32 or bfloat16, any shape) against `exact`
+    and `abs_ab` (float64, finite, same shape); `k`, `u`, `n` as in `metrics.bound_ratio`;
+    `ref` (out's dtype and shape) the recipe reference for the bit-exact count.  The ULP
+    and bound are taken in out's dtype.  ValueError for bad input, as the metrics."""
+    out = np.asarray(out)
+    shift = OUT_DTYPES.get(out.dtype)
+    if shift is None:
+        raise ValueError(f"summarize: out must be float32 or bfloat16, got {out.dtype}")
+    ex, ab = np.asarray(exact), np.asarray(abs_ab)
+    for name, arr in (("exact", ex), ("abs_ab", ab)):
+        if arr.dtype != np.float64 or arr.shape != out.shape:
+            raise ValueError(f"summarize: {name} must be float64 of out's shape {out.shape}, "
+                             f"got {arr.dtype} {arr.shape}")
+    if ref is not None and (np.asarray(ref).dtype != out.dtype or np.shape(ref) != out.shape):
+        raise ValueError(f"summarize: ref must match out ({out.dtype} {out.shape})")
+    if int(k) != k or k < 1:
+        raise ValueError(f"summarize: k must be a positive integer, got {k!r}")
+    n = int(k) + 2 * math.ceil(k / 128) + 2 if n is None else n
+    if not (0 < u and n * u < 1):
+        raise ValueError(f"summarize: need 0 < u and n*u < 1, got u={u!r}, n={n}")
+    ex, ab = np.ascontiguousarray(ex).ravel(), np.ascontiguousarray(ab).ravel()
+    fmt = get_format(out.dtype)
+    o32 = _f32_view(out, "out")
+    r32 = _f32_view(ref, "ref") if ref is not None else o32
+    p, gamma = fmt.mantissa_bits + 1, n * u / (1 - n * u)
+    ints, flt = _reduce(o32, ex, ab, r32, ref is not None, gamma, p, fmt.min_exponent,
+                        fmt.mantissa_bits, shift)
+    if ints[:, 5].any():  # checked in the same pass: a separate one would double the cost
+        raise ValueError("summarize: exact and abs_ab must be finite, abs_ab >= 0")
+    if not ints.shape[0]:
+        return Summary.empty(ref is not None)
+    best = int(np.argmax(flt[:, 0]))  # first block holding the max, then its first element
+    arg = _first_index_of(o32, ex, ab, flt[best, 0], best * _BLOCK,
+                          min(o32.size, (best + 1) * _BLOCK), gamma, fmt.min_exponent,
+                          fmt.mantissa_bits)
+    return Summary(
+        n=int(o32.size), n_nonfinite=int(ints[:, 0].sum()), ulp_max=int(ints[:, 1].max()),
+        n_ulp_off=int(ints[:, 2].sum()), bound_ratio_max=float(flt[best, 0]),
+        bound_ratio_argmax=int(arg), n_over_bound=int(ints[:, 3].sum()),
+        signal=float(flt[:, 1].sum()), noise=float(flt[:, 2].sum()),
+        n_ref_mismatch=int(ints[:, 4].sum()) if ref is not None else None,
+    )
+
+
+def gmm_summary(out, lhs, rhs, group_sizes, *, accum: str | None = "deepgemm",
+                rows_per_chunk: int = 2048) -> Summary:
+    """`summarize` of a gmm-fp8 output `out` [M, N] (float32 or bfloat16) against the
+    exact reference of lhs [M,K] (1x128) and rhs [G,K,N] (128x128) QTensors, streamed
+    `rows_per_chunk` rows of one group at a time; `accum` (None to skip) adds the
+    bit-exact count against `gmm(..., accum=accum)`.  Only rows below sum(group_sizes)
+    are compared, as in the gate."""
+    from fp8check.references import abs_product, gmm
+    from fp8check.references.gmm import check_group_sizes, group_offsets
+    from fp8check.references.quant import QTensor
+
+    out = np.asarray(out)
+    if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):
+        raise ValueError("gmm_summary: lhs and rhs must be QTensors")
+    m, g, n = lhs.shape[0], rhs.shape[0], rhs.shape[2]
+    if out.shape != (m, n):
+        raise ValueError(f"gmm_summary: out must be [M, N] = {(m, n)}, got {out.shape}")
+    if int(rows_per_chunk) != rows_per_chunk or rows_per_chunk < 1:
+        raise ValueError(f"gmm_summary: rows_per_chunk must be >= 1, got {rows_per_chunk!r}")
+    gs = check_group_sizes(group_sizes, g, m)
+    offs = group_offsets(gs)
+    total = Summary.empty(accum is not None)
+    for gi in range(g):
+        for r0 in range(offs[gi], offs[gi + 1], rows_per_chunk):
+            r1 = min(r0 + rows_per_chunk, offs[gi + 1])
+            a = QTensor(lhs.values[r0:r1], lhs.scales[r0:r1], lhs.block, lhs.fmt, lhs.recipe)
+            b = QTensor(rhs.values[gi:gi + 1], rhs.scales[gi:gi + 1], rhs.block, rhs.fmt,
+                        rhs.recipe)
+            one = np.array([r1 - r0])
+            ref = None if accum is None else gmm(a, b, one, out_dtype=out.dtype, accum=accum)
+            part = summarize(out[r0:r1], gmm(a, b, one, out_dtype=np.float64, accum="exact"),
+                             abs_product(a, b, one), lhs.shape[1], ref=ref)
+            total = total.merge(part, r0 * n)
+    return total

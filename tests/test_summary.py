@@ -1,0 +1,176 @@
+"""fp8check.summary against the elementwise metrics it reduces, on adversarial data.
+
+The oracle is fp8check.metrics (itself tested against nextafter walks and Fractions in
+test_metrics.py): every count, maximum and argmax must be equal, the float64 sums equal
+up to summation order (relative 1e-12: n 2^-53 for n <= 10^6 terms of one sign).
+"""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fp8check import metrics
+from fp8check.references import abs_product, gmm, quantize
+from fp8check.summary import _BLOCK, Summary, gmm_summary, summarize
+
+BF16 = ml_dtypes.bfloat16
+
+
+def _adversarial(rng, n, dtype):
+    """exact float64 values over many binades, with zeros, float32 subnormals, values at
+    and past the float32/bf16 maximum, and outputs that are RN(exact) except for planted
+    one-ulp errors, a NaN, infinities, a -0 and a large outlier."""
+    ex = rng.standard_normal(n) * np.exp2(rng.integers(-140, 120, n))
+    ex[:50] = 0.0
+    ex[50:100] = rng.uniform(-1, 1, 50) * 2.0**-140  # float32 subnormal range
+    ex[100:150] = rng.choice([-1, 1], 50) * rng.uniform(3.38e38, 3.41e38, 50)
+    with np.errstate(over="ignore"):  # past the maximum: RN gives inf, as it should
+        out = ex.astype(dtype)
+    bump = rng.choice(n, n // 50, replace=False)
+    up = np.nextafter(out[bump].astype(np.float32), np.float32(np.inf)).astype(dtype)
+    out[bump] = up
+    out[rng.choice(n, 3)] = [np.nan, np.inf, -np.inf]
+    out[:10] = -0.0
+    out[n // 2] = 1e30
+    ab = np.abs(ex) * rng.uniform(1.0, 4.0, n)
+    return out, ex, ab
+
+
+def _elementwise(out, ex, ab, k, dtype, ref=None):
+    with np.errstate(over="ignore"):
+        ulps = metrics.ulp_distance(out, ex.astype(dtype), dtype)
+    ratio = metrics.bound_ratio(out, ex, ab, k, out_dtype=dtype)
+    fin = np.isfinite(out.astype(np.float64))
+    d = out.astype(np.float64) - ex
+    return dict(
+        n_nonfinite=int(np.count_nonzero(~fin)), ulp_max=int(ulps.max()),
+        n_ulp_off=int(np.count_nonzero(ulps)), bound_ratio_max=float(ratio.max()),
+        bound_ratio_argmax=int(np.argmax(ratio)), n_over_bound=int(np.count_nonzero(ratio > 1)),
+        signal=float(np.sum(ex * ex)), noise=float(np.sum(np.square(d[fin]))),
+        n_ref_mismatch=None if ref is None
+        else int(np.count_nonzero(metrics.ulp_distance(out, ref, dtype))),
+    )
+
+
+def _assert_same(s: Summary, want: dict):
+    for key, value in want.items():
+        got = getattr(s, key)
+        if key in ("signal", "noise"):
+            assert got == pytest.approx(value, rel=1e-12, abs=0), key
+        else:
+            assert got == value, (key, got, value)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("seed", range(3))
+def test_summarize_equals_the_elementwise_metrics(dtype, seed):
+    rng = np.random.default_rng(seed)
+    n = 777 * 256  # 3 parallel blocks and a ragged fourth
+    out, ex, ab = _adversarial(rng, n, dtype)
+    ref = out.copy()
+    ref[rng.choice(n, 40, replace=False)] = 0.0  # recipe reference differing in places
+    s = summarize(out.reshape(-1, 777), ex.reshape(-1, 777), ab.reshape(-1, 777), 384,
+                  ref=ref.reshape(-1, 777))
+    _assert_same(s, _elementwise(out, ex, ab, 384, dtype, ref))
+    assert s.n == n and s.sqnr_db == -math.inf  # a NaN never passes
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+def test_summarize_finite_data_and_argmax_in_a_late_block(dtype):
+    rng = np.random.default_rng(7)
+    n = 4 * _BLOCK
+    ex = rng.standard_normal(n)
+    out = ex.astype(dtype)
+    # the largest error twice, in the last block: the first occurrence is the argmax
+    out[3 * _BLOCK + 5] = out[3 * _BLOCK + 9] = dtype(ex[3 * _BLOCK + 5] + 1.0)
+    ex[3 * _BLOCK + 9] = ex[3 * _BLOCK + 5]
+    ab = np.abs(ex) * 3
+    s = summarize(out, ex, ab, 128)
+    _assert_same(s, _elementwise(out, ex, ab, 128, dtype))
+    assert s.bound_ratio_argmax == 3 * _BLOCK + 5 and s.n_over_bound == 2
+    assert s.sqnr_db == pytest.approx(metrics.sqnr_db(ex, out), rel=1e-12)
+
+
+def test_summarize_correct_rounding_is_zero_ulps_and_empty_input():
+    ex = np.random.default_rng(1).standard_normal(1000)
+    s = summarize(ex.astype(np.float32), ex, np.abs(ex), 128, ref=ex.astype(np.float32))
+    assert (s.ulp_max, s.n_ulp_off, s.n_over_bound, s.n_ref_mismatch) == (0, 0, 0, 0)
+    e = summarize(np.zeros(0, np.float32), np.zeros(0), np.zeros(0), 128)
+    assert e == Summary.empty(False) and e.sqnr_db == math.inf
+
+
+@pytest.mark.parametrize("bad", ["nan-exact", "neg-abs", "inf-abs", "f16-out", "shape", "k0",
+                                 "ref-dtype"])
+def test_summarize_rejects_bad_input(bad):
+    out, ex, ab = np.zeros(4, np.float32), np.zeros(4), np.zeros(4)
+    kw = {"k": 128}
+    if bad == "nan-exact":
+        ex[2] = np.nan
+    elif bad == "neg-abs":
+        ab[1] = -1.0
+    elif bad == "inf-abs":
+        ab[3] = np.inf
+    elif bad == "f16-out":
+        out = out.astype(np.float16)
+    elif bad == "shape":
+        ex = np.zeros(5)
+    elif bad == "k0":
+        kw["k"] = 0
+    else:
+        kw["ref"] = np.zeros(4, BF16)
+    with pytest.raises(ValueError, match="summarize"):
+        summarize(out, ex, ab, **kw)
+
+
+def _problem(seed, sizes, k=256, n=256):
+    rng = np.random.default_rng(seed)
+    m = int(sum(sizes)) + 5  # rows past sum(group_sizes): never compared
+    lq = quantize(rng.standard_normal((m, k), dtype=np.float32))
+    rq = quantize(rng.standard_normal((len(sizes), k, n), dtype=np.float32), (128, 128))
+    return lq, rq, np.array(sizes, np.int32)
+
+
+@pytest.mark.parametrize("rows_per_chunk", [1, 7, 2048])
+def test_gmm_summary_streams_to_the_whole_array_summary(rows_per_chunk):
+    lq, rq, gs = _problem(0, [0, 37, 1, 0, 90, 0])
+    rows = int(gs.sum())
+    out = gmm(lq, rq, gs, accum="cublas")  # a valid kernel that is not the deepgemm recipe
+    out[rows:] = np.nan  # past the groups: must not be read
+    want = summarize(out[:rows], gmm(lq, rq, gs, np.float64, "exact")[:rows],
+                     abs_product(lq, rq, gs)[:rows], 256, ref=gmm(lq, rq, gs)[:rows])
+    got = gmm_summary(out, lq, rq, gs, rows_per_chunk=rows_per_chunk)
+    for key in ("n", "n_nonfinite", "ulp_max", "n_ulp_off", "bound_ratio_argmax",
+                "n_over_bound", "n_ref_mismatch"):
+        assert getattr(got, key) == getattr(want, key), key
+    # |A||B| is a float64 matmul (an upper bound, not exact): BLAS rounds it differently
+    # per chunk, so the ratio moves in its last bits
+    assert got.bound_ratio_max == pytest.approx(want.bound_ratio_max, rel=1e-12)
+    assert got.signal == pytest.approx(want.signal, rel=1e-12)
+    assert got.noise == pytest.approx(want.noise, rel=1e-12)
+    assert got.n == rows * 256 and got.n_over_bound == 0 and got.n_ref_mismatch > 0
+
+
+def test_gmm_summary_catches_a_wrong_group_and_passes_the_recipe_itself():
+    lq, rq, gs = _problem(3, [64, 64], n=128)
+    good = gmm(lq, rq, gs)
+    s = gmm_summary(good, lq, rq, gs)
+    assert (s.n_over_bound, s.n_ref_mismatch, s.n_nonfinite) == (0, 0, 0)
+    bad = good.copy()
+    bad[:64] = gmm(lq, quantize(np.ones((2, 256, 128), np.float32), (128, 128)), gs)[:64]
+    s = gmm_summary(bad, lq, rq, gs)
+    assert s.n_over_bound > 0 and s.bound_ratio_max > 1e3 and s.bound_ratio_argmax < 64 * 128
+
+
+def test_gmm_summary_rejects_bad_input():
+    lq, rq, gs = _problem(0, [3, 4])
+    out = np.zeros((12, 256), np.float32)
+    with pytest.raises(ValueError, match="out must be"):
+        gmm_summary(out[:5], lq, rq, gs)
+    with pytest.raises(ValueError, match="rows_per_chunk"):
+        gmm_summary(out, lq, rq, gs, rows_per_chunk=0)
+    with pytest.raises(ValueError, match="exceeds M"):
+        gmm_summary(out, lq, rq, np.array([10, 4]))
+    with pytest.raises(ValueError, match="QTensors"):
+        gmm_summary(out, lq.values, rq, gs)
