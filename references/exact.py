@@ -45,6 +45,7 @@ NCELLS = (1024 + 64 - EMIN) // 32 + 4
 # the lowest; both 0 when empty, so np.zeros(ACC_SIZE) is an empty accumulator.
 ACC_SIZE = NCELLS + 2
 _MASK32 = (1 << 32) - 1
+_FRAC52 = (1 << 52) - 1
 
 _F32_TINY = 2.0**-126
 _LOW29 = (1 << 29) - 1  # float64 fraction bits below float32's 23
@@ -159,13 +160,15 @@ def acc_add(acc, x):
     new)."""
     if x == 0.0:
         return
-    m, e = math.frexp(x)  # x = m * 2^e, 0.5 <= |m| < 1
-    mi = np.int64(m * 9007199254740992.0)  # exact: m * 2^53 is an integer
-    sgn = np.int64(1)
-    if mi < 0:
-        mi = -mi
-        sgn = np.int64(-1)
-    pos = e - 53 - EMIN
+    # x = sgn * mi * 2^(pos + EMIN) from its bits: mi the 53-bit significand (the implicit
+    # bit set for normals), the exponent field 0 meaning a subnormal with exponent -1074.
+    bits = bits_f64(x)
+    field = (bits >> 52) & 0x7FF
+    mi = bits & _FRAC52
+    if field:
+        mi |= _FRAC52 + 1
+    sgn = np.int64(-1) if bits < 0 else np.int64(1)
+    pos = max(field, 1) - 1075 - EMIN
     cell = pos >> 5
     sh = pos & 31
     lo = (mi & _MASK32) << sh  # < 2^63
@@ -225,9 +228,7 @@ def acc_round(acc, p, emin):
     if h < low:
         return 0.0
     t = acc[h]
-    b = 0
-    while (t >> b) != 0:
-        b += 1
+    b = math.frexp(float(t))[1]  # bit length of the digit t in [1, 2^32): exact in float64
     d1 = acc[h - 1] if h - 1 >= low else 0
     d2 = acc[h - 2] if h - 2 >= low else 0
     # 64-bit window W of the leading bits (MSB set) as two 32-bit halves, plus sticky.

@@ -218,13 +218,14 @@ def _gmm_e4m3(values, lut, b64, sa, sb, code, rows):
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(parallel=True, cache=True)
 def _accumulate_exact(p_hi, p_lo, sa, sb, prec, emin):
-    """Exact sum over K blocks of (p_hi + p_lo) * sa * sb, rounded once -> float64 [m, N]."""
+    """Exact sum over K blocks of (p_hi + p_lo) * sa * sb, rounded once -> float64 [m, N]
+    (parallel over rows)."""
     kb_n, m, n = p_hi.shape
     has_lo = p_lo.shape[0] != 0
     out = np.empty((m, n), np.float64)
-    for i in range(m):
+    for i in numba.prange(m):
         acc = np.zeros(ACC_SIZE, np.int64)
         for j in range(n):
             for kb in range(kb_n):
