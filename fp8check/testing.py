@@ -392,8 +392,8 @@ def _check_matmul(kind: str, out: np.ndarray, prob: Problem, saved: dict[str, np
                          "n_compared": int(out[:prob.rows].size)}
     crit = output_criteria(out, prob, prof, m, accum=options["accum"],
                            acc_unit_roundoff=options["acc_unit_roundoff"])
-    # the report's per-case figures; none for an empty output (nothing to plot)
-    if prob.unquantized is not None and m["n_compared"]:
+    # the report's per-case figures
+    if prob.unquantized is not None:
         from fp8check.reports.plotdata import plot_summary
 
         m["plots"] = plot_summary(out, prob, options["acc_unit_roundoff"],

@@ -348,11 +348,20 @@ def _partials(a64: np.ndarray, b64: np.ndarray, fmt: str) -> tuple[np.ndarray, n
 
 
 def _gmm_blockwise(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec):
+    if lhs.fmt == "e4m3fn" and accum != "exact":
+        # One BLAS thread per numba thread: nested BLAS threads would oversubscribe.
+        with threadpool_limits(1, user_api="blas"):
+            _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=True)
+    else:
+        _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=False)
+
+
+def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec,
+                fused: bool):
     n = rhs.values.shape[2]
     kb = lhs.values.shape[1] // 128
     offs = group_offsets(gs)
     chunk = max(1, _CHUNK_BYTES // (8 * kb * n))
-    fused = lhs.fmt == "e4m3fn" and accum != "exact"
     for g in range(gs.shape[0]):
         if gs[g] == 0:
             continue
@@ -362,10 +371,8 @@ def _gmm_blockwise(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, 
         rows = slice(offs[g], offs[g + 1])
         sa = np.ascontiguousarray(lhs.scales[rows].astype(np.float32))
         if fused:
-            # One BLAS thread per numba thread: nested BLAS threads would oversubscribe.
-            with threadpool_limits(1, user_api="blas"):
-                out[rows] = _gmm_e4m3(lhs.values[rows].view(np.uint8), _LUT[lhs.values.dtype],
-                                      b64, sa, sb, _ACCUM_CODE[accum], _FUSED_ROWS)
+            out[rows] = _gmm_e4m3(lhs.values[rows].view(np.uint8), _LUT[lhs.values.dtype],
+                                  b64, sa, sb, _ACCUM_CODE[accum], _FUSED_ROWS)
             continue
         for r0 in range(offs[g], offs[g + 1], chunk):
             r1 = min(r0 + chunk, offs[g + 1])

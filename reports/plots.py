@@ -119,6 +119,11 @@ def plot_bound_tiles(ax: Axes, tiles: dict[str, Any], *, colorbar: bool = True) 
     dashed lines at group starts, residual rows (a group's partial last 128-row tile)
     bracketed in magenta on the left."""
     grid = np.array([[num(v) for v in row] for row in tiles["max"]], dtype=float)
+    if grid.size == 0:  # every group empty: no output row is compared
+        ax.text(0.5, 0.5, "no rows compared (all groups empty)", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_axis_off()
+        return
     grid = np.where(np.isnan(grid), np.inf, grid)
     finite = np.isfinite(grid)
     logr = np.log10(np.maximum(np.where(finite, grid, 1e6), 1e-6))

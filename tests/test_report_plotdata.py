@@ -138,3 +138,22 @@ def test_gmm_empty_group_has_no_sqnr():
         assert (imp is None) == (g == 0) and (ex is None) == (g == 0)
         if g:
             assert 20 < float(imp) < float(ex)  # quantization noise >> accumulation noise
+
+
+def test_an_output_with_every_group_empty_still_gets_its_figure():
+    """sum(group_sizes) == 0: nothing is compared, and the figure says so instead of
+    failing on an empty tile grid."""
+    from fp8check.layers.op import gmm_fp8_problem
+    from fp8check.references import quantize
+    from fp8check.reports.plots import case_figure, to_data_uri
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 256), dtype=np.float32)
+    w = rng.standard_normal((2, 256, 128), dtype=np.float32)
+    prob = gmm_fp8_problem(quantize(x), quantize(w, (128, 128)), np.zeros(2, np.int32), "f32",
+                           unquantized=(x, w))
+    plots = plotdata.plot_summary(np.zeros((8, 128), np.float32), prob, 2.0**-24, np.float32)
+    assert plots["bound_tiles"]["rows"] == 0 and plots["group_sqnr"]["impact"] == [None, None]
+    fig = case_figure({"layer": "op", "metrics": {"plots": plots}, "criteria": {}})
+    assert "no rows compared" in [t.get_text() for t in fig.axes[2].texts][0]
+    assert to_data_uri(fig).startswith("data:image/png;base64,")
