@@ -104,6 +104,22 @@ def test_fma_rounds_once_where_float64_would_double_round(accum):
     assert float(naive) == float(1 + 2 * e)  # what a double rounding would have given
 
 
+@pytest.mark.parametrize("accum", ["deepgemm", "cublas", "tokamax"])
+def test_recipes_in_the_float32_subnormal_range(accum):
+    """Scales that put products and accumulators below 2^-126: there float32 midpoints
+    have fewer bits than the fast path's bit-pattern screen reads, so it sends every such
+    element to the exact fma; that path, gradual underflow and the final bf16/f32 cast
+    must all agree with the rational oracle."""
+    qa, qb, gs = _problem(np.random.default_rng(21), m=70, n=128, gs=(30, 0, 40, 0))
+    qa = QTensor(qa.values, (qa.scales * np.float32(2.0**-60)).astype(np.float32), qa.block,
+                 qa.fmt, qa.recipe)
+    qb = QTensor(qb.values, (qb.scales * np.float32(2.0**-70)).astype(np.float32), qb.block,
+                 qb.fmt, qb.recipe)
+    got = gmm(qa, qb, gs, accum=accum)
+    assert np.count_nonzero((got != 0) & (np.abs(got) < 2.0**-126)) > 1000
+    np.testing.assert_array_equal(got.astype(np.float64), _oracle_gmm(qa, qb, gs, accum, "f32"))
+
+
 def test_recipes_really_differ():
     """The recipes are distinct functions: on random data each pair disagrees somewhere."""
     qa, qb, gs = _problem(np.random.default_rng(0), m=64)
