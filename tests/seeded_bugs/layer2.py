@@ -12,8 +12,9 @@ import jax
 import jax.numpy as jnp
 
 from fp8check.kernels.pallas import dgrad, gmm_fp8_train, quantize_deepgemm, tgmm
-from fp8check.kernels.pallas.moe import GroupedMatmul
-from fp8check.references.moe import MoEInputs, MoEOutputs
+from fp8check.kernels.pallas.moe import GroupedMatmul, run_moe
+
+from .layer2_table import bug_table, layer_running
 
 
 def _leaky_sizes(group_sizes):
@@ -81,24 +82,10 @@ def _buggy_gmm(dgrad_fn, tgmm_fn, *, quantized_residuals: bool = False) -> Group
     return gmm
 
 
-BUGS: dict[str, GroupedMatmul] = {
-    "tgmm-boundary-leak": _buggy_gmm(_dgrad_ok, _tgmm_leak),
-    "dgrad-transposed": _buggy_gmm(_dgrad_transposed, _tgmm_ok),
-    "dw-expert-rolled": _buggy_gmm(_dgrad_ok, _tgmm_rolled),
-    "quantized-residuals": _buggy_gmm(_dgrad_ok, _tgmm_ok, quantized_residuals=True),
-}
-# Bugs whose error hides inside FP8 quantization noise: only the straight-through
-# correctness criteria can see them (the impact criteria pass).
-HIDDEN_BY_QUANTIZATION = ("quantized-residuals",)
-# The wiring itself is right in this one: it must pass, or the bugs prove nothing.
-CORRECT = _buggy_gmm(_dgrad_ok, _tgmm_ok)
+BUGS, CORRECT = bug_table(_buggy_gmm, _dgrad_ok, _dgrad_transposed, _tgmm_ok, _tgmm_leak,
+                          _tgmm_rolled)
 
 
 def layer_with(gmm: GroupedMatmul):
-    """A `layer_impl` for `run_layer2` running the Pallas MoE layer with `gmm`."""
-    from fp8check.kernels.pallas.moe import run_moe
-
-    def layer(inp: MoEInputs, variant: str) -> MoEOutputs:
-        return run_moe(inp, gmm)
-
-    return layer
+    """A `layer_impl` for `run_layer2` running this family's MoE layer with `gmm`."""
+    return layer_running(run_moe, gmm)
