@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import NoReturn
 
@@ -170,16 +171,23 @@ def _run_one(
     reason = cases_mod.supported(case, spec.out_dtypes, spec.m_align)
     if reason is not None:
         return skipped_result(spec, case, reason)
+    built = None
     if spec.contract not in problems:
+        t = time.perf_counter()
         try:
             problems[spec.contract] = build_problem(spec.contract, case)
         except Exception as e:  # reported per result; the other contracts still run
             problems[spec.contract] = e
+        built = time.perf_counter() - t
     prob = problems[spec.contract]
     if isinstance(prob, Exception):
         return CaseResult(kernel=spec.name, layer=LAYER, case=case.id, passed=False,
                           error=f"reference failed: {type(prob).__name__}: {prob}")
-    return validate_case(spec, case, profile, prob)
+    res = validate_case(spec, case, profile, prob)
+    if built is not None:  # the kernel whose case built the shared references carries them
+        res.timing["reference"] = built
+        res.seconds += built
+    return res
 
 
 def _families(cfg: GateConfig) -> list[str]:

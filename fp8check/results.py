@@ -2,7 +2,8 @@
 
 JSON document (version 1):
 `{"version": 1, "summary": {...}, "environment": {...}, "results": [{"kernel", "layer",
-"case", "passed", "metrics", "criteria", "failed", "skipped", "error", "repro", "seconds"}]}`.
+"case", "passed", "metrics", "criteria", "failed", "skipped", "error", "repro", "seconds"}]}`;
+layer-1 results also carry "timing" (seconds spent on references, kernel and metrics).
 `passed` is null for a skipped case.  The JSONL stream has one line per result as it
 completes (written and flushed immediately, so a crash loses nothing) and a first line
 `{"event": "start", "environment": ...}`.
@@ -128,7 +129,8 @@ def result_from_dict(d: dict[str, Any]) -> CaseResult:
             for name, c in d.get("criteria", {}).items()]
     return CaseResult(kernel=d["kernel"], layer=d["layer"], case=d["case"], passed=d["passed"],
                       metrics=d.get("metrics", {}), criteria=crit, skipped=d.get("skipped"),
-                      error=d.get("error"), repro=d.get("repro"), seconds=d.get("seconds", 0.0))
+                      error=d.get("error"), repro=d.get("repro"), seconds=d.get("seconds", 0.0),
+                      timing=d.get("timing", {}))
 
 
 def read_json(path: str | Path) -> dict[str, Any]:

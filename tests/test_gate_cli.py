@@ -61,6 +61,13 @@ def test_pass_and_fail_with_all_outputs(kernels, tmp_path, capsys):
     for r in results:
         assert {"kernel", "layer", "case", "passed", "metrics", "repro"} <= set(r)
         assert r["layer"] == "op"
+        # where the time went: the phases are parts of the result's own seconds
+        assert r["skipped"] is None
+        assert {"kernel", "metrics"} <= set(r["timing"]) <= {"reference", "kernel", "metrics"}
+        assert sum(r["timing"].values()) == pytest.approx(r["seconds"], abs=2e-3)
+    # each case's references are built once, by the first kernel of the contract
+    for case in {r["case"] for r in results}:
+        assert sum("reference" in r["timing"] for r in results if r["case"] == case) == 1
     for r in failing:
         assert r["repro"].startswith("fp8check gate --kernel ") and "--case " + r["case"] in r[
             "repro"]

@@ -23,9 +23,13 @@ def _gate(kernels, out, *extra) -> tuple[int, dict]:
     return rc, json.loads(out.read_text())
 
 
+def _untimed(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k not in ("seconds", "timing")}
+
+
 def _comparable(doc: dict) -> list[dict]:
     """Results without wall-clock times, in a canonical order."""
-    rows = [{k: v for k, v in r.items() if k != "seconds"} for r in doc["results"]]
+    rows = [_untimed(r) for r in doc["results"]]
     return sorted(rows, key=lambda r: (r["kernel"], str(r["layer"]), r["case"]))
 
 
@@ -52,8 +56,7 @@ def test_shards_partition_the_suite_and_merge_equals_the_serial_run(kernels, tmp
 def test_jobs_give_identical_results(kernels, tmp_path):
     _, serial = _gate(kernels, tmp_path / "a.json", "--suite", "smoke")
     _, parallel = _gate(kernels, tmp_path / "b.json", "--suite", "smoke", "--jobs", "2")
-    assert [{k: v for k, v in r.items() if k != "seconds"} for r in parallel["results"]] == [
-        {k: v for k, v in r.items() if k != "seconds"} for r in serial["results"]]
+    assert [_untimed(r) for r in parallel["results"]] == [_untimed(r) for r in serial["results"]]
 
 
 def test_merge_rejects_overlapping_or_mismatched_shards(kernels, tmp_path):

@@ -78,6 +78,10 @@ class CaseResult:
     error: str | None = None
     repro: str | None = None
     seconds: float = 0.0
+    # Where `seconds` went (layer 1): "reference" (building the case's references, on the
+    # result that built them: kernels of one contract share them), "kernel" (the calls of
+    # the kernel under test, its first-call compilation included) and "metrics" (the rest).
+    timing: dict[str, float] = field(default_factory=dict)
 
     @property
     def failed_criteria(self) -> list[str]:
@@ -90,6 +94,8 @@ class CaseResult:
             "criteria": {c.name: c.to_dict() for c in self.criteria},
             "failed": self.failed_criteria, "skipped": self.skipped, "error": self.error,
             "repro": self.repro, "seconds": round(self.seconds, 4),
+            **({"timing": {k: round(v, 4) for k, v in self.timing.items()}}
+               if self.timing else {}),
         }
 
 
@@ -519,18 +525,25 @@ def validate_case(
     m = res.metrics
     m.update(group_sizes=list(case.group_sizes), out_dtype=case.out_dtype, recipe=case.recipe,
              exact_partials=case.exact_partials)
+    timing = res.timing
     try:
         if spec.contract == "quantizer":
             res.criteria = _quantizer_criteria(spec, case_inputs(case), m)
         else:
-            prob = problem if problem is not None else build_problem(spec.contract, case)
-            res.criteria = _matmul_criteria(spec, case, prob, profile, m)
+            prob = problem
+            if prob is None:
+                t = time.perf_counter()
+                prob = build_problem(spec.contract, case)
+                timing["reference"] = time.perf_counter() - t
+            res.criteria = _matmul_criteria(spec, case, prob, profile, m, timing)
     except BadOutput as e:
         res.error = f"bad output: {e}"
     except Exception as e:  # the kernel under test may raise anything: report, don't crash
         res.error = f"{type(e).__name__}: {e}"
     res.passed = res.error is None and all(c.passed for c in res.criteria)
     res.seconds = time.perf_counter() - t0
+    if "kernel" in timing:
+        timing["metrics"] = max(0.0, res.seconds - sum(timing.values()))
     return res
 
 
@@ -568,15 +581,18 @@ def output_criteria(
 
 
 def _matmul_criteria(
-    spec: KernelSpec, case: Case, prob: Problem, profile: Profile, m: dict[str, Any]
+    spec: KernelSpec, case: Case, prob: Problem, profile: Profile, m: dict[str, Any],
+    timing: dict[str, float],
 ) -> list[Criterion]:
     outs = []
+    t = time.perf_counter()
     for _ in range(2 if spec.deterministic else 1):
         out = call_kernel(spec, prob.args, case.out_dtype)
         why = _shape_error(out, prob.exact.shape, case.out_dtype)
         if why is not None:
             raise BadOutput(why)
         outs.append(out)
+    timing["kernel"] = time.perf_counter() - t
     crit = output_criteria(outs[0], prob, profile, m, accum=spec.accum,
                            acc_unit_roundoff=spec.acc_unit_roundoff)
     # Bounded arrays for the report's per-case figures (fp8check.reports.plotdata).
