@@ -33,6 +33,21 @@ BUILTIN_KERNELS: dict[str, str] = {
 FAMILIES = ("pallas", "triton")
 
 
+def check_family(family: str) -> None:
+    """ValueError unless `family` is one of FAMILIES."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown kernel family {family!r}; expected one of {FAMILIES}")
+
+
+def family_attr(family: str, module: str, attr: str):
+    """`fp8check.kernels.<family>.<module>.<attr>`, imported only now (importing the Triton
+    family sets its interpreter up); ValueError for an unknown family."""
+    check_family(family)
+    import importlib
+
+    return getattr(importlib.import_module(f"fp8check.kernels.{family}.{module}"), attr)
+
+
 def family_kernels(family: str) -> list[str]:
     """The built-in kernel names of `family` (`--kernel pallas` means all of them)."""
     return [n for n in BUILTIN_KERNELS if n.startswith(family + "-")]

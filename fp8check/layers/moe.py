@@ -44,13 +44,12 @@ from typing import Any
 
 import numpy as np
 
-from fp8check import metrics
+from fp8check import metrics, registry
 from fp8check.layers.op import CaseResult, Criterion
 from fp8check.profiles import get_profile
 from fp8check.references.moe import MoEInputs, MoEOutputs, moe_reference, route_numpy
 
 LAYER = 2
-FAMILIES = ("pallas", "triton")
 VARIANTS = ("fp8", "bf16")
 TENSORS = ("out", "dx", "router", "wi", "wo")
 ST_MIN_SQNR_DB = 40.0
@@ -222,17 +221,6 @@ def validate_scenario(
     return res
 
 
-def default_layer(family: str) -> LayerImpl:
-    """The family's MoE layer (imported lazily: the Triton one sets the interpreter up)."""
-    if family == "pallas":
-        from fp8check.kernels.pallas.moe import run_variant
-    elif family == "triton":
-        from fp8check.kernels.triton.moe import run_variant
-    else:
-        raise ValueError(f"unknown kernel family {family!r}; expected one of {FAMILIES}")
-    return run_variant
-
-
 def layer2_size(suite: str, cases: Sequence[str] | None = None) -> int:
     """Number of results `iter_layer2` yields per family (for progress bars)."""
     if suite not in SUITES:
@@ -252,8 +240,7 @@ def iter_layer2(
     `layer_impl` replaces the family's layer (seeded-bug tests); `cases` keeps only the
     given case ids (a repro); `variants` a subset of ("fp8", "bf16").
     """
-    if family not in FAMILIES:
-        raise ValueError(f"unknown kernel family {family!r}; expected one of {FAMILIES}")
+    registry.check_family(family)
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
     get_profile(profile)  # the gate's profile check: unknown or "off" is a ValueError
@@ -267,7 +254,7 @@ def iter_layer2(
     if cases is not None and len(scenarios) != len(set(cases)):
         known = ", ".join(s.case_id(seed) for s in SUITES[suite])
         raise ValueError(f"unknown layer-2 case in {list(cases)}; suite {suite} has {known}")
-    layer = layer_impl if layer_impl is not None else default_layer(family)
+    layer = layer_impl or registry.family_attr(family, "moe", "run_variant")
     for sc in scenarios:
         inp = make_inputs(sc, seed)
         refs = {"exact": moe_reference(inp, "exact")}

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fp8check import registry
 from fp8check.curves import Curve, compare, get_limits, seed_test, trend
 from fp8check.layers.op import CaseResult, Criterion
 from fp8check.references.trainer import (
@@ -53,7 +54,6 @@ from fp8check.references.trainer import (
 )
 
 LAYER = 3
-FAMILIES = ("pallas", "triton")
 VARIANTS = ("fp8", "bf16")
 MIN_LEARNED = 0.5
 # (model config, "fp8" | "bf16") -> the family's GradFn: the model under test.
@@ -89,20 +89,8 @@ SUITES: dict[str, dict[str, TrainCase]] = {
 }
 
 
-def default_model(family: str) -> ModelImpl:
-    """The family's model (imported lazily: the Triton one sets the interpreter up)."""
-    if family == "pallas":
-        from fp8check.kernels.pallas.model import make_grad_fn
-    elif family == "triton":
-        from fp8check.kernels.triton.model import make_grad_fn
-    else:
-        raise ValueError(f"unknown kernel family {family!r}; expected one of {FAMILIES}")
-    return make_grad_fn
-
-
 def _check(family: str, suite: str) -> TrainCase:
-    if family not in FAMILIES:
-        raise ValueError(f"unknown kernel family {family!r}; expected one of {FAMILIES}")
+    registry.check_family(family)
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
     return SUITES[suite][family]
@@ -239,7 +227,7 @@ def iter_layer3(
     tc = _check(family, suite)
     get_limits(profile)  # unknown profile or "off": ValueError before any training
     seeds, stats = _plan(suite, tc, seed, cases)
-    model = model_impl if model_impl is not None else default_model(family)
+    model = model_impl or registry.family_attr(family, "model", "make_grad_fn")
     task = make_task(tc.model.vocab)
     f32 = dense_f32_grad_fn(tc.model)
     fns = {v: model(tc.model, v) for v in VARIANTS}
