@@ -146,6 +146,13 @@ def _check_out(out_dtype, accum: str) -> np.dtype:
     return dt
 
 
+@numba.njit(cache=True, inline="always")
+def _fma_operands(a, b, p, code):
+    """(x, y) of the recipe's fma(x, y, acc): deepgemm RN(sa*sb) and P, cublas RN(P*sa)
+    and sb (float32 products)."""
+    return (a * b, p) if code == 0 else (p * a, b)
+
+
 @numba.njit(cache=True)
 def _accumulate_row(acc, p, a, sb, code, old):
     """One K block of recipe `code` on one output row, in place: acc [N] float32 (the
@@ -164,14 +171,14 @@ def _accumulate_row(acc, p, a, sb, code, old):
         return
     flagged = 0
     for j in range(n):
-        x, y = (a * sb[j], p[j]) if code == 0 else (p[j] * a, sb[j])
+        x, y = _fma_operands(a, sb[j], p[j], code)
         s = np.float64(x) * np.float64(y) + np.float64(acc[j])
         old[j] = acc[j]
         acc[j] = np.float32(s)
         flagged += may_double_round_f32(s)
     if flagged:
         for j in range(n):
-            x, y = (a * sb[j], p[j]) if code == 0 else (p[j] * a, sb[j])
+            x, y = _fma_operands(a, sb[j], p[j], code)
             s = np.float64(x) * np.float64(y) + np.float64(old[j])
             if may_double_round_f32(s):
                 acc[j] = fma_f32_scalar(x, y, old[j])
