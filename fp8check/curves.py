@@ -13,8 +13,13 @@ candidate's loss is higher (worse).  Metrics (all on the steps both curves have)
   previous `SPIKE_WINDOW` losses (the trend of a falling curve is not noise) by more than
   `spike_k` times the robust spread of that fit's residuals (1.4826 * MAD, floored at
   `SPIKE_REL_FLOOR` of the prediction so a flat curve's zero spread cannot flag noise).
-  Only the candidate's spikes that the baseline does not share (within one step) are
-  gated: a spike in both is the data, not the kernel;
+  Only the candidate's spikes that the baseline does not share are gated: a spike in both
+  is the data, not the kernel.  Shared means the baseline rises, within one step, by at
+  least `SPIKE_SHARED_FRAC` of the threshold in its own spreads: both models see the
+  same batch, and a hard batch that lifts the candidate 9 spreads often lifts the
+  baseline "only" 6-8 (measured on the full suite, 16 correct runs of 1000 steps: every
+  candidate spike the baseline missed had a baseline score >= 5.6 at that step), so an
+  exact second detection would turn the data's spikes into false alarms;
 * gradient SNR trend (layer 3): robust (Theil-Sen) slope of the SNR (dB) over steps, in
   dB per 100 steps, with Kendall's p-value;
 * across seeds (`seed_test`): a one-sided paired t-test on the per-seed AUC gaps.
@@ -39,6 +44,7 @@ EMA_BETA = 0.9
 FINAL_FRAC = 0.1
 SPIKE_WINDOW = 10
 SPIKE_REL_FLOOR = 1e-3
+SPIKE_SHARED_FRAC = 0.5
 SEED_ALPHA = 0.05
 STEP_KEYS = ("step", "iteration", "iter", "global_step", "steps")
 LOSS_KEYS = ("loss", "train_loss", "lm_loss", "lm loss", "train/loss")
@@ -167,12 +173,13 @@ def first_nonfinite(y: np.ndarray) -> int | None:
     return int(bad[0]) if bad.size else None
 
 
-def spikes(y: np.ndarray, k: float, window: int = SPIKE_WINDOW) -> list[int]:
-    """Indices i where y[i] exceeds the straight line fitted to the previous `window`
-    finite values (extrapolated to i) by more than k robust spreads of that fit's
-    residuals (module docstring); the first `window` points are never spikes."""
+def spike_scores(y: np.ndarray, window: int = SPIKE_WINDOW) -> np.ndarray:
+    """Per step i, how far y[i] lies above the straight line fitted to the previous
+    `window` values (extrapolated to i), in robust spreads of that fit's residuals (module
+    docstring); NaN for the first `window` steps, a non-finite y[i] or fewer than
+    window // 2 finite values before it."""
     y = np.asarray(y, np.float64)
-    out = []
+    out = np.full(len(y), np.nan)
     for i in range(window, len(y)):
         x = np.arange(i - window, i, dtype=np.float64)
         hist = y[i - window:i]
@@ -184,9 +191,28 @@ def spikes(y: np.ndarray, k: float, window: int = SPIKE_WINDOW) -> list[int]:
         pred = slope * i + icpt
         spread = max(1.4826 * float(np.median(np.abs(resid - np.median(resid)))),
                      SPIKE_REL_FLOOR * abs(pred))
-        if y[i] - pred > k * spread:
-            out.append(i)
+        out[i] = (y[i] - pred) / spread
     return out
+
+
+def spikes(y: np.ndarray, k: float, window: int = SPIKE_WINDOW) -> list[int]:
+    """Indices whose `spike_scores` exceed k."""
+    with np.errstate(invalid="ignore"):
+        return [int(i) for i in np.flatnonzero(spike_scores(y, window) > k)]
+
+
+def new_spikes(cand: np.ndarray, base: np.ndarray, k: float) -> tuple[list[int], list[int],
+                                                                      list[int]]:
+    """(candidate spikes, baseline spikes, candidate spikes the baseline does not share)
+    as indices into the two aligned curves: shared when the baseline's score reaches
+    `SPIKE_SHARED_FRAC` * k within one step (module docstring)."""
+    sc, sb = spike_scores(cand), spike_scores(base)
+    with np.errstate(invalid="ignore"):
+        sp_c, sp_b = np.flatnonzero(sc > k), np.flatnonzero(sb > k)
+        near = [sb[max(0, i - 1):i + 2] for i in sp_c]
+        new = [int(i) for i, b in zip(sp_c, near, strict=True)
+               if not np.any(b >= SPIKE_SHARED_FRAC * k)]
+    return [int(i) for i in sp_c], [int(i) for i in sp_b], new
 
 
 def final_window(n: int) -> int:
@@ -220,8 +246,8 @@ def compare(cand: Curve, base: Curve, limits: CurveLimits) -> Comparison:
     m["candidate_nonfinite_step"] = None if div_c is None else int(al.steps[div_c])
     m["baseline_nonfinite_step"] = None if div_b is None else int(al.steps[div_b])
     res.checks["finite"] = (m["candidate_nonfinite_step"], None, div_c is None)
-    sp_c, sp_b = spikes(al.cand, limits.spike_k), spikes(al.base, limits.spike_k)
-    new = [int(al.steps[i]) for i in sp_c if not any(abs(i - j) <= 1 for j in sp_b)]
+    sp_c, sp_b, sp_new = new_spikes(al.cand, al.base, limits.spike_k)
+    new = [int(al.steps[i]) for i in sp_new]
     m.update(candidate_spikes=[int(al.steps[i]) for i in sp_c],
              baseline_spikes=[int(al.steps[i]) for i in sp_b], new_spikes=new)
     res.checks["new_spikes"] = (len(new), 0, not new)

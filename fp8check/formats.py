@@ -11,7 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import ml_dtypes
+import numba
 import numpy as np
+
+from fp8check.bits import exponent, pow2
+
+_F64_MAX = float(np.finfo(np.float64).max)
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,24 @@ def satfinite(x: np.ndarray, fmt: str | np.dtype | Format = "e4m3fn") -> np.ndar
     return np.clip(x32, np.float32(-f.max), np.float32(f.max)).astype(f.dtype)
 
 
+@numba.njit(cache=True, inline="always")
+def ulp_of(x, emin, mant):
+    """`ulp` of one float64 x in the format with smallest-normal exponent `emin` and `mant`
+    fraction bits (a numba scalar core: the metric kernels inline it); NaN for NaN or inf.
+    Exact: 2^(max(floor(log2|x|), emin) - mant) read and built from the bit fields."""
+    if not abs(x) <= _F64_MAX:
+        return np.nan
+    return pow2(max(exponent(x), emin) - mant)
+
+
+@numba.njit(parallel=True, cache=True)
+def _ulp_all(a, emin, mant):
+    out = np.empty(a.size)
+    for i in numba.prange(a.size):
+        out[i] = ulp_of(a[i], emin, mant)
+    return out
+
+
 def ulp(x: np.ndarray, fmt: str | np.dtype | Format) -> np.ndarray:
     """Spacing of `fmt` at |x| (float64): the gap between |x| rounded down to `fmt` and the
     next larger value of `fmt`.  Below the smallest normal it is the subnormal spacing.
@@ -119,11 +142,6 @@ def ulp(x: np.ndarray, fmt: str | np.dtype | Format) -> np.ndarray:
     NaN and inf give NaN.
     """
     f = get_format(fmt)
-    a = np.abs(np.asarray(x, dtype=np.float64))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
-        # log2 of values just below a power of two may round up: correct by one step.
-        e = np.where(np.exp2(e) > a, e - 1, e)
-        e = np.where(a > 0, np.maximum(e, f.min_exponent), f.min_exponent)
-        out = np.exp2(e - f.mantissa_bits)
-    return np.where(np.isfinite(a), out, np.nan)
+    a = np.asarray(x, dtype=np.float64)
+    return _ulp_all(np.ascontiguousarray(a).ravel(), f.min_exponent, f.mantissa_bits).reshape(
+        a.shape)

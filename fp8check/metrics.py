@@ -26,10 +26,13 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import numba
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fp8check.formats import Format, get_format, ulp
+from fp8check.formats import Format, get_format, ulp_of
+
+_F64_MAX = float(np.finfo(np.float64).max)
 
 ULP_NAN: int = int(np.iinfo(np.int64).max)
 """ULP distance reported where either operand is NaN: larger than any real distance."""
@@ -282,7 +285,8 @@ def bound_ratio(
 
     `exact` and `abs_ab` must be float64 (the references' outputs), finite, same shape as
     out, abs_ab >= 0.  NaN or Inf in out gives inf.  `u` is the accumulator's unit roundoff
-    (2^-24 for float32); n u must be < 1.
+    (2^-24 for float32); n u must be < 1.  `out_dtype` is the output's format: float32,
+    bfloat16 or an fp8 format (ValueError for float64, see the code).
     """
     o = _as_f64(out)
     ex, ab = np.asarray(exact), np.asarray(abs_ab)
@@ -303,15 +307,33 @@ def bound_ratio(
         raise ValueError(f"bound_ratio: n must be a positive integer, got {n!r}")
     if not (0 < u and n * u < 1):
         raise ValueError(f"bound_ratio: need 0 < u and n*u < 1, got u={u!r}, n={n}")
-    gamma = n * u / (1 - n * u)
-    finite = np.isfinite(o)
-    o_safe = np.where(finite, o, 0.0)
-    denom = (
-        gamma * ab
-        + 0.5 * ulp(np.maximum(np.abs(ex), np.abs(o_safe)), out_dtype)
-        + 2.0**-53 * np.abs(ex)
-    )
-    return np.where(finite, np.abs(o_safe - ex) / denom, np.inf)
+    f = get_format(out_dtype)
+    if f.name == "f64":
+        # 0.5 ulp of float64's smallest subnormal is not a float64: the bound's rounding
+        # term would round to 0, and exact == abs_ab == 0 would give 0/0.
+        raise ValueError("bound_ratio: out_dtype must be narrower than float64 (f32, bf16, "
+                         "fp8)")
+    flat = [np.ascontiguousarray(v).ravel() for v in (o, ex, ab)]
+    return _ratio_all(*flat, n * u / (1 - n * u), f.min_exponent, f.mantissa_bits).reshape(
+        o.shape)
+
+
+@numba.njit(cache=True, inline="always")
+def ratio_of(o, ex, ab, gamma, emin, mant):
+    """`bound_ratio` of one element (a numba scalar core, inlined by the metric kernels):
+    float64 o, ex, ab; the out format's `emin` and `mant`; inf for a non-finite o."""
+    if not abs(o) <= _F64_MAX:
+        return math.inf
+    return abs(o - ex) / (gamma * ab + 0.5 * ulp_of(max(abs(ex), abs(o)), emin, mant)
+                          + 2.0**-53 * abs(ex))
+
+
+@numba.njit(parallel=True, cache=True)
+def _ratio_all(o, ex, ab, gamma, emin, mant):
+    out = np.empty(o.size)
+    for i in numba.prange(o.size):
+        out[i] = ratio_of(o[i], ex[i], ab[i], gamma, emin, mant)
+    return out
 
 
 # ---------------------------------------------------------- bias and ratios

@@ -9,7 +9,7 @@ when reduced:
   (distance to the correctly rounded exact value; `ULP_NAN` where out is NaN);
 * `bound_ratio_max`, `bound_ratio_argmax`, `n_over_bound`: max, first argmax and count
   over 1 of `bound_ratio(out, exact, abs_ab, k, u=u, out_dtype=out_dtype, n=n)`, bit for
-  bit (the same float64 operations in the same order);
+  bit (the same scalar core, `metrics.ratio_of`);
 * `n_nonfinite`: NaN or Inf in out (the reference must be finite);
 * `signal`, `noise`: sum exact^2 and sum (out - exact)^2, from which `sqnr_db` follows;
   float64 sums in a fixed block order, so the result does not depend on the thread count
@@ -33,9 +33,9 @@ import ml_dtypes
 import numba
 import numpy as np
 
+from fp8check.bits import bits_f32, exponent, pow2
 from fp8check.formats import get_format
-from fp8check.metrics import ULP_NAN
-from fp8check.references.exact import bits_f32, bits_f64, f64_of_bits
+from fp8check.metrics import ULP_NAN, ratio_of
 
 _BLOCK = 1 << 16  # elements per parallel work item; fixes the order of the float64 sums
 _SUB = 1024  # elements per vectorized sub-block (buffers stay in L1)
@@ -98,19 +98,6 @@ class Summary:
 
 
 @numba.njit(cache=True, inline="always")
-def _pow2(k):
-    """2.0**k for -1022 <= k <= 1023, exactly, from its exponent field."""
-    return f64_of_bits(np.int64(k + 1023) << 52)
-
-
-@numba.njit(cache=True, inline="always")
-def _exponent(x):
-    """floor(log2 |x|) for a normal float64 x; -1023 for zero and float64 subnormals (below
-    every format's emin here, so they are clamped up to it like zero)."""
-    return ((bits_f64(x) >> 52) & 0x7FF) - 1023
-
-
-@numba.njit(cache=True, inline="always")
 def _ordered(x):
     """float32 x -> its place on a monotone integer line (+0 and -0 both 0), as in
     metrics.ulp_distance."""
@@ -124,18 +111,8 @@ def _rounded(x, p, emin):
     """RNE of finite float64 x to p significant bits, subnormals below 2^emin, as float32
     (exact: a power-of-two scaling and one rint; 2^128 and beyond become inf, float32's
     and bfloat16's overflow rule)."""
-    q = max(_exponent(x), emin) - (p - 1)  # exponent of the last kept bit
-    return np.float32(np.rint(x * _pow2(-q)) * _pow2(q))
-
-
-@numba.njit(cache=True, inline="always")
-def _ratio(o, ex, ab, gamma, emin, mant):
-    """metrics.bound_ratio of one element, the same float64 operations in the same order;
-    inf for a non-finite o."""
-    if not abs(o) <= _F64_MAX:
-        return math.inf
-    ulp = _pow2(max(_exponent(max(abs(ex), abs(o))), emin) - mant)  # formats.ulp
-    return abs(o - ex) / (gamma * ab + 0.5 * ulp + 2.0**-53 * abs(ex))
+    q = max(exponent(x), emin) - (p - 1)  # exponent of the last kept bit
+    return np.float32(np.rint(x * pow2(-q)) * pow2(q))
 
 
 @numba.njit(cache=True, inline="always")
@@ -191,7 +168,7 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift):
                 r = np.float32(ex) if shift == 0 else _rounded(ex, p, emin)  # f32: one RNE cast
                 d = abs(_ordered(o32) - _ordered(r)) >> shift
                 dist[t] = d if o == o else ULP_NAN
-                rr[t] = _ratio(o, ex, abs_ab[c0 + t], gamma, emin, mant)
+                rr[t] = ratio_of(o, ex, abs_ab[c0 + t], gamma, emin, mant)
                 sq[t] = ex * ex
                 dd[t] = (o - ex) * (o - ex) if abs(o) <= _F64_MAX else 0.0
             nonfinite = ulp_max = ulp_off = over = mismatch = bad = 0
@@ -223,7 +200,7 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift):
 def _first_index_of(out, exact, abs_ab, value, start, stop, gamma, emin, mant):
     """First i in [start, stop) whose bound ratio equals `value` (-1 if none)."""
     for i in range(start, stop):
-        if _ratio(np.float64(out[i]), exact[i], abs_ab[i], gamma, emin, mant) == value:
+        if ratio_of(np.float64(out[i]), exact[i], abs_ab[i], gamma, emin, mant) == value:
             return i
     return -1
 

@@ -392,12 +392,6 @@ def _check_matmul(kind: str, out: np.ndarray, prob: Problem, saved: dict[str, np
                          "n_compared": int(out[:prob.rows].size)}
     crit = output_criteria(out, prob, prof, m, accum=options["accum"],
                            acc_unit_roundoff=options["acc_unit_roundoff"])
-    # the report's per-case figures
-    if prob.unquantized is not None:
-        from fp8check.reports.plotdata import plot_summary
-
-        m["plots"] = plot_summary(out, prob, options["acc_unit_roundoff"],
-                                  NUMPY_DTYPES[prob.out_dtype])
     if options["accum"] is not None and not prob.exact_partials:
         m["bit_exact_note"] = ("partials not provably exact in float32 on this data: "
                                "bit_exact not checked (the error bound still is)")

@@ -32,8 +32,8 @@ import math
 
 import numba
 import numpy as np
-from numba import types
-from numba.extending import intrinsic
+
+from fp8check.bits import bits_f64
 
 # Superaccumulator geometry: values from 2^EMIN upward in 32-bit digits.  float64 terms
 # reach 2^-1074 .. 2^1024; the products the references add stay far inside that.
@@ -57,30 +57,6 @@ PRECISION = {
     np.dtype(np.float64): (53, -1022),
     np.dtype(np.float32): (24, -126),
 }
-
-
-@intrinsic
-def bits_f64(typingctx, x):
-    """The int64 bit pattern of a float64 (an LLVM bitcast: it vectorizes, unlike a view)."""
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.int64))
-    return types.int64(types.float64), codegen
-
-
-@intrinsic
-def f64_of_bits(typingctx, x):
-    """The float64 with int64 bit pattern x."""
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-    return types.float64(types.int64), codegen
-
-
-@intrinsic
-def bits_f32(typingctx, x):
-    """The int32 bit pattern of a float32."""
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.int32))
-    return types.int32(types.float32), codegen
 
 
 @numba.njit(cache=True, inline="always")

@@ -77,10 +77,12 @@ def _sample_points(ab: np.ndarray, err: np.ndarray, ratio: np.ndarray) -> list[l
     if flat_r.size <= MAX_POINTS:
         idx = np.arange(flat_r.size)
     else:
-        order = np.argsort(-np.nan_to_num(flat_r, nan=np.inf), kind="stable")
-        worst = order[:N_WORST]
+        # a partition, not a sort: O(n) on outputs of millions of elements
+        worst = np.argpartition(np.nan_to_num(flat_r, nan=np.inf), -N_WORST)[-N_WORST:]
+        others = np.ones(flat_r.size, bool)
+        others[worst] = False
         rest = np.random.default_rng(_SAMPLE_SEED).choice(
-            order[N_WORST:], MAX_POINTS - N_WORST, replace=False)
+            np.flatnonzero(others), MAX_POINTS - N_WORST, replace=False)
         idx = np.sort(np.concatenate([worst, rest]))
     a, e = ab.ravel(), err.ravel()
     return [[_sig4(float(a[i])), _sig4(float(e[i])), _sig4(float(flat_r[i]))] for i in idx]
@@ -116,19 +118,20 @@ def _sqnr(ref: np.ndarray, out: np.ndarray) -> float:
     return _sig4(float(metrics.sqnr_db(ref, out)))
 
 
-def plot_summary(out: np.ndarray, prob: Problem, u: float, out_dtype: np.dtype) -> dict[str, Any]:
+def plot_summary(out: np.ndarray, prob: Problem, u: float, ulps: np.ndarray,
+                 ratio: np.ndarray) -> dict[str, Any]:
     """The bounded plot data of a layer-1 result (see the module docstring).
 
-    `out` is the kernel's full output (numpy, out_dtype), `prob` the case's Problem
-    (exact / abs_ab / unquantized references, compared rows, k and n for the bound), `u`
-    the kernel's declared accumulator unit roundoff.  gmm outputs are [M, N] with groups
-    along the rows; tgmm outputs [G, K, N] are shown as G*K rows, one group per K rows.
+    `out` is the kernel's output on the compared rows (`out[:prob.rows]`, its own dtype),
+    `prob` the case's Problem (exact / abs_ab / unquantized references, k and n for the
+    bound), `u` the kernel's declared accumulator unit roundoff, `ulps` and `ratio` the
+    elementwise ULP distance to RN(exact) and bound ratio that the criteria computed
+    (`fp8check.layers.op.output_criteria` is the caller).  gmm outputs are [M, N] with
+    groups along the rows; tgmm outputs [G, K, N] are shown as G*K rows, one group per K
+    rows.
     """
     sl = slice(0, prob.rows)
-    o, exact = out[sl].astype(np.float64), prob.exact[sl]
-    ratio = metrics.bound_ratio(o, exact, prob.abs_ab[sl], prob.k, u=u, out_dtype=out_dtype,
-                                n=prob.n_terms)
-    ulps = metrics.ulp_distance(out[sl], exact.astype(out_dtype), out_dtype)
+    o, exact = out.astype(np.float64), prob.exact[sl]
     with np.errstate(invalid="ignore"):
         err = np.abs(o - exact)
     group_sizes = np.asarray(prob.args[-1])

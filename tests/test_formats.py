@@ -1,5 +1,6 @@
 """Format facts, satfinite, ULP, and the measured overflow table in the docs."""
 
+import math
 import re
 from pathlib import Path
 
@@ -56,6 +57,19 @@ def test_ulp_matches_neighbour_gaps_for_every_code():
     np.testing.assert_array_equal(ulp(x, "f32"), np.spacing(x).astype(np.float64))
     assert ulp(np.float32(1.0), "bf16") == 2.0**-7
     assert np.isnan(ulp(np.inf, "f32"))
+
+
+def test_ulp_is_exact_across_the_whole_float64_range():
+    # Every power of two float64 holds (subnormal ones included), one value inside each
+    # binade and negative values, against Python's math.ulp (the spacing above |x|).
+    k = np.arange(-1074, 1024)
+    x = np.concatenate([np.ldexp(1.0, k), np.ldexp(1.75, k[:-1]), -np.ldexp(1.25, k[:-1])])
+    np.testing.assert_array_equal(ulp(x, "f64"), [math.ulp(v) for v in x])
+    np.testing.assert_array_equal(ulp(x.reshape(2, -1), "f64").ravel(), ulp(x, "f64"))
+    assert np.isnan(ulp(np.array([np.nan, -np.inf]), "f64")).all()
+    # a format's subnormal spacing below its smallest normal, float64 subnormals included
+    assert ulp(np.float64(2.0**-1070), "f32") == 2.0**-149
+    assert ulp(0.0, "e4m3fn") == 2.0**-9
 
 
 def _doc_table() -> dict[str, list[str]]:

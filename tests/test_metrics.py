@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from fp8check.formats import get_format
 from fp8check.metrics import (
     ULP_NAN,
     allclose_report,
@@ -390,6 +391,34 @@ def test_bound_ratio_zero_denominator_cases_and_nonfinite():
     assert bound_ratio(np.array([np.inf], np.float32), np.ones(1), np.ones(1), 8)[0] == math.inf
 
 
+def _ulp_by_frexp(x: float, emin: int, mant: int) -> float:
+    """The spacing of a format at |x| from math.frexp (independent of formats.ulp)."""
+    e = math.frexp(x)[1] - 1 if x else emin
+    return math.ldexp(1.0, max(e, emin) - mant)
+
+
+@pytest.mark.parametrize("out_dtype", [np.float32, BF16, ml_dtypes.float8_e4m3fn])
+def test_bound_ratio_is_its_formula_element_by_element(out_dtype):
+    # Adversarial values: zeros of both signs, subnormals of the format and of float64,
+    # powers of two, values near the format's max, random magnitudes over many binades.
+    fmt = get_format(out_dtype)
+    rng = np.random.default_rng(7)
+    special = [0.0, -0.0, fmt.smallest_subnormal, fmt.tiny, 2.0**-1074, 1.0, -2.0, fmt.max]
+    ex = np.concatenate([special, rng.standard_normal(500) * np.exp2(rng.integers(-30, 30, 500))])
+    ex = np.clip(ex, -fmt.max, fmt.max)
+    out = np.clip(ex * (1 + rng.standard_normal(ex.size) * 2.0**-8), -fmt.max, fmt.max)
+    out = out.astype(out_dtype)
+    ab = np.abs(ex) * rng.uniform(1, 4, ex.size)
+    k, u = 256, 2.0**-24
+    n = k + 2 * math.ceil(k / 128) + 2
+    gamma = n * u / (1 - n * u)
+    expected = []
+    for o, e, a in zip(out.astype(np.float64).tolist(), ex.tolist(), ab.tolist(), strict=True):
+        ulp_m = _ulp_by_frexp(max(abs(e), abs(o)), fmt.min_exponent, fmt.mantissa_bits)
+        expected.append(abs(o - e) / (gamma * a + 0.5 * ulp_m + 2.0**-53 * abs(e)))
+    np.testing.assert_array_equal(bound_ratio(out, ex, ab, k, out_dtype=out_dtype), expected)
+
+
 def test_bound_ratio_rejects_bad_input():
     one = np.ones(2)
     with pytest.raises(ValueError, match="float64"):
@@ -398,6 +427,8 @@ def test_bound_ratio_rejects_bad_input():
         bound_ratio(one, np.ones(3), np.ones(3), 4)
     with pytest.raises(ValueError, match="NaN or Inf"):
         bound_ratio(one, np.array([1.0, np.nan]), one, 4)
+    with pytest.raises(ValueError, match="narrower than float64"):
+        bound_ratio(one, one, one, 4, out_dtype=np.float64)
     with pytest.raises(ValueError, match=">= 0"):
         bound_ratio(one, one, -one, 4)
     with pytest.raises(ValueError, match="k must"):
@@ -414,10 +445,11 @@ def test_bound_ratio_default_n_counts_block_scale_roundings():
     abs_ab = np.array([2.0**40])
     exact = np.array([0.0])
     gamma = n * u / (1 - n * u)
-    err = np.array([gamma * abs_ab[0] * 0.999], dtype=np.float64)
-    assert bound_ratio(err, exact, abs_ab, k, out_dtype=np.float64)[0] <= 1.0
-    err = np.array([gamma * abs_ab[0] * 1.001], dtype=np.float64)
-    assert bound_ratio(err, exact, abs_ab, k, out_dtype=np.float64)[0] > 1.0
+    # float32 outputs of ~2^25: half their ulp is 1e-8 of the error, far inside the margin
+    err = np.array([gamma * abs_ab[0] * 0.999], dtype=np.float32)
+    assert bound_ratio(err, exact, abs_ab, k)[0] <= 1.0
+    err = np.array([gamma * abs_ab[0] * 1.001], dtype=np.float32)
+    assert bound_ratio(err, exact, abs_ab, k)[0] > 1.0
 
 
 # ------------------------------------------------------------------- bias_z

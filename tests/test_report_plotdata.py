@@ -143,7 +143,8 @@ def test_gmm_empty_group_has_no_sqnr():
 def test_an_output_with_every_group_empty_still_gets_its_figure():
     """sum(group_sizes) == 0: nothing is compared, and the figure says so instead of
     failing on an empty tile grid."""
-    from fp8check.layers.op import gmm_fp8_problem
+    from fp8check.layers.op import gmm_fp8_problem, output_criteria
+    from fp8check.profiles import get_profile
     from fp8check.references import quantize
     from fp8check.reports.plots import case_figure, to_data_uri
 
@@ -152,7 +153,9 @@ def test_an_output_with_every_group_empty_still_gets_its_figure():
     w = rng.standard_normal((2, 256, 128), dtype=np.float32)
     prob = gmm_fp8_problem(quantize(x), quantize(w, (128, 128)), np.zeros(2, np.int32), "f32",
                            unquantized=(x, w))
-    plots = plotdata.plot_summary(np.zeros((8, 128), np.float32), prob, 2.0**-24, np.float32)
+    m: dict = {}
+    output_criteria(np.zeros((8, 128), np.float32), prob, get_profile("strict"), m)
+    plots = m["plots"]
     assert plots["bound_tiles"]["rows"] == 0 and plots["group_sqnr"]["impact"] == [None, None]
     fig = case_figure({"layer": "op", "metrics": {"plots": plots}, "criteria": {}})
     assert "no rows compared" in [t.get_text() for t in fig.axes[2].texts][0]

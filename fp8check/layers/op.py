@@ -302,14 +302,15 @@ def _worst_ulp(out: np.ndarray, ref: np.ndarray, ulps: np.ndarray) -> dict[str, 
 
 
 def _correctness(
-    prob: Problem, out: np.ndarray, profile: Profile, m: dict[str, Any], accum: str | None,
-    acc_unit_roundoff: float,
+    prob: Problem, o: np.ndarray, ulps: np.ndarray, ratio: np.ndarray, profile: Profile,
+    m: dict[str, Any], accum: str | None,
 ) -> list[Criterion]:
+    """The correctness criteria of the compared rows `o` of an output, given their ULP
+    distances to RN(exact) and bound ratios."""
     sl = slice(0, prob.rows)
-    o, exact = out[sl], prob.exact[sl]
+    exact = prob.exact[sl]
     out_np = NUMPY_DTYPES[prob.out_dtype]
-    exact_rounded = exact.astype(out_np)  # correctly rounded: f64 -> f32 / bf16 is one RNE
-    ulps = metrics.ulp_distance(o, exact_rounded, out_np)
+    exact_rounded = exact.astype(out_np)
     n_off = int(np.count_nonzero(ulps))  # elements not correctly rounded
     worst_off = _worst_ulp(o, exact, ulps)
     crit: list[Criterion] = []
@@ -320,10 +321,6 @@ def _correctness(
     first_bad = _element(np.argwhere(mask)[0], o, exact, ulps) if bad else None
     crit.append(Criterion("finite", "correctness", bad, 0, bad == 0, n_bad=bad, worst=first_bad))
 
-    ratio = metrics.bound_ratio(
-        o, exact, prob.abs_ab[sl], prob.k, u=acc_unit_roundoff, out_dtype=out_np,
-        n=prob.n_terms,
-    )
     worst = float(np.max(ratio)) if ratio.size else 0.0
     m["bound_ratio_max"] = worst
     worst_el = None
@@ -567,7 +564,9 @@ def output_criteria(
     """Every layer-1 criterion that one output of a matmul contract decides: correctness
     (finite, bound_ratio, error_ratio, bias_z, and bit_exact when `accum` is declared and
     the problem's partials are exact) then impact.  The one implementation behind both
-    the gate (`validate_case`) and `fp8check.testing`; metrics go into `m`.
+    the gate (`validate_case`) and `fp8check.testing`; metrics go into `m`, with the
+    report's plot data (`m["plots"]`, `fp8check.reports.plotdata`) when the problem has
+    its unquantized operands.
 
     `out` must be a numpy array of the problem's output shape and dtype (BadOutput
     otherwise); `accum` is the accumulation recipe the kernel claims, `acc_unit_roundoff`
@@ -576,7 +575,15 @@ def output_criteria(
     why = _shape_error(out, prob.exact.shape, prob.out_dtype)
     if why is not None:
         raise BadOutput(why)
-    return (_correctness(prob, out, profile, m, accum, acc_unit_roundoff)
+    sl = slice(0, prob.rows)
+    o, exact, out_np = out[sl], prob.exact[sl], NUMPY_DTYPES[prob.out_dtype]
+    # correctly rounded: f64 -> f32 / bf16 is one RNE
+    ulps = metrics.ulp_distance(o, exact.astype(out_np), out_np)
+    ratio = metrics.bound_ratio(o, exact, prob.abs_ab[sl], prob.k, u=acc_unit_roundoff,
+                                out_dtype=out_np, n=prob.n_terms)
+    if prob.unquantized is not None:  # the report's per-case figures (bounded arrays)
+        m["plots"] = plot_summary(o, prob, acc_unit_roundoff, ulps, ratio)
+    return (_correctness(prob, o, ulps, ratio, profile, m, accum)
             + _impact(prob, out, profile, m))
 
 
@@ -595,8 +602,6 @@ def _matmul_criteria(
     timing["kernel"] = time.perf_counter() - t
     crit = output_criteria(outs[0], prob, profile, m, accum=spec.accum,
                            acc_unit_roundoff=spec.acc_unit_roundoff)
-    # Bounded arrays for the report's per-case figures (fp8check.reports.plotdata).
-    m["plots"] = plot_summary(outs[0], prob, spec.acc_unit_roundoff, NUMPY_DTYPES[case.out_dtype])
     if spec.deterministic:
         sl = slice(0, prob.rows)
         same = _same_bits(outs[0][sl], outs[1][sl])
