@@ -35,7 +35,7 @@ def run_suite(suite: str, layers: str) -> None:
         wall = time.perf_counter() - t
         doc = json.loads((out / "gate.json").read_text())
     t = time.perf_counter()
-    render_html(doc)
+    render_html(doc, workers=None)  # as the gate writes it (a process per CPU)
     t_report = time.perf_counter() - t
     rows: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for r in doc["results"]:

@@ -389,7 +389,7 @@ def run_gate(args: argparse.Namespace) -> int:
     if cfg.report:
         from fp8check.reports.html import write_html
 
-        write_html(cfg.report, doc)
+        write_html(cfg.report, doc, workers=None)  # the command has a main guard
     print(f"fp8check gate: suite={cfg.suite} profile={cfg.profile} seed={cfg.seed} "
           f"layers={','.join(map(str, cfg.layers))}: "
           f"{summary['n_passed']} passed, {summary['n_failed']} failed, "

@@ -14,8 +14,11 @@ environment (versions, backends, interpreter fixes, seed).
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,7 @@ KEY_METRICS = ("bound_ratio_max", "error_ratio", "bias_z", "ulp_max_vs_exact",
 LAYER2_KEY_METRICS = ("st_sqnr_db.out", "st_sqnr_db.dx", "sqnr_db.out", "sqnr_db.dx",
                       "sqnr_db.wi.min_expert", "sqnr_db.wo.min_expert")
 LAYER_ORDER = ("op", 2, 3, 4)
+FIGURES_PER_WORKER = 24
 LAYER_NAMES = {"op": "1 · op", 2: "2 · MoE layer", 3: "3 · training", 4: "4 · logs"}
 
 
@@ -115,6 +119,23 @@ def _figure(r: dict[str, Any]) -> str | None:
     return None if fig is None else plots.to_data_uri(fig)
 
 
+def figures(results: Sequence[dict[str, Any]], workers: int | None = 1) -> list[str | None]:
+    """`_figure` of every result, in order.  Rendering is the report's expensive part
+    (~0.3 s a figure, most of it matplotlib's Agg), so it can run in `workers` spawned
+    processes; None picks one per CPU, at most one per FIGURES_PER_WORKER figures (a small
+    report stays in this process).  The PNGs are the same bytes either way.  Spawned
+    workers re-import the caller's __main__ module, so only entry points with a
+    `__name__ == "__main__"` guard (the fp8check commands) ask for more than 1."""
+    if workers is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        workers = min(cpus, -(-len(results) // FIGURES_PER_WORKER))
+    if workers <= 1:
+        return [_figure(r) for r in results]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        return list(pool.map(_figure, results, chunksize=4))
+
+
 def _key_metrics(r: dict[str, Any]) -> list[tuple[str, Any]]:
     keys = KEY_METRICS if r["layer"] == "op" else LAYER2_KEY_METRICS if r["layer"] == 2 else ()
     m = r.get("metrics", {})
@@ -131,14 +152,15 @@ def _view(r: dict[str, Any], anchor: str) -> dict[str, Any]:
             "figure": None}
 
 
-def build_context(doc: dict[str, Any]) -> dict[str, Any]:
-    """Everything the template shows, figures rendered (the expensive part)."""
+def build_context(doc: dict[str, Any], workers: int | None = 1) -> dict[str, Any]:
+    """Everything the template shows, figures rendered (the expensive part; `workers` as
+    in `figures`)."""
     results = doc["results"]
     views = [_view(r, f"case-{i}") for i, r in enumerate(results)]
     failures = [v for v in views if v["status"] in ("fail", "error")]
-    for v in views:
-        if v["status"] != "skipped":
-            v["figure"] = _figure(v["r"])
+    drawn = [v for v in views if v["status"] != "skipped"]
+    for v, fig in zip(drawn, figures([v["r"] for v in drawn], workers), strict=True):
+        v["figure"] = fig
     sections = []
     matrix = summary_matrix(results)
     for lay in matrix["layers"]:
@@ -163,18 +185,19 @@ def build_context(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def render_html(doc: dict[str, Any]) -> str:
-    """The report as one HTML string."""
+def render_html(doc: dict[str, Any], workers: int | None = 1) -> str:
+    """The report as one HTML string (`workers` as in `figures`)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
     env.filters["fmt"] = _fmt
     env.filters["layer_name"] = layer_name
-    return env.get_template("report.html").render(**build_context(doc))
+    return env.get_template("report.html").render(**build_context(doc, workers))
 
 
-def write_html(path: str | Path, doc: dict[str, Any]) -> None:
+def write_html(path: str | Path, doc: dict[str, Any], workers: int | None = 1) -> None:
+    """`render_html` into `path` (parent folders created)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(doc))
+    path.write_text(render_html(doc, workers))

@@ -253,3 +253,12 @@ def test_gate_writes_the_report(tmp_path):
     assert rc == 0
     page = out.read_text()
     assert "PASS" in page and CASE.id in page and "data:image/png;base64" in page
+
+
+def test_figures_rendered_in_worker_processes_are_the_same_pngs():
+    """The report renders its figures in a process pool when it has many: the PNGs are
+    byte for byte those of a serial rendering, in the results' order."""
+    rs = [r for r in report_document(1)["results"] if not r.get("skipped")]
+    serial = report_html.figures(rs, workers=1)
+    assert sum(f is not None for f in serial) == len(rs)
+    assert report_html.figures(rs, workers=2) == serial

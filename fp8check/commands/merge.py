@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         from fp8check.reports.html import write_html
 
-        write_html(args.report, doc)
+        write_html(args.report, doc, workers=None)
     s = doc["summary"]
     print(f"fp8check merge: {len(args.inputs)} documents, {s['n_passed']} passed, "
           f"{s['n_failed']} failed, {s['n_skipped']} skipped")

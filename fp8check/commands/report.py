@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from fp8check.reports.html import write_html
 
     doc = load_document(args.results)
-    write_html(args.output, doc)
+    write_html(args.output, doc, workers=None)
     print(f"fp8check report: {len(doc['results'])} results -> {args.output}")
     return 0
 

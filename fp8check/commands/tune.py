@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         from fp8check.reports.html import write_html
 
-        write_html(args.report, doc)
+        write_html(args.report, doc, workers=None)
     if args.emit:
         Path(args.emit).parent.mkdir(parents=True, exist_ok=True)
         Path(args.emit).write_text(json.dumps(best) + "\n")
