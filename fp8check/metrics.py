@@ -277,8 +277,12 @@ def bound_ratio(
     two), so by Higham (Accuracy and Stability, Lemma 3.1 / eq. 3.4) the accumulator value
     acc satisfies |acc - x| <= gamma_n sum_i |s_i a_i b_i| <= gamma_n abs_ab, where x is
     the real value and abs_ab is an upper bound of (|A||B|)_ij on the dequantized operands.
-    The final rounding out = RN(acc) to out_dtype adds <= 0.5 ulp(acc); RN is monotone, so
-    |out| lies in the binade of |acc| or above and ulp(max(|exact|, |out|)) >= ulp(acc).
+    The relative-error model assumes no product or scaled partial falls below float32's
+    smallest normal 2^-126 (sums there are exact, products are not): the gate's data stays
+    far above it (dequantized products >= about 2^-72, even in 2^-20 many-scales tiles);
+    operands built to underflow could exceed the bound by a few 2^-150.  The final
+    rounding out = RN(acc) to out_dtype adds <= 0.5 ulp(acc); RN is monotone, so |out|
+    lies in the binade of |acc| or above and ulp(max(|exact|, |out|)) >= ulp(acc).
     `exact` is x rounded to float64, off by <= 2^-53 |exact|.  The denominator is never 0:
     the ulp term is at least half the smallest subnormal of out_dtype, so for
     exact == abs_ab == 0 the ratio is 0 when out == 0 and >= 1 otherwise.
