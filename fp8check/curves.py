@@ -195,12 +195,6 @@ def spike_scores(y: np.ndarray, window: int = SPIKE_WINDOW) -> np.ndarray:
     return out
 
 
-def spikes(y: np.ndarray, k: float, window: int = SPIKE_WINDOW) -> list[int]:
-    """Indices whose `spike_scores` exceed k."""
-    with np.errstate(invalid="ignore"):
-        return [int(i) for i in np.flatnonzero(spike_scores(y, window) > k)]
-
-
 def new_spikes(cand: np.ndarray, base: np.ndarray, k: float) -> tuple[list[int], list[int],
                                                                       list[int]]:
     """(candidate spikes, baseline spikes, candidate spikes the baseline does not share)
