@@ -3,8 +3,8 @@
 Prints, measured in this one run:
 * dev shape (wi EP=8 shard: M=8192, K=2048, N=512, G=32): reference gmm time per accum
   recipe against a plain float32 matmul of the same FLOPs (numpy, same BLAS), as a ratio,
-  with two floors for context: a float64 matmul of the same FLOPs (the exact primitive
-  the reference uses) and the 9 int8 digit products an AMX route would need;
+  with the partials from AMX int8 tiles where the CPU has them and, for comparison, from
+  float64 BLAS (and a float64 matmul of the same FLOPs, that path's floor);
 * dev shape: the exact tgmm and dgrad references (bf16 operands) in the same table;
 * the layer-1 metrics (ULP, bound ratio, SQNR; `fp8check.summary.summarize`) over 10^8
   elements against one numpy pass over the same bytes (a sum of each input array);
@@ -63,32 +63,8 @@ def best_of(fn, repeat=5):
     return min(times)
 
 
-def int8_digit_products(group_sizes, k, n):
-    """The floor of the one exact primitive faster than float64 BLAS here, int8 matmuls
-    with int32 sums (AMX on this CPU): an e4m3 value times 2^9 is an integer below 2^18,
-    three signed 7-bit digits, so the exact partials of one K block take 9 digit
-    products.  Returns a function doing just those, one `torch._int_mm` per (group, K
-    block) of the stacked digits, [3 M_g, 128] x [128, 3 N], with no decode, no
-    recombination and no fma chain: a route through them costs at least this."""
-    import torch
-
-    gen = torch.Generator().manual_seed(5)
-    kb = k // 128
-    rows = [int(r) for r in group_sizes if r]
-    a = [torch.randint(-64, 64, (kb, 3 * r, 128), dtype=torch.int8, generator=gen)
-         for r in rows]
-    b = [torch.randint(-64, 64, (kb, 128, 3 * n), dtype=torch.int8, generator=gen)
-         for _ in rows]
-
-    def products():
-        for ag, bg in zip(a, b, strict=True):
-            for j in range(kb):
-                torch._int_mm(ag[j], bg[j])
-    return products
-
-
 def dev_table():
-    from fp8check.references import gmm
+    from fp8check.references import amx, gmm
 
     lhs, rhs, gs = make_problem(**DEV)
     a = np.random.default_rng(1).standard_normal((DEV["m"], DEV["k"]), dtype=np.float32)
@@ -96,17 +72,22 @@ def dev_table():
     base = best_of(lambda: a @ b, repeat=7)
     print(f"dev shape {DEV}: float32 matmul of the same FLOPs {base * 1e3:.1f} ms")
     print(f"{'accum':<10} {'time ms':>9} {'ratio':>7}")
-    # The exact e4m3 partials come from float64 BLAS (module doc of references/gmm.py):
-    # its time for the same FLOPs is the floor of this reference, printed for context.
+    # Without AMX the exact e4m3 partials come from float64 BLAS (module doc of
+    # references/gmm.py): its time for the same FLOPs is that path's floor.
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     t64 = best_of(lambda: a64 @ b64)
     print(f"{'f64 matmul':<10} {t64 * 1e3:9.1f} {t64 / base:7.2f}")
-    t8 = best_of(int8_digit_products(gs, DEV["k"], DEV["n"]))
-    print(f"{'int8 AMX':<10} {t8 * 1e3:9.1f} {t8 / base:7.2f}  (9 digit products only)")
+    print(f"partials: {amx.STATUS}")
     for accum in ("deepgemm", "cublas", "tokamax"):
         gmm(lhs, rhs, gs, accum=accum)  # compile / warm
         t = best_of(lambda accum=accum: gmm(lhs, rhs, gs, accum=accum))
         print(f"{accum:<10} {t * 1e3:9.1f} {t / base:7.2f}")
+    if amx.AVAILABLE:  # the other path, as on a CPU without AMX (the same bits)
+        amx.AVAILABLE = False
+        gmm(lhs, rhs, gs)
+        t = best_of(lambda: gmm(lhs, rhs, gs))
+        amx.AVAILABLE = True
+        print(f"{'deepgemm':<10} {t * 1e3:9.1f} {t / base:7.2f}  (float64 BLAS partials)")
     print("target: ratio <= 2.0 for the default accum (deepgemm)")
     from fp8check.references import dgrad, tgmm
 

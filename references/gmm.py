@@ -29,8 +29,11 @@ is `exact`, rounded once to out_dtype; `exact_matmul` (also behind `tgmm` and `d
 explains how slices make float64 BLAS exact for them.
 
 Speed: the e4m3 recipes run fused (`_gmm_e4m3`: partials per 64-row chunk consumed in
-cache, parallel); the float32 fma is vectorized with an exact fallback where float64 may
-double-round (`_accumulate_row`).  Neither changes a bit of the result.
+cache, parallel); where the CPU has AMX the partials come from int8 tile matmuls of the
+values' exact 7-bit digits instead of float64 BLAS (`_gmm_e4m3_amx`, `references.amx`:
+the same float64 partials, about 1.7x faster here); the float32 fma is vectorized with an
+exact fallback where float64 may double-round (`_accumulate_row`).  None of these changes
+a bit of the result.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import numba
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from fp8check.references import amx
 from fp8check.references.exact import (
     ACC_SIZE,
     acc_add,
@@ -60,6 +64,7 @@ PLAIN_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16))
 # Rows of one group handled per step: keeps the float64 partials of a chunk near 8 MiB.
 _CHUNK_BYTES = 8 << 20
 _NO_REMAINDER = np.zeros((0, 0, 0), np.float64)
+
 _FUSED_ROWS = 64  # rows per parallel chunk of the fused e4m3 path: partials stay in L2
 
 
@@ -230,6 +235,41 @@ def _gmm_e4m3(values, lut, b64, sa, sb, code, rows):
 
 
 @numba.njit(parallel=True, cache=True)
+def _gmm_e4m3_amx(values, digits, tiles, sa, sb, code, rows):
+    """`_gmm_e4m3` with the exact partials from AMX int8 tiles (`amx.e4m3_partials`):
+    values [m, K] uint8, digits = `amx.DIGITS`, tiles the group's rhs as
+    `amx.rhs_tiles`, sa, sb, code as there.  Parallel over 128-column slices, K blocks in
+    order, `rows` rows at a time: a slice's rhs tiles of one K block (48 KiB) stay in
+    cache for every row of the group, and so do its float32 accumulators."""
+    m, k = values.shape
+    kb_n, n = k // 128, sb.shape[1]
+    m16 = (m + 15) // 16 * 16  # AMX tiles hold 16 rows: zero digits pad the last
+    planes = np.zeros((kb_n, 3, m16, 128), np.int8)
+    for kb in numba.prange(kb_n):
+        for i in range(m):
+            for c in range(128):
+                v = values[i, 128 * kb + c]
+                for d in range(3):
+                    planes[kb, d, i, c] = digits[v, d]
+    out = np.empty((m, n), np.float32)
+    for q in numba.prange(n // 128):
+        acc = np.zeros((m, 128), np.float32)
+        part = np.empty((rows, 128))
+        p, old = np.empty(128, np.float32), np.empty(128, np.float32)
+        for kb in range(kb_n):
+            for r0 in range(0, m16, rows):
+                nr = min(rows, m16 - r0)
+                amx.block_partials(planes[kb], r0, nr, tiles[kb], 8 * q, 8, part)
+                for i in range(min(nr, m - r0)):
+                    for j in range(128):
+                        p[j] = np.float32(part[i, j])  # RN32 of the exact partial
+                    _accumulate_row(acc[r0 + i], p, sa[r0 + i, kb],
+                                    sb[kb, 128 * q : 128 * (q + 1)], code, old)
+        out[:, 128 * q : 128 * (q + 1)] = acc
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
 def _accumulate_exact(p_hi, p_lo, sa, sb, prec, emin):
     """Exact sum over K blocks of (p_hi + p_lo) * sa * sb, rounded once -> float64 [m, N]
     (parallel over rows)."""
@@ -376,15 +416,21 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
     for g in range(gs.shape[0]):
         if gs[g] == 0:
             continue
-        b64 = _to_f64(rhs.values[g])
         sb = np.repeat(rhs.scales[g].astype(np.float32), 128, axis=1)[:, :n]
         sb = np.ascontiguousarray(sb)
         rows = slice(offs[g], offs[g + 1])
         sa = np.ascontiguousarray(lhs.scales[rows].astype(np.float32))
         if fused:
-            out[rows] = _gmm_e4m3(lhs.values[rows].view(np.uint8), _LUT[lhs.values.dtype],
-                                  b64, sa, sb, _ACCUM_CODE[accum], _FUSED_ROWS)
+            codes, b_codes = lhs.values[rows].view(np.uint8), rhs.values[g].view(np.uint8)
+            if amx.AVAILABLE and not (amx.has_nan_code(codes) or amx.has_nan_code(b_codes)):
+                tiles = amx.rhs_tiles(b_codes, amx.DIGITS)
+                out[rows] = _gmm_e4m3_amx(codes, amx.DIGITS, tiles, sa, sb,
+                                          _ACCUM_CODE[accum], _FUSED_ROWS)
+            else:
+                out[rows] = _gmm_e4m3(codes, _LUT[lhs.values.dtype], _to_f64(rhs.values[g]),
+                                      sa, sb, _ACCUM_CODE[accum], _FUSED_ROWS)
             continue
+        b64 = _to_f64(rhs.values[g])
         for r0 in range(offs[g], offs[g + 1], chunk):
             r1 = min(r0 + chunk, offs[g + 1])
             p_hi, p_lo = _partials(_to_f64(lhs.values[r0:r1]), b64, lhs.fmt)

@@ -1,0 +1,156 @@
+"""Exact e4m3fn K-block partials on AMX int8 tiles, where the CPU has them.
+
+The forward gmm reference needs, per 128-wide K block, the exact partial sum of products
+of e4m3fn values (module docstring of `references.gmm`).  Float64 BLAS gives it exactly;
+on CPUs with AMX (Intel Sapphire Rapids and later) int8 tile matmuls give it too, faster:
+`amx_partials.c` explains the digit split and why every step is exact.  The library is
+compiled from that file with the machine's C compiler the first time it is needed, into
+a cache folder (`$XDG_CACHE_HOME/fp8check` or `~/.cache/fp8check`), and registered with
+LLVM so that numba kernels call it by name (`e4m3_partials`, cacheable like any other).
+
+`STATUS` says which path the reference takes and why: "amx-int8", or "float64 BLAS
+(<reason>)" when the CPU has no AMX, the compiler fails, Linux refuses the tile state, or
+FP8CHECK_AMX=0 (the switch the tests use to compare both paths).  Either path
+gives the same bits; only the time differs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+
+import ml_dtypes
+import numba
+import numpy as np
+from llvmlite import binding
+from numba.core import types
+
+_SOURCE = Path(__file__).with_name("amx_partials.c")
+_FLAGS = ("-O3", "-shared", "-fPIC", "-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512dq")
+_SYMBOL = "fp8check_amx_e4m3_partials"
+
+e4m3_partials = types.ExternalFunction(_SYMBOL, types.void(
+    types.uint64, types.int64, types.int64, types.int64,
+    types.uint64, types.int64, types.int64, types.int64, types.uint64))
+"""numba-callable (a_ptr, plane_rows, row0, nrows, b_ptr, nt, ct0, nct, out_ptr): see
+amx_partials.c for the layouts."""
+
+
+@numba.njit(cache=True)
+def block_partials(planes, row0, nrows, tiles, ct0, nct, out):
+    """The exact float64 partials of one K block into out [nrows, 16 nct]: rows [row0,
+    row0 + nrows) (multiples of 16) of the lhs digit planes [3, rows, 128] int8 times
+    column tiles [ct0, ct0 + nct) of the K block's rhs tiles [3, 2, N/16, 16, 64]
+    (`rhs_tiles`), on AMX tiles.  C-contiguous arrays only."""
+    e4m3_partials(planes.ctypes.data, planes.shape[1], row0, nrows, tiles.ctypes.data,
+                  tiles.shape[2], ct0, nct, out.ctypes.data)
+
+
+def _digits() -> np.ndarray:
+    """[256, 3] int8: the three signed 7-bit digits of X = value * 2^9 for every e4m3fn
+    code (NaN codes give zeros: callers take the BLAS path when a NaN is present)."""
+    v = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    x = np.where(np.isnan(v), 0.0, v * 512).astype(np.int64)  # exact: multiples of 2^-9
+    s, a = np.sign(x), np.abs(x)
+    return np.stack([s * (a & 127), s * ((a >> 7) & 127), s * (a >> 14)], axis=1).astype(np.int8)
+
+
+DIGITS = _digits()
+
+
+@numba.njit(parallel=True, cache=True)
+def rhs_tiles(codes: np.ndarray, digits: np.ndarray) -> np.ndarray:
+    """One expert's rhs codes [K, N] uint8 -> its digit tiles [KB, 3, 2, N/16, 16, 64] int8
+    (tile [kb, d, kk, ct] element [k4, 4 col + t] = digit d of codes[128 kb + 64 kk + 4 k4
+    + t, 16 ct + col]: the layout TDPBSSD reads, every tile contiguous).  Written in
+    output order, so the stores stream."""
+    k, n = codes.shape
+    out = np.empty((k // 128, 3, 2, n // 16, 16, 64), np.int8)
+    for kb in numba.prange(k // 128):
+        for kk in range(2):
+            for ct in range(n // 16):
+                for k4 in range(16):
+                    row = 128 * kb + 64 * kk + 4 * k4
+                    for col in range(16):
+                        for t in range(4):
+                            code = codes[row + t, 16 * ct + col]
+                            out[kb, 0, kk, ct, k4, 4 * col + t] = digits[code, 0]
+                            out[kb, 1, kk, ct, k4, 4 * col + t] = digits[code, 1]
+                            out[kb, 2, kk, ct, k4, 4 * col + t] = digits[code, 2]
+    return out
+
+
+@numba.njit(cache=True)
+def _nan_codes(flat: np.ndarray) -> int:
+    n = 0
+    for i in range(flat.size):  # no early exit: the loop vectorizes
+        n += (flat[i] & 0x7F) == 0x7F
+    return n
+
+
+def has_nan_code(codes: np.ndarray) -> bool:
+    """Whether uint8 e4m3fn codes hold a NaN (0x7F or 0xFF)."""
+    return _nan_codes(np.ascontiguousarray(codes).ravel()) > 0
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "fp8check"
+
+
+def _build() -> Path:
+    """The compiled library, built once per source and flags (atomic: parallel test
+    workers may race to build it)."""
+    src = _SOURCE.read_bytes()
+    tag = hashlib.sha256(src + " ".join(_FLAGS).encode()).hexdigest()[:16]
+    lib = _cache_dir() / f"amx_partials-{tag}.so"
+    if not lib.exists():
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=lib.parent)
+        os.close(fd)
+        cc = os.environ.get("CC", "cc")
+        done = subprocess.run([cc, *_FLAGS, str(_SOURCE), "-o", tmp], capture_output=True,
+                              text=True)
+        if done.returncode:
+            os.unlink(tmp)
+            raise OSError(f"{cc} failed: {done.stderr.strip().splitlines()[-1:]}")
+        os.replace(tmp, lib)
+    return lib
+
+
+def _cpu_has_amx() -> bool:
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return False
+    flags = Path("/proc/cpuinfo").read_text().split()
+    return "amx_int8" in flags and "amx_tile" in flags
+
+
+_STUB = ctypes.CFUNCTYPE(None, *(ctypes.c_int64,) * 9)(lambda *a: None)
+
+
+def _load() -> str:
+    if os.environ.get("FP8CHECK_AMX", "1") == "0":
+        return "float64 BLAS (FP8CHECK_AMX=0)"
+    if not _cpu_has_amx():
+        return "float64 BLAS (no amx_int8 on this CPU)"
+    try:
+        lib = ctypes.CDLL(str(_build()))
+    except OSError as e:
+        return f"float64 BLAS (could not build the AMX kernel: {e})"
+    if lib.fp8check_amx_init() != 0:
+        return "float64 BLAS (the kernel refused AMX tile state)"
+    binding.add_symbol(_SYMBOL, ctypes.cast(getattr(lib, _SYMBOL), ctypes.c_void_p).value)
+    _LIBS.append(lib)
+    return "amx-int8"
+
+
+_LIBS: list[ctypes.CDLL] = []
+STATUS = _load()
+if STATUS != "amx-int8":  # numba links the symbol even where the AMX branch never runs
+    binding.add_symbol(_SYMBOL, ctypes.cast(_STUB, ctypes.c_void_p).value)
+AVAILABLE = STATUS == "amx-int8"
