@@ -31,24 +31,39 @@ from llvmlite import binding
 from numba.core import types
 
 _SOURCE = Path(__file__).with_name("amx_partials.c")
-_FLAGS = ("-O3", "-shared", "-fPIC", "-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512dq")
+_FLAGS = ("-O3", "-shared", "-fPIC", "-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512dq",
+          "-mavx512bw", "-mavx512vbmi")
 _SYMBOL = "fp8check_amx_e4m3_partials"
+_LHS, _RHS = "fp8check_e4m3_lhs_planes", "fp8check_e4m3_rhs_tiles"
+_SIGNATURES = {  # every argument an int64 or a pointer as uint64
+    _SYMBOL: (types.uint64, types.int64, types.int64, types.int64, types.uint64, types.int64,
+              types.int64, types.int64, types.uint64),
+    _LHS: (types.uint64, types.int64, types.int64, types.int64, types.uint64, types.uint64,
+           types.int64),
+    _RHS: (types.uint64, types.int64, types.int64, types.uint64, types.uint64),
+}
 
-e4m3_partials = types.ExternalFunction(_SYMBOL, types.void(
-    types.uint64, types.int64, types.int64, types.int64,
-    types.uint64, types.int64, types.int64, types.int64, types.uint64))
-"""numba-callable (a_ptr, plane_rows, row0, nrows, b_ptr, nt, ct0, nct, out_ptr): see
-amx_partials.c for the layouts."""
+_partials, _lhs_planes, _rhs_tiles = (types.ExternalFunction(name, types.void(*sig))
+                                      for name, sig in _SIGNATURES.items())
 
 
 @numba.njit(cache=True)
 def block_partials(planes, row0, nrows, tiles, ct0, nct, out):
-    """The exact float64 partials of one K block into out [nrows, 16 nct]: rows [row0,
+    """RN32 of the exact partials of one K block into out [nrows, 16 nct] float32: rows [row0,
     row0 + nrows) (multiples of 16) of the lhs digit planes [3, rows, 128] int8 times
     column tiles [ct0, ct0 + nct) of the K block's rhs tiles [3, 2, N/16, 16, 64]
     (`rhs_tiles`), on AMX tiles.  C-contiguous arrays only."""
-    e4m3_partials(planes.ctypes.data, planes.shape[1], row0, nrows, tiles.ctypes.data,
-                  tiles.shape[2], ct0, nct, out.ctypes.data)
+    _partials(planes.ctypes.data, planes.shape[1], row0, nrows, tiles.ctypes.data,
+              tiles.shape[2], ct0, nct, out.ctypes.data)
+
+
+@numba.njit(cache=True)
+def lhs_planes(codes, table, planes):
+    """Digit planes of lhs codes [rows, K] uint8 (C-contiguous) into planes [K/128, 3,
+    plane_rows, 128] int8 (rows <= plane_rows; the other rows are left as they are);
+    table = `TABLE`."""
+    _lhs_planes(codes.ctypes.data, codes.shape[1], codes.shape[0], codes.shape[1],
+                table.ctypes.data, planes.ctypes.data, planes.shape[2])
 
 
 def _digits() -> np.ndarray:
@@ -63,25 +78,22 @@ def _digits() -> np.ndarray:
 DIGITS = _digits()
 
 
-@numba.njit(parallel=True, cache=True)
-def rhs_tiles(codes: np.ndarray, digits: np.ndarray) -> np.ndarray:
+TABLE = np.ascontiguousarray(DIGITS.T)  # [3, 256]: the C side's digit table
+
+
+@numba.njit(cache=True)
+def _fill_rhs_tiles(codes, table, out):
+    _rhs_tiles(codes.ctypes.data, codes.shape[0], codes.shape[1], table.ctypes.data,
+               out.ctypes.data)
+
+
+def rhs_tiles(codes: np.ndarray) -> np.ndarray:
     """One expert's rhs codes [K, N] uint8 -> its digit tiles [KB, 3, 2, N/16, 16, 64] int8
     (tile [kb, d, kk, ct] element [k4, 4 col + t] = digit d of codes[128 kb + 64 kk + 4 k4
-    + t, 16 ct + col]: the layout TDPBSSD reads, every tile contiguous).  Written in
-    output order, so the stores stream."""
+    + t, 16 ct + col]: the layout TDPBSSD reads, every tile contiguous)."""
     k, n = codes.shape
     out = np.empty((k // 128, 3, 2, n // 16, 16, 64), np.int8)
-    for kb in numba.prange(k // 128):
-        for kk in range(2):
-            for ct in range(n // 16):
-                for k4 in range(16):
-                    row = 128 * kb + 64 * kk + 4 * k4
-                    for col in range(16):
-                        for t in range(4):
-                            code = codes[row + t, 16 * ct + col]
-                            out[kb, 0, kk, ct, k4, 4 * col + t] = digits[code, 0]
-                            out[kb, 1, kk, ct, k4, 4 * col + t] = digits[code, 1]
-                            out[kb, 2, kk, ct, k4, 4 * col + t] = digits[code, 2]
+    _fill_rhs_tiles(np.ascontiguousarray(codes), TABLE, out)
     return out
 
 
@@ -127,10 +139,11 @@ def _cpu_has_amx() -> bool:
     if platform.system() != "Linux" or platform.machine() != "x86_64":
         return False
     flags = Path("/proc/cpuinfo").read_text().split()
-    return "amx_int8" in flags and "amx_tile" in flags
+    return all(f in flags for f in ("amx_int8", "amx_tile", "avx512vbmi", "avx512bw"))
 
 
-_STUB = ctypes.CFUNCTYPE(None, *(ctypes.c_int64,) * 9)(lambda *a: None)
+_STUBS = {name: ctypes.CFUNCTYPE(None, *(ctypes.c_int64,) * len(sig))(lambda *a: None)
+          for name, sig in _SIGNATURES.items()}
 
 
 def _load() -> str:
@@ -144,13 +157,15 @@ def _load() -> str:
         return f"float64 BLAS (could not build the AMX kernel: {e})"
     if lib.fp8check_amx_init() != 0:
         return "float64 BLAS (the kernel refused AMX tile state)"
-    binding.add_symbol(_SYMBOL, ctypes.cast(getattr(lib, _SYMBOL), ctypes.c_void_p).value)
+    for name in _SIGNATURES:
+        binding.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
     _LIBS.append(lib)
     return "amx-int8"
 
 
 _LIBS: list[ctypes.CDLL] = []
 STATUS = _load()
-if STATUS != "amx-int8":  # numba links the symbol even where the AMX branch never runs
-    binding.add_symbol(_SYMBOL, ctypes.cast(_STUB, ctypes.c_void_p).value)
+if STATUS != "amx-int8":  # numba links the symbols even where they are never called
+    for _name, _stub in _STUBS.items():
+        binding.add_symbol(_name, ctypes.cast(_stub, ctypes.c_void_p).value)
 AVAILABLE = STATUS == "amx-int8"

@@ -235,9 +235,9 @@ def _gmm_e4m3(values, lut, b64, sa, sb, code, rows):
 
 
 @numba.njit(parallel=True, cache=True)
-def _gmm_e4m3_amx(values, digits, tiles, sa, sb, code, rows):
-    """`_gmm_e4m3` with the exact partials from AMX int8 tiles (`amx.e4m3_partials`):
-    values [m, K] uint8, digits = `amx.DIGITS`, tiles the group's rhs as
+def _gmm_e4m3_amx(values, table, tiles, sa, sb, code, rows):
+    """`_gmm_e4m3` with the exact partials from AMX int8 tiles (`amx.block_partials`):
+    values [m, K] uint8 (C-contiguous), table = `amx.TABLE`, tiles the group's rhs as
     `amx.rhs_tiles`, sa, sb, code as there.  Parallel over 128-column slices, K blocks in
     order, `rows` rows at a time: a slice's rhs tiles of one K block (48 KiB) stay in
     cache for every row of the group, and so do its float32 accumulators."""
@@ -245,25 +245,18 @@ def _gmm_e4m3_amx(values, digits, tiles, sa, sb, code, rows):
     kb_n, n = k // 128, sb.shape[1]
     m16 = (m + 15) // 16 * 16  # AMX tiles hold 16 rows: zero digits pad the last
     planes = np.zeros((kb_n, 3, m16, 128), np.int8)
-    for kb in numba.prange(kb_n):
-        for i in range(m):
-            for c in range(128):
-                v = values[i, 128 * kb + c]
-                for d in range(3):
-                    planes[kb, d, i, c] = digits[v, d]
+    amx.lhs_planes(values, table, planes)
     out = np.empty((m, n), np.float32)
     for q in numba.prange(n // 128):
         acc = np.zeros((m, 128), np.float32)
-        part = np.empty((rows, 128))
-        p, old = np.empty(128, np.float32), np.empty(128, np.float32)
+        part = np.empty((rows, 128), np.float32)  # RN32 of the exact partials
+        old = np.empty(128, np.float32)
         for kb in range(kb_n):
             for r0 in range(0, m16, rows):
                 nr = min(rows, m16 - r0)
                 amx.block_partials(planes[kb], r0, nr, tiles[kb], 8 * q, 8, part)
                 for i in range(min(nr, m - r0)):
-                    for j in range(128):
-                        p[j] = np.float32(part[i, j])  # RN32 of the exact partial
-                    _accumulate_row(acc[r0 + i], p, sa[r0 + i, kb],
+                    _accumulate_row(acc[r0 + i], part[i], sa[r0 + i, kb],
                                     sb[kb, 128 * q : 128 * (q + 1)], code, old)
         out[:, 128 * q : 128 * (q + 1)] = acc
     return out
@@ -423,8 +416,8 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
         if fused:
             codes, b_codes = lhs.values[rows].view(np.uint8), rhs.values[g].view(np.uint8)
             if amx.AVAILABLE and not (amx.has_nan_code(codes) or amx.has_nan_code(b_codes)):
-                tiles = amx.rhs_tiles(b_codes, amx.DIGITS)
-                out[rows] = _gmm_e4m3_amx(codes, amx.DIGITS, tiles, sa, sb,
+                out[rows] = _gmm_e4m3_amx(np.ascontiguousarray(codes), amx.TABLE,
+                                          amx.rhs_tiles(b_codes), sa, sb,
                                           _ACCUM_CODE[accum], _FUSED_ROWS)
             else:
                 out[rows] = _gmm_e4m3(codes, _LUT[lhs.values.dtype], _to_f64(rhs.values[g]),

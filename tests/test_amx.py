@@ -5,6 +5,7 @@ Where the CPU has AMX the path must be on (a build or start-up failure is a test
 not a silent fallback); where it has none the status says so and the BLAS path, tested
 by every other reference test, is the only one."""
 
+from fractions import Fraction
 from pathlib import Path
 
 import ml_dtypes
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from fp8check.references import QTensor, amx, gmm, quantize
+from tests.oracle import rn32
 
 CODES = np.array([c for c in range(256) if c & 0x7F != 0x7F], np.uint8)  # every non-NaN
 E4M3 = ml_dtypes.float8_e4m3fn
@@ -38,7 +40,7 @@ def test_rhs_tiles_layout():
     rng = np.random.default_rng()
     k, n = 256, 384
     codes = rng.choice(CODES, (k, n))
-    tiles = amx.rhs_tiles(codes, amx.DIGITS)
+    tiles = amx.rhs_tiles(codes)
     assert tiles.shape == (k // 128, 3, 2, n // 16, 16, 64)
     kb, d, kk, ct, k4, col, t = (rng.integers(0, s, 200) for s in (k // 128, 3, 2, n // 16,
                                                                      16, 16, 4))
@@ -88,19 +90,21 @@ def test_amx_and_blas_paths_give_the_same_bits(accum, shape, monkeypatch):
 
 @pytest.mark.skipif(not amx.AVAILABLE, reason=f"no AMX path here: {amx.STATUS}")
 def test_amx_partials_are_the_exact_integer_dot_products():
-    """The kernel's float64 partials of one K block against Python integers."""
+    """The kernel's partials of one K block against Python integers, rounded once to
+    float32 by the rational oracle."""
     rng = np.random.default_rng()
     rows, n = 48, 256
     a = rng.choice(CODES, (rows, 128))
     b = rng.choice(CODES, (128, n))
     planes = np.ascontiguousarray(amx.DIGITS[a].transpose(2, 0, 1))  # [3, rows, 128]
-    tiles = amx.rhs_tiles(b, amx.DIGITS)[0]
-    part = np.empty((rows, 128))
+    tiles = amx.rhs_tiles(b)[0]
+    part = np.empty((rows, 128), np.float32)
     amx.block_partials(planes, 0, rows, tiles, 8, 8, part)  # columns 128..255
     ia = (a.view(E4M3).astype(np.float64) * 512).astype(np.int64)
     ib = (b.view(E4M3).astype(np.float64) * 512).astype(np.int64)
     exact = ia.astype(object) @ ib[:, 128:].astype(object)  # Python integers
-    np.testing.assert_array_equal(part, (exact * 2.0**-18).astype(np.float64))
+    rounded = np.vectorize(lambda v: float(rn32(Fraction(v, 2**18))))(exact)
+    np.testing.assert_array_equal(part, rounded.astype(np.float32))
 
 
 def test_nan_input_takes_the_blas_path_and_propagates():
@@ -111,3 +115,14 @@ def test_nan_input_takes_the_blas_path_and_propagates():
     rhs = quantize(rng.standard_normal((2, 256, 128), dtype=np.float32), (128, 128))
     out = gmm(lhs, rhs, np.array([20, 20], np.int32))
     assert np.isnan(out[3]).all() and np.isfinite(np.delete(out, 3, axis=0)).all()
+
+
+def test_lhs_planes_layout():
+    rng = np.random.default_rng()
+    rows, k, plane_rows = 37, 384, 48
+    codes = rng.choice(CODES, (rows, k))
+    planes = np.full((k // 128, 3, plane_rows, 128), 99, np.int8)
+    amx.lhs_planes(codes, amx.TABLE, planes)
+    want = amx.DIGITS[codes].reshape(rows, k // 128, 128, 3).transpose(1, 3, 0, 2)
+    np.testing.assert_array_equal(planes[:, :, :rows], want)
+    assert (planes[:, :, rows:] == 99).all()  # padding rows left alone
