@@ -19,10 +19,13 @@ CODES = np.array([c for c in range(256) if c & 0x7F != 0x7F], np.uint8)  # every
 E4M3 = ml_dtypes.float8_e4m3fn
 
 
-def test_status_is_amx_exactly_where_the_cpu_has_it():
+def test_status_is_amx_where_the_cpu_has_it():
     flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
-    if "amx_int8" in flags and "amx_tile" in flags:
-        assert amx.STATUS == "amx-int8" and amx.AVAILABLE
+    if all(f in flags for f in ("amx_int8", "amx_tile", "avx512vbmi", "avx512bw")):
+        # only Linux refusing the tile state (a sandbox) may turn it off: a failed build
+        # or any other reason is a bug, not a fallback
+        assert amx.STATUS in ("amx-int8", "float64 BLAS (the kernel refused AMX tile state)")
+        assert amx.AVAILABLE == (amx.STATUS == "amx-int8")
     else:
         assert amx.STATUS.startswith("float64 BLAS (") and not amx.AVAILABLE
 
