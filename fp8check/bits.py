@@ -5,6 +5,7 @@
 * `pow2(k)`: 2.0**k, exactly, for every k whose power float64 holds (-1074 <= k <= 1023),
   built from its bit pattern (normal or subnormal), no libm call.
 * `exponent(x)`: floor(log2 |x|) of a normal float64, read from the exponent field.
+* `F64_MAX`: the largest float64, for finiteness tests that vectorize.
 
 Shared by the references (`references.exact`) and the elementwise metric cores
 (`formats.ulp`, `metrics.bound_ratio`, `fp8check.summary`).
@@ -16,6 +17,8 @@ import numba
 import numpy as np
 from numba import types
 from numba.extending import intrinsic
+
+F64_MAX = float(np.finfo(np.float64).max)  # `not abs(x) <= F64_MAX`: x is NaN or inf
 
 
 @intrinsic

@@ -14,9 +14,7 @@ import ml_dtypes
 import numba
 import numpy as np
 
-from fp8check.bits import exponent, pow2
-
-_F64_MAX = float(np.finfo(np.float64).max)
+from fp8check.bits import F64_MAX, exponent, pow2
 
 
 @dataclass(frozen=True)
@@ -121,7 +119,7 @@ def ulp_of(x, emin, mant):
     """`ulp` of one float64 x in the format with smallest-normal exponent `emin` and `mant`
     fraction bits (a numba scalar core: the metric kernels inline it); NaN for NaN or inf.
     Exact: 2^(max(floor(log2|x|), emin) - mant) read and built from the bit fields."""
-    if not abs(x) <= _F64_MAX:
+    if not abs(x) <= F64_MAX:
         return np.nan
     return pow2(max(exponent(x), emin) - mant)
 

@@ -30,9 +30,8 @@ import numba
 import numpy as np
 from numpy.typing import ArrayLike
 
+from fp8check.bits import F64_MAX
 from fp8check.formats import Format, get_format, ulp_of
-
-_F64_MAX = float(np.finfo(np.float64).max)
 
 ULP_NAN: int = int(np.iinfo(np.int64).max)
 """ULP distance reported where either operand is NaN: larger than any real distance."""
@@ -326,7 +325,7 @@ def bound_ratio(
 def ratio_of(o, ex, ab, gamma, emin, mant):
     """`bound_ratio` of one element (a numba scalar core, inlined by the metric kernels):
     float64 o, ex, ab; the out format's `emin` and `mant`; inf for a non-finite o."""
-    if not abs(o) <= _F64_MAX:
+    if not abs(o) <= F64_MAX:
         return math.inf
     return abs(o - ex) / (gamma * ab + 0.5 * ulp_of(max(abs(ex), abs(o)), emin, mant)
                           + 2.0**-53 * abs(ex))

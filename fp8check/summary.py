@@ -33,13 +33,12 @@ import ml_dtypes
 import numba
 import numpy as np
 
-from fp8check.bits import bits_f32, exponent, pow2
+from fp8check.bits import F64_MAX, bits_f32, exponent, pow2
 from fp8check.formats import get_format
 from fp8check.metrics import ULP_NAN, ratio_of
 
 _BLOCK = 1 << 16  # elements per parallel work item; fixes the order of the float64 sums
 _SUB = 1024  # elements per vectorized sub-block (buffers stay in L1)
-_F64_MAX = float(np.finfo(np.float64).max)
 _NEG_ZERO = np.int32(np.float32(-0.0).view(np.int32))
 OUT_DTYPES = {np.dtype(np.float32): 0, np.dtype(ml_dtypes.bfloat16): 16}  # -> ulp bit shift
 
@@ -170,7 +169,7 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift):
                 dist[t] = d if o == o else ULP_NAN
                 rr[t] = ratio_of(o, ex, abs_ab[c0 + t], gamma, emin, mant)
                 sq[t] = ex * ex
-                dd[t] = (o - ex) * (o - ex) if abs(o) <= _F64_MAX else 0.0
+                dd[t] = (o - ex) * (o - ex) if abs(o) <= F64_MAX else 0.0
             nonfinite = ulp_max = ulp_off = over = mismatch = bad = 0
             for t in range(m):
                 ulp_max = max(ulp_max, dist[t])
@@ -178,7 +177,7 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift):
                 over += rr[t] > 1.0
                 nonfinite += rr[t] == math.inf  # a finite o's ratio is < 2^280
                 ex, ab = exact[c0 + t], abs_ab[c0 + t]
-                bad += not (abs(ex) <= _F64_MAX and 0.0 <= ab <= _F64_MAX)
+                bad += not (abs(ex) <= F64_MAX and 0.0 <= ab <= F64_MAX)
             if has_ref:
                 for t in range(m):
                     a, r = bits_f32(out[c0 + t]), bits_f32(ref[c0 + t])

@@ -6,12 +6,13 @@ on CPUs with AMX (Intel Sapphire Rapids and later) int8 tile matmuls give it too
 `amx_partials.c` explains the digit split and why every step is exact.  The library is
 compiled from that file with the machine's C compiler the first time it is needed, into
 a cache folder (`$XDG_CACHE_HOME/fp8check` or `~/.cache/fp8check`), and registered with
-LLVM so that numba kernels call it by name (`e4m3_partials`, cacheable like any other).
+LLVM so that numba kernels call it by name (`block_partials`, `lhs_planes`; cacheable
+like any other).
 
 `STATUS` says which path the reference takes and why: "amx-int8", or "float64 BLAS
-(<reason>)" when the CPU has no AMX, the compiler fails, Linux refuses the tile state, or
-FP8CHECK_AMX=0 (the switch the tests use to compare both paths).  Either path
-gives the same bits; only the time differs.
+(<reason>)" when the CPU has no AMX int8 or AVX512-VBMI, the compiler fails, Linux refuses
+the tile state, or FP8CHECK_AMX=0.  `references.gmm` also takes the BLAS path for operands
+holding a NaN code.  Either path gives the same bits; only the time differs.
 """
 
 from __future__ import annotations
@@ -33,14 +34,14 @@ from numba.core import types
 _SOURCE = Path(__file__).with_name("amx_partials.c")
 _FLAGS = ("-O3", "-shared", "-fPIC", "-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512dq",
           "-mavx512bw", "-mavx512vbmi")
-_SYMBOL = "fp8check_amx_e4m3_partials"
-_LHS, _RHS = "fp8check_e4m3_lhs_planes", "fp8check_e4m3_rhs_tiles"
-_SIGNATURES = {  # every argument an int64 or a pointer as uint64
-    _SYMBOL: (types.uint64, types.int64, types.int64, types.int64, types.uint64, types.int64,
-              types.int64, types.int64, types.uint64),
-    _LHS: (types.uint64, types.int64, types.int64, types.int64, types.uint64, types.uint64,
-           types.int64),
-    _RHS: (types.uint64, types.int64, types.int64, types.uint64, types.uint64),
+_SIGNATURES = {  # the C functions numba calls; every argument an int64 or a pointer as uint64
+    "fp8check_amx_e4m3_partials": (types.uint64, types.int64, types.int64, types.int64,
+                                   types.uint64, types.int64, types.int64, types.int64,
+                                   types.uint64),
+    "fp8check_e4m3_lhs_planes": (types.uint64, types.int64, types.int64, types.int64,
+                                 types.uint64, types.uint64, types.int64),
+    "fp8check_e4m3_rhs_tiles": (types.uint64, types.int64, types.int64, types.uint64,
+                                types.uint64),
 }
 
 _partials, _lhs_planes, _rhs_tiles = (types.ExternalFunction(name, types.void(*sig))
@@ -76,8 +77,6 @@ def _digits() -> np.ndarray:
 
 
 DIGITS = _digits()
-
-
 TABLE = np.ascontiguousarray(DIGITS.T)  # [3, 256]: the C side's digit table
 
 
@@ -142,30 +141,31 @@ def _cpu_has_amx() -> bool:
     return all(f in flags for f in ("amx_int8", "amx_tile", "avx512vbmi", "avx512bw"))
 
 
-_STUBS = {name: ctypes.CFUNCTYPE(None, *(ctypes.c_int64,) * len(sig))(lambda *a: None)
-          for name, sig in _SIGNATURES.items()}
-
-
 def _load() -> str:
     if os.environ.get("FP8CHECK_AMX", "1") == "0":
         return "float64 BLAS (FP8CHECK_AMX=0)"
     if not _cpu_has_amx():
-        return "float64 BLAS (no amx_int8 on this CPU)"
+        return "float64 BLAS (no AMX int8 or AVX512-VBMI on this CPU)"
     try:
         lib = ctypes.CDLL(str(_build()))
     except OSError as e:
         return f"float64 BLAS (could not build the AMX kernel: {e})"
     if lib.fp8check_amx_init() != 0:
         return "float64 BLAS (the kernel refused AMX tile state)"
-    for name in _SIGNATURES:
-        binding.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
-    _LIBS.append(lib)
+    _register({name: getattr(lib, name) for name in _SIGNATURES})
+    _KEEP_ALIVE.append(lib)
     return "amx-int8"
 
 
-_LIBS: list[ctypes.CDLL] = []
+def _register(functions: dict) -> None:
+    for name, fn in functions.items():
+        binding.add_symbol(name, ctypes.cast(fn, ctypes.c_void_p).value)
+
+
+_KEEP_ALIVE: list = []  # the loaded library, or the stubs: their addresses are registered
 STATUS = _load()
-if STATUS != "amx-int8":  # numba links the symbols even where they are never called
-    for _name, _stub in _STUBS.items():
-        binding.add_symbol(_name, ctypes.cast(_stub, ctypes.c_void_p).value)
 AVAILABLE = STATUS == "amx-int8"
+if not AVAILABLE:  # numba links the symbols even where they are never called
+    _KEEP_ALIVE.extend(ctypes.CFUNCTYPE(None, *(ctypes.c_int64,) * len(sig))(lambda *a: None)
+                       for sig in _SIGNATURES.values())
+    _register(dict(zip(_SIGNATURES, _KEEP_ALIVE, strict=True)))

@@ -31,7 +31,8 @@ explains how slices make float64 BLAS exact for them.
 Speed: the e4m3 recipes run fused (`_gmm_e4m3`: partials per 64-row chunk consumed in
 cache, parallel); where the CPU has AMX the partials come from int8 tile matmuls of the
 values' exact 7-bit digits instead of float64 BLAS (`_gmm_e4m3_amx`, `references.amx`:
-the same float64 partials, about 1.7x faster here); the float32 fma is vectorized with an
+the same partials, handed over already rounded once to float32 as the recipes take them,
+about 1.7x faster here); the float32 fma is vectorized with an
 exact fallback where float64 may double-round (`_accumulate_row`).  None of these changes
 a bit of the result.
 """
@@ -64,7 +65,6 @@ PLAIN_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16))
 # Rows of one group handled per step: keeps the float64 partials of a chunk near 8 MiB.
 _CHUNK_BYTES = 8 << 20
 _NO_REMAINDER = np.zeros((0, 0, 0), np.float64)
-
 _FUSED_ROWS = 64  # rows per parallel chunk of the fused e4m3 path: partials stay in L2
 
 
