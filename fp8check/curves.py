@@ -14,12 +14,14 @@ candidate's loss is higher (worse).  Metrics (all on the steps both curves have)
   `spike_k` times the robust spread of that fit's residuals (1.4826 * MAD, floored at
   `SPIKE_REL_FLOOR` of the prediction so a flat curve's zero spread cannot flag noise).
   Only the candidate's spikes that the baseline does not share are gated: a spike in both
-  is the data, not the kernel.  Shared means the baseline rises, within one step, by at
-  least `SPIKE_SHARED_FRAC` of the threshold in its own spreads: both models see the
-  same batch, and a hard batch that lifts the candidate 9 spreads often lifts the
-  baseline "only" 6-8 (measured on the full suite, 16 correct runs of 1000 steps: every
-  candidate spike the baseline missed had a baseline score >= 5.6 at that step), so an
-  exact second detection would turn the data's spikes into false alarms;
+  is the data, not the kernel.  Shared means that within one step the baseline's score
+  reaches `SPIKE_SHARED_FRAC` of the threshold and at least 1 / `SPIKE_SHARED_RATIO` of
+  the candidate's.  Both models see the same batch, and a hard batch that lifts the
+  candidate 8-11 spreads often lifts the baseline "only" 5.6-8, while the FP8 model may
+  respond up to twice as strongly (16.6 against 8.1 spreads; measured on the full suite,
+  16 correct Pallas runs of 1000 steps): an exact second detection, or a fixed margin,
+  would turn the data's spikes into false alarms.  The ratio keeps a kernel's spike far
+  above a mild baseline rise (noise reaches half the threshold by chance) a new spike;
 * gradient SNR trend (layer 3): robust (Theil-Sen) slope of the SNR (dB) over steps, in
   dB per 100 steps, with Kendall's p-value;
 * across seeds (`seed_test`): a one-sided paired t-test on the per-seed AUC gaps.
@@ -45,6 +47,7 @@ FINAL_FRAC = 0.1
 SPIKE_WINDOW = 10
 SPIKE_REL_FLOOR = 1e-3
 SPIKE_SHARED_FRAC = 0.5
+SPIKE_SHARED_RATIO = 3.0
 SEED_ALPHA = 0.05
 STEP_KEYS = ("step", "iteration", "iter", "global_step", "steps")
 LOSS_KEYS = ("loss", "train_loss", "lm_loss", "lm loss", "train/loss")
@@ -198,14 +201,15 @@ def spike_scores(y: np.ndarray, window: int = SPIKE_WINDOW) -> np.ndarray:
 def new_spikes(cand: np.ndarray, base: np.ndarray, k: float) -> tuple[list[int], list[int],
                                                                       list[int]]:
     """(candidate spikes, baseline spikes, candidate spikes the baseline does not share)
-    as indices into the two aligned curves: shared when the baseline's score reaches
-    `SPIKE_SHARED_FRAC` * k within one step (module docstring)."""
+    as indices into the two aligned curves: shared when, within one step, the baseline's
+    score reaches `SPIKE_SHARED_FRAC` * k and the candidate's score over
+    `SPIKE_SHARED_RATIO` (module docstring)."""
     sc, sb = spike_scores(cand), spike_scores(base)
     with np.errstate(invalid="ignore"):
         sp_c, sp_b = np.flatnonzero(sc > k), np.flatnonzero(sb > k)
         near = [sb[max(0, i - 1):i + 2] for i in sp_c]
         new = [int(i) for i, b in zip(sp_c, near, strict=True)
-               if not np.any(b >= SPIKE_SHARED_FRAC * k)]
+               if not np.any(b >= max(SPIKE_SHARED_FRAC * k, sc[i] / SPIKE_SHARED_RATIO))]
     return [int(i) for i in sp_c], [int(i) for i in sp_b], new
 
 

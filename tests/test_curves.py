@@ -81,35 +81,50 @@ def test_injected_spike_is_found_and_nothing_else():
     assert both.checks["new_spikes"][2] and both.metrics["baseline_spikes"] == [at]
 
 
-def test_a_spike_the_baseline_shares_below_the_threshold_is_the_data():
-    """A hard batch lifts both models; the candidate past the threshold, the baseline to
-    SPIKE_SHARED_FRAC of it or more is shared, less is the candidate's own."""
+def test_a_spike_is_shared_when_the_baseline_rises_with_it():
+    """A hard batch lifts both models.  Shared: the baseline's score reaches
+    SPIKE_SHARED_FRAC of the threshold and 1 / SPIKE_SHARED_RATIO of the candidate's.
+    Otherwise the spike is the candidate's own."""
     rng = np.random.default_rng()
     base = _noisy_decay(rng)
-    at = int(rng.integers(20, 190))
-    cand = base.copy()
-    cand[at] += 0.2
     k, frac = STRICT.spike_k, curves.SPIKE_SHARED_FRAC
-    # The score at `at` is linear in the value there (same history in both curves):
-    # recover the spread from the injected 0.2 and lift the baseline to a chosen score.
-    score = curves.spike_scores(base)[at]
-    spread = 0.2 / (curves.spike_scores(cand)[at] - score)
-    for target, shared in ((frac * k * 1.05, True), (frac * k * 0.95, False)):
-        lifted = base.copy()
-        lifted[at] += (target - score) * spread
-        assert curves.spike_scores(lifted)[at] == pytest.approx(target)
-        cmp = compare(Curve.of(cand), Curve.of(lifted), STRICT)
-        assert cmp.metrics["baseline_spikes"] == []  # below the threshold either way
+    scores = curves.spike_scores(base)
+    # a step whose neighbours' own noise stays far below frac * k, so that only the
+    # chosen scores at `at` decide
+    quiet = [i for i in range(20, 190) if max(scores[i - 1], scores[i + 1]) < frac * k / 2]
+    at = int(rng.choice(quiet))
+    # The score at `at` is linear in the value there (the history is unchanged): recover
+    # the spread from a probe and set each curve's score at `at` to a chosen value.
+    probe = base.copy()
+    probe[at] += 0.01
+    spread = 0.01 / (curves.spike_scores(probe)[at] - scores[at])
+
+    def with_score(target: float) -> np.ndarray:
+        y = base.copy()
+        y[at] += (target - scores[at]) * spread
+        assert curves.spike_scores(y)[at] == pytest.approx(target)
+        return y
+
+    shared_base = frac * k * 1.05
+    for cand_score, base_score, shared in (
+            (1.2 * k, shared_base, True),  # both rose: the data
+            (1.2 * k, frac * k * 0.95, False),  # the baseline barely moved
+            (curves.SPIKE_SHARED_RATIO * shared_base * 1.05, shared_base, False)):  # far above
+        cmp = compare(Curve.of(with_score(cand_score)), Curve.of(with_score(base_score)),
+                      STRICT)
+        assert cmp.metrics["baseline_spikes"] == []  # below the threshold every time
         assert cmp.metrics["new_spikes"] == ([] if shared else [at])
 
 
 def test_correct_1000_step_runs_have_no_new_spikes():
-    """Recorded loss curves of the full suite's correct Pallas runs (1000 steps) whose
-    candidate has data spikes the baseline scores just under the threshold (6-8 spreads):
-    every one is shared, and a real spike injected into the candidate is still found."""
+    """Recorded loss curves of the full suite's correct Pallas runs (1000 steps): six
+    whose candidate has data spikes the baseline scores just under the threshold (5.6-8
+    spreads), and seed 7, where the FP8 model's spike (16.6 spreads) is twice the
+    baseline's (8.1).  Every one is shared, and a real spike injected into the candidate
+    is still found."""
     data = np.load(DATA / "layer3_full_pallas_losses.npz")
     pairs = sorted({key.rsplit("_", 1)[0] for key in data.files})
-    assert len(pairs) == 6
+    assert len(pairs) == 7
     missed = 0
     for pair in pairs:
         cand, base = data[pair + "_cand"], data[pair + "_base"]
@@ -121,7 +136,7 @@ def test_correct_1000_step_runs_have_no_new_spikes():
         spiked = cand.copy()
         spiked[at] *= 2  # the batch noise of 64 tokens a step is ~0.25 in loss, 10%
         assert at in compare(Curve.of(spiked), Curve.of(base), STRICT).metrics["new_spikes"]
-    assert missed == 6  # each pair has the case an exact second detection gets wrong
+    assert missed == 6  # the six pairs with the case an exact second detection gets wrong
 
 
 def test_nan_is_divergence_at_its_step():
