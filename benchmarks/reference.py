@@ -3,8 +3,10 @@
 Prints, measured in this one run:
 * dev shape (wi EP=8 shard: M=8192, K=2048, N=512, G=32): reference gmm time per accum
   recipe against a plain float32 matmul of the same FLOPs (numpy, same BLAS), as a ratio,
-  with the partials from AMX int8 tiles where the CPU has them and, for comparison, from
-  float64 BLAS (and a float64 matmul of the same FLOPs, that path's floor);
+  on the fastest exact path this CPU has (`gmm.PARTIALS`: AMX int8 tiles, AVX512-VNNI
+  int16 dot products, or float64 BLAS) and, for comparison, the default recipe on each
+  slower path this CPU has (and a float64 matmul of the same FLOPs, the BLAS path's
+  floor);
 * dev shape: the exact tgmm and dgrad references (bf16 operands) in the same table;
 * the layer-1 metrics (ULP, bound ratio, SQNR; `fp8check.summary.summarize`) over 10^8
   elements against one numpy pass over the same bytes (a sum of each input array);
@@ -64,7 +66,8 @@ def best_of(fn, repeat=5):
 
 
 def dev_table():
-    from fp8check.references import amx, gmm
+    from fp8check.references import amx, gmm, vnni
+    from fp8check.references.gmm import PARTIALS
 
     lhs, rhs, gs = make_problem(**DEV)
     a = np.random.default_rng(1).standard_normal((DEV["m"], DEV["k"]), dtype=np.float32)
@@ -72,22 +75,26 @@ def dev_table():
     base = best_of(lambda: a @ b, repeat=7)
     print(f"dev shape {DEV}: float32 matmul of the same FLOPs {base * 1e3:.1f} ms")
     print(f"{'accum':<10} {'time ms':>9} {'ratio':>7}")
-    # Without AMX the exact e4m3 partials come from float64 BLAS (module doc of
-    # references/gmm.py): its time for the same FLOPs is that path's floor.
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     t64 = best_of(lambda: a64 @ b64)
     print(f"{'f64 matmul':<10} {t64 * 1e3:9.1f} {t64 / base:7.2f}")
-    print(f"partials: {amx.STATUS}")
+    print(f"partials: {PARTIALS}")
     for accum in ("deepgemm", "cublas", "tokamax"):
         gmm(lhs, rhs, gs, accum=accum)  # compile / warm
         t = best_of(lambda accum=accum: gmm(lhs, rhs, gs, accum=accum))
         print(f"{accum:<10} {t * 1e3:9.1f} {t / base:7.2f}")
-    if amx.AVAILABLE:  # the other path, as on a CPU without AMX (the same bits)
-        amx.AVAILABLE = False
+    # The slower paths, as on a CPU without the faster ones (the same bits).
+    slower = [m for m in (amx, vnni) if m.AVAILABLE][1:] + [None]
+    turned_off = [m for m in (amx, vnni) if m.AVAILABLE]
+    for path in slower:
+        for m in turned_off:
+            m.AVAILABLE = m is path
         gmm(lhs, rhs, gs)
-        t = best_of(lambda: gmm(lhs, rhs, gs))
-        amx.AVAILABLE = True
-        print(f"{'deepgemm':<10} {t * 1e3:9.1f} {t / base:7.2f}  (float64 BLAS partials)")
+        t = best_of(lambda: gmm(lhs, rhs, gs), repeat=3)
+        label = path.STATUS if path else "float64 BLAS"
+        print(f"{'deepgemm':<10} {t * 1e3:9.1f} {t / base:7.2f}  ({label} partials)")
+    for m in turned_off:
+        m.AVAILABLE = True
     print("target: ratio <= 2.0 for the default accum (deepgemm)")
     from fp8check.references import dgrad, tgmm
 

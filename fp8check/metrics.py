@@ -331,7 +331,7 @@ def ratio_of(o, ex, ab, gamma, emin, mant):
                           + 2.0**-53 * abs(ex))
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, error_model="numpy")  # the denominator is > 0
 def _ratio_all(o, ex, ab, gamma, emin, mant):
     out = np.empty(o.size)
     for i in numba.prange(o.size):

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from fp8check.contracts import KernelSpec
 from fp8check.layers.op import CaseResult, Criterion
-from fp8check.references import amx
+from fp8check.references.gmm import PARTIALS as REFERENCE_PARTIALS
 
 RESULTS_VERSION = 1
 _PACKAGES = ("fp8check", "numpy", "ml_dtypes", "jax", "jaxlib", "torch", "triton",
@@ -53,7 +53,7 @@ def environment(
         "platform": platform.platform(),
         "packages": package_versions(),
         "triton_interpret": os.environ.get("TRITON_INTERPRET"),
-        "reference_partials": amx.STATUS,  # how the e4m3 gmm reference forms its partials
+        "reference_partials": REFERENCE_PARTIALS,  # how the e4m3 gmm reference forms partials
         "suite": suite, "seed": seed, "profile": profile, "backend_requested": backend,
         "kernels": {
             s.name: {"contract": s.contract, "framework": s.framework, "backend": s.backend,

@@ -4,25 +4,18 @@ The forward gmm reference needs, per 128-wide K block, the exact partial sum of 
 of e4m3fn values (module docstring of `references.gmm`).  Float64 BLAS gives it exactly;
 on CPUs with AMX (Intel Sapphire Rapids and later) int8 tile matmuls give it too, faster:
 `amx_partials.c` explains the digit split and why every step is exact.  The library is
-compiled from that file with the machine's C compiler the first time it is needed, into
-a cache folder (`$XDG_CACHE_HOME/fp8check` or `~/.cache/fp8check`), and registered with
-LLVM so that numba kernels call it by name (`block_partials`, `lhs_planes`; cacheable
-like any other).
+built by `references.native` and registered with LLVM so that numba kernels call it by
+name (`block_partials`, `lhs_planes`; cacheable like any other).
 
-`STATUS` says which path the reference takes and why: "amx-int8", or "float64 BLAS
-(<reason>)" when the CPU has no AMX int8 or AVX512-VBMI, the compiler fails, Linux refuses
-the tile state, or FP8CHECK_AMX=0.  `references.gmm` also takes the BLAS path for operands
-holding a NaN code.  Either path gives the same bits; only the time differs.
+`STATUS` is "amx-int8" where this path runs, else "off (<reason>)": the CPU has no AMX
+int8 or AVX512-VBMI, the compiler fails, Linux refuses the tile state, or FP8CHECK_AMX=0.
+`references.gmm` says which path its partials take (`gmm.PARTIALS`); every path gives the
+same bits, only the time differs.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import platform
-import subprocess
-import tempfile
 from pathlib import Path
 
 import ml_dtypes
@@ -31,9 +24,12 @@ import numpy as np
 from llvmlite import binding
 from numba.core import types
 
+from fp8check.references import native
+
 _SOURCE = Path(__file__).with_name("amx_partials.c")
-_FLAGS = ("-O3", "-shared", "-fPIC", "-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512dq",
-          "-mavx512bw", "-mavx512vbmi")
+_FLAGS = ("-O3", "-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512dq", "-mavx512bw",
+          "-mavx512vbmi")
+_NEEDS = ("amx_int8", "amx_tile", "avx512vbmi", "avx512bw")
 _SIGNATURES = {  # the C functions numba calls; every argument an int64 or a pointer as uint64
     "fp8check_amx_e4m3_partials": (types.uint64, types.int64, types.int64, types.int64,
                                    types.uint64, types.int64, types.int64, types.int64,
@@ -96,62 +92,12 @@ def rhs_tiles(codes: np.ndarray) -> np.ndarray:
     return out
 
 
-@numba.njit(cache=True)
-def _nan_codes(flat: np.ndarray) -> int:
-    n = 0
-    for i in range(flat.size):  # no early exit: the loop vectorizes
-        n += (flat[i] & 0x7F) == 0x7F
-    return n
-
-
-def has_nan_code(codes: np.ndarray) -> bool:
-    """Whether uint8 e4m3fn codes hold a NaN (0x7F or 0xFF)."""
-    return _nan_codes(np.ascontiguousarray(codes).ravel()) > 0
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "fp8check"
-
-
-def _build() -> Path:
-    """The compiled library, built once per source and flags (atomic: parallel test
-    workers may race to build it)."""
-    src = _SOURCE.read_bytes()
-    tag = hashlib.sha256(src + " ".join(_FLAGS).encode()).hexdigest()[:16]
-    lib = _cache_dir() / f"amx_partials-{tag}.so"
-    if not lib.exists():
-        lib.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=lib.parent)
-        os.close(fd)
-        cc = os.environ.get("CC", "cc")
-        done = subprocess.run([cc, *_FLAGS, str(_SOURCE), "-o", tmp], capture_output=True,
-                              text=True)
-        if done.returncode:
-            os.unlink(tmp)
-            raise OSError(f"{cc} failed: {done.stderr.strip().splitlines()[-1:]}")
-        os.replace(tmp, lib)
-    return lib
-
-
-def _cpu_has_amx() -> bool:
-    if platform.system() != "Linux" or platform.machine() != "x86_64":
-        return False
-    flags = Path("/proc/cpuinfo").read_text().split()
-    return all(f in flags for f in ("amx_int8", "amx_tile", "avx512vbmi", "avx512bw"))
-
-
 def _load() -> str:
-    if os.environ.get("FP8CHECK_AMX", "1") == "0":
-        return "float64 BLAS (FP8CHECK_AMX=0)"
-    if not _cpu_has_amx():
-        return "float64 BLAS (no AMX int8 or AVX512-VBMI on this CPU)"
-    try:
-        lib = ctypes.CDLL(str(_build()))
-    except OSError as e:
-        return f"float64 BLAS (could not build the AMX kernel: {e})"
+    lib, why = native.load("AMX", _SOURCE, _FLAGS, _NEEDS, "FP8CHECK_AMX")
+    if lib is None:
+        return f"off ({why})"
     if lib.fp8check_amx_init() != 0:
-        return "float64 BLAS (the kernel refused AMX tile state)"
+        return "off (Linux refused the AMX tile state)"
     _register({name: getattr(lib, name) for name in _SIGNATURES})
     _KEEP_ALIVE.append(lib)
     return "amx-int8"

@@ -29,12 +29,14 @@ is `exact`, rounded once to out_dtype; `exact_matmul` (also behind `tgmm` and `d
 explains how slices make float64 BLAS exact for them.
 
 Speed: the e4m3 recipes run fused (`_gmm_e4m3`: partials per 64-row chunk consumed in
-cache, parallel); where the CPU has AMX the partials come from int8 tile matmuls of the
-values' exact 7-bit digits instead of float64 BLAS (`_gmm_e4m3_amx`, `references.amx`:
-the same partials, handed over already rounded once to float32 as the recipes take them,
-about 1.7x faster here); the float32 fma is vectorized with an
-exact fallback where float64 may double-round (`_accumulate_row`).  None of these changes
-a bit of the result.
+cache, parallel); the float32 fma is vectorized with an exact fallback where float64 may
+double-round (`_accumulate_row`).  Where the CPU allows, the exact partials come from
+integer dot products of the values' digits instead of float64 BLAS: AMX int8 tiles
+(`_gmm_e4m3_amx`, `references.amx`; the partials handed over already rounded once to
+float32), else AVX512-VNNI int16 dot products with the recipe fused in C
+(`references.vnni`).  `PARTIALS` names the path taken here.  None of these changes a bit
+of the result: operands holding a NaN code, which the integer digits cannot carry, take
+the float64 BLAS path.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import numba
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from fp8check.references import amx
+from fp8check.references import amx, vnni
 from fp8check.references.exact import (
     ACC_SIZE,
     acc_add,
@@ -187,6 +189,32 @@ def _accumulate_row(acc, p, a, sb, code, old):
             s = np.float64(x) * np.float64(y) + np.float64(old[j])
             if may_double_round_f32(s):
                 acc[j] = fma_f32_scalar(x, y, old[j])
+
+
+@numba.njit(cache=True)
+def _nan_codes(flat: np.ndarray) -> int:
+    n = 0
+    for i in range(flat.size):  # no early exit: the loop vectorizes
+        n += (flat[i] & 0x7F) == 0x7F
+    return n
+
+
+def has_nan_code(codes: np.ndarray) -> bool:
+    """Whether uint8 e4m3fn codes hold a NaN (0x7F or 0xFF)."""
+    return _nan_codes(np.ascontiguousarray(codes).ravel()) > 0
+
+
+def _partials_path() -> str:
+    if amx.AVAILABLE:
+        return amx.STATUS
+    if vnni.AVAILABLE:
+        return vnni.STATUS
+    return f"float64 BLAS (AMX {amx.STATUS}, VNNI {vnni.STATUS})"
+
+
+# How the e4m3 gmm recipes form their exact partials on this machine (operands with NaN
+# codes always take float64 BLAS): "amx-int8", "avx512-vnni" or "float64 BLAS (...)".
+PARTIALS = _partials_path()
 
 
 @numba.njit(cache=True)
@@ -391,13 +419,43 @@ def _partials(a64: np.ndarray, b64: np.ndarray, fmt: str) -> tuple[np.ndarray, n
     return _exact_pair_partials(a3, np.ascontiguousarray(b64.reshape(kb, 128, -1)))
 
 
+def _vnni_fits(lhs: QTensor, rhs: QTensor, gs) -> bool:
+    """Whether the VNNI path takes the whole gmm: no AMX path for it, no NaN codes."""
+    if not vnni.AVAILABLE or _amx_fits(rhs.values.shape[2]):
+        return False
+    rows = lhs.values[: int(gs.sum())].view(np.uint8)
+    return not (has_nan_code(rows) or has_nan_code(rhs.values.view(np.uint8)))
+
+
 def _gmm_blockwise(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec):
-    if lhs.fmt == "e4m3fn" and accum != "exact":
+    if lhs.fmt == "e4m3fn" and accum != "exact" and _vnni_fits(lhs, rhs, gs):
+        acc = out if out.dtype == np.float32 else np.zeros(out.shape, np.float32)
+        vnni.gmm(lhs.values.view(np.uint8), lhs.scales, rhs.values.view(np.uint8), rhs.scales,
+                 group_offsets(gs), accum, acc)
+        if acc is not out:
+            out[...] = acc  # the kernel's output rounding to bf16 (RNE)
+    elif lhs.fmt == "e4m3fn" and accum != "exact":
         # One BLAS thread per numba thread: nested BLAS threads would oversubscribe.
         with threadpool_limits(1, user_api="blas"):
             _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=True)
     else:
         _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=False)
+
+
+def _amx_fits(n: int) -> bool:
+    return amx.AVAILABLE and n % 128 == 0  # the AMX path takes whole 128-column slices
+
+
+def _gmm_e4m3_group(codes, b_codes, sa, sb, accum: str) -> np.ndarray:
+    """Recipe `accum` of one group of e4m3 codes on AMX tiles where they fit, else float64
+    BLAS: lhs codes [m, K], rhs codes [K, N], sa [m, KB], sb [KB, N] (expanded) float32
+    -> float32 [m, N]."""
+    if _amx_fits(b_codes.shape[1]) and not (has_nan_code(codes) or has_nan_code(b_codes)):
+        return _gmm_e4m3_amx(np.ascontiguousarray(codes), amx.TABLE, amx.rhs_tiles(b_codes),
+                             sa, sb, _ACCUM_CODE[accum], _FUSED_ROWS)
+    e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
+    return _gmm_e4m3(codes, _LUT[e4m3], _to_f64(b_codes.view(e4m3)), sa, sb,
+                     _ACCUM_CODE[accum], _FUSED_ROWS)
 
 
 def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec,
@@ -414,14 +472,8 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
         rows = slice(offs[g], offs[g + 1])
         sa = np.ascontiguousarray(lhs.scales[rows].astype(np.float32))
         if fused:
-            codes, b_codes = lhs.values[rows].view(np.uint8), rhs.values[g].view(np.uint8)
-            if amx.AVAILABLE and not (amx.has_nan_code(codes) or amx.has_nan_code(b_codes)):
-                out[rows] = _gmm_e4m3_amx(np.ascontiguousarray(codes), amx.TABLE,
-                                          amx.rhs_tiles(b_codes), sa, sb,
-                                          _ACCUM_CODE[accum], _FUSED_ROWS)
-            else:
-                out[rows] = _gmm_e4m3(codes, _LUT[lhs.values.dtype], _to_f64(rhs.values[g]),
-                                      sa, sb, _ACCUM_CODE[accum], _FUSED_ROWS)
+            out[rows] = _gmm_e4m3_group(lhs.values[rows].view(np.uint8),
+                                        rhs.values[g].view(np.uint8), sa, sb, accum)
             continue
         b64 = _to_f64(rhs.values[g])
         for r0 in range(offs[g], offs[g + 1], chunk):

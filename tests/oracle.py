@@ -51,6 +51,25 @@ def rn32(x: Fraction) -> float:
     return round_fraction(x, "f32")
 
 
+# Every e4m3fn code but the two NaNs (0x7F, 0xFF): subnormals, -0, +-448 included.
+E4M3_CODES = [c for c in range(256) if c & 0x7F != 0x7F]
+
+
+def e4m3_partials_rn32(a_codes, b_codes) -> list[list[float]]:
+    """RN32 of the exact K-block partial sum_k a[i][k] b[k][j] of e4m3fn codes (nested
+    lists or arrays of ints 0..255, no NaN codes): the values decoded from their bit fields
+    into Fractions, summed exactly, rounded once by `round_fraction`."""
+    def value(c: int) -> Fraction:
+        e, f = (c >> 3) & 15, c & 7
+        v = Fraction(f, 2**9) if e == 0 else Fraction(8 + f, 8) * Fraction(2) ** (e - 7)
+        return -v if c & 0x80 else v
+
+    a = [[value(int(c)) for c in row] for row in a_codes]
+    bt = [[value(int(c)) for c in col] for col in zip(*b_codes, strict=True)]
+    return [[rn32(sum(x * y for x, y in zip(row, col, strict=True))) for col in bt]
+            for row in a]
+
+
 F = Fraction
 
 

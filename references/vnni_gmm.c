@@ -1,0 +1,251 @@
+/* The e4m3fn gmm recipes on AVX512-VNNI int16 dot products (fp8check).
+
+   Exactness.  An e4m3fn value times 2^9 is an integer X with |X| <= 448 * 2^9 < 2^18.
+   Split it, sign and magnitude, into X = 2^9 h + l with h = sign * (|X| >> 9) (|h| <= 448)
+   and l = sign * (|X| & 511) (|l| <= 511), and let t = h + l (|t| <= 959).  For one
+   128-wide K block of lhs values a and rhs values b (in units of 2^-9),
+
+       P = sum_k a_k b_k = 2^18 H + 2^9 (S - H - L) + L,
+       H = sum_k h^a_k h^b_k,  L = sum_k l^a_k l^b_k,  S = sum_k t^a_k t^b_k
+
+   (Karatsuba: t^a t^b = h^a h^b + h^a l^b + l^a h^b + l^a l^b).  VPDPWSSD multiplies int16
+   pairs exactly and adds them into int32 lanes with wrap-around; every true sum here is
+   far inside int32 (|S| <= 128 * 959^2 < 2^27, |H|, |L| < 2^25), so the wrap-around never
+   happens and H, L, S are exact, in any order.  S - H - L is an exact int32 too
+   (|h^a l^b + l^a h^b| summed < 2^26).  The combination 2^9 (2^9 H + (S - H - L)) + L
+   has every intermediate an integer below 2^44 in float64 (exact, fma or not), and one
+   conversion to float32 (round to nearest even) gives RN32(P); times 2^-18 (exact: P is 0
+   or at least 1 unit, far from float32's subnormals) it is RN32 of the partial in value
+   units, which is what the recipes consume.
+
+   Three int16 dot products per K element instead of the four of a plain digit split.
+   VPDPWSSD does twice the multiply-adds of a float32 FMA per instruction, so the exact
+   partials cost at least 1.5x a float32 matmul of the same FLOPs; the inner loop runs at
+   about 93% of VPDPWSSD's peak on Zen 4 (benchmarks/reference.py prints the ratio).
+
+   The recipes then run in float32 with the hardware's correctly rounded operations
+   (VFMADD is a fused multiply-add with one rounding; the file is compiled with
+   -ffp-contract=off so no other multiply and add are fused), round to nearest even, with
+   subnormals honoured (MXCSR is set so for the call and restored after):
+
+       deepgemm  acc = fma(RN(sa*sb), P, acc)
+       cublas    acc = fma(RN(P*sa), sb, acc)
+       tokamax   acc = RN(RN(RN(P*sa)*sb) + acc)
+
+   Layouts (references/vnni.py builds them):
+     packed rhs [KB][V][64][3][16][2] int16 (V column vectors of 16, a thread's share of
+       ceil(N / 16), from v0): for K block kb, column vector v0 + v, K pair p and digit d
+       (h, l, t), lane c holds digit d of rhs[128 kb + 2 p][16 (v0 + v) + c] and of
+       rhs[128 kb + 2 p + 1][16 (v0 + v) + c] (zero past N): the operand that VPDPWSSD
+       multiplies by a broadcast pair of lhs digits;
+     lhs panel [8][3][128] int16: digit d of 8 lhs rows of one K block, in K order, so
+       that the int32 at pair p is the broadcast operand.
+*/
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ROWS 8   /* lhs rows per micro-kernel call: 24 accumulators + 3 rhs vectors */
+#define PAIRS 64 /* K pairs per 128-wide block */
+#define VEC_I16 (PAIRS * 3 * 32) /* int16 of one packed rhs column vector of a K block */
+
+/* Digit d (h, l, t) of the 128 non-negative codes, as int16 tables: two halves of 64
+   codes, each two 32-lane registers for VPERMT2W. */
+typedef struct { __m512i t[3][2][2]; } digit_tables;
+
+static digit_tables make_tables(void) {
+    int16_t tab[3][128];
+    for (int c = 0; c < 128; c++) {
+        int e = c >> 3, f = c & 7;
+        int x = (c == 0x7F) ? 0 : (e ? (8 + f) << (e - 1) : f); /* NaN code: callers exclude */
+        tab[0][c] = (int16_t)(x >> 9);
+        tab[1][c] = (int16_t)(x & 511);
+        tab[2][c] = (int16_t)((x >> 9) + (x & 511));
+    }
+    digit_tables t;
+    for (int d = 0; d < 3; d++)
+        for (int half = 0; half < 2; half++)
+            for (int r = 0; r < 2; r++)
+                t.t[d][half][r] = _mm512_loadu_si512(&tab[d][64 * half + 32 * r]);
+    return t;
+}
+
+/* The three digits of 32 codes (zero-extended to int16 lanes) into o[0], o[1], o[2]. */
+static inline void digits32(const digit_tables *t, __m512i w, int16_t *o0, int16_t *o1,
+                            int16_t *o2) {
+    __mmask32 neg = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x80));
+    __mmask32 upper = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40));
+    __m512i idx = _mm512_and_si512(w, _mm512_set1_epi16(0x3F));
+    int16_t *out[3] = {o0, o1, o2};
+    for (int d = 0; d < 3; d++) {
+        __m512i lo = _mm512_permutex2var_epi16(t->t[d][0][0], idx, t->t[d][0][1]);
+        __m512i hi = _mm512_permutex2var_epi16(t->t[d][1][0], idx, t->t[d][1][1]);
+        __m512i v = _mm512_mask_blend_epi16(upper, lo, hi);
+        v = _mm512_mask_sub_epi16(v, neg, _mm512_setzero_si512(), v);
+        _mm512_storeu_si512(out[d], v);
+    }
+}
+
+/* Pack column vectors [v0, v1) of one expert's rhs codes [K][N] (row stride n) into
+   out [K/128][v1 - v0][64][3][16][2], the layout above. */
+void fp8check_vnni_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, int64_t v0, int64_t v1,
+                            uint64_t pout) {
+    const uint8_t *codes = (const uint8_t *)pcodes;
+    int16_t *out = (int16_t *)pout;
+    const digit_tables t = make_tables();
+    for (int64_t kb = 0; kb < k / 128; kb++)
+        for (int64_t v = v0; v < v1; v++) {
+            int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
+            __mmask16 m = (__mmask16)((1u << valid) - 1);
+            int16_t *o = out + (kb * (v1 - v0) + v - v0) * VEC_I16;
+            for (int p = 0; p < PAIRS; p++) {
+                const uint8_t *r0 = codes + (128 * kb + 2 * p) * n + 16 * v;
+                __m128i x0 = _mm_maskz_loadu_epi8(m, r0);
+                __m128i x1 = _mm_maskz_loadu_epi8(m, r0 + n);
+                __m256i both = _mm256_set_m128i(_mm_unpackhi_epi8(x0, x1),
+                                                _mm_unpacklo_epi8(x0, x1));
+                int16_t *q = o + p * 96;
+                digits32(&t, _mm512_cvtepu8_epi16(both), q, q + 32, q + 64);
+            }
+        }
+}
+
+/* Digits of rows [r0, r0 + ROWS) of one K block of the lhs codes (rows past `rows` are
+   zero) into panel [ROWS][3][128]. */
+__attribute__((noinline)) static void pack_lhs(const digit_tables *t, const uint8_t *codes,
+                                               int64_t lda, int64_t rows, int64_t r0,
+                                               int64_t kb, int16_t *panel) {
+    for (int r = 0; r < ROWS; r++) {
+        int16_t *o = panel + r * 384;
+        if (r0 + r >= rows) {
+            memset(o, 0, 384 * sizeof(int16_t));
+            continue;
+        }
+        const uint8_t *src = codes + (r0 + r) * lda + 128 * kb;
+        for (int c = 0; c < 128; c += 32) {
+            __m256i x = _mm256_loadu_si256((const __m256i *)(src + c));
+            digits32(t, _mm512_cvtepu8_epi16(x), o + c, o + 128 + c, o + 256 + c);
+        }
+    }
+}
+
+/* The 24 accumulators are named variables, and the dot product is one instruction of
+   inline assembly (VPDPWSSD with the lhs pair broadcast from memory): with the intrinsic,
+   gcc copies the accumulators around and spills them. */
+#define DECL(r) __m512i acc_##r##_0 = _mm512_setzero_si512(), acc_##r##_1 = acc_##r##_0, \
+                        acc_##r##_2 = acc_##r##_0;
+#define DOT(acc, b, x) __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(b), "m"(x))
+#define DOTS(r)                             \
+    DOT(acc_##r##_0, b0, a[192 * r + p]);      \
+    DOT(acc_##r##_1, b1, a[192 * r + 64 + p]); \
+    DOT(acc_##r##_2, b2, a[192 * r + 128 + p]);
+#define SAVE(r) acc[r][0] = acc_##r##_0; acc[r][1] = acc_##r##_1; acc[r][2] = acc_##r##_2;
+
+/* RN32 of the exact partials of ROWS rows x 16 columns: panel [ROWS][3][128], one packed
+   rhs column vector of the same K block; p_out [ROWS] vectors of 16 float32. */
+/* noinline, as pack_lhs: inlined into one loop nest, the digit tables' 12 registers would
+   crowd the 24 accumulators out. */
+__attribute__((noinline)) static void partials(const int16_t *panel, const int16_t *bvec,
+                                               __m512 *p_out) {
+    const int32_t *a = (const int32_t *)panel;
+    DECL(0) DECL(1) DECL(2) DECL(3) DECL(4) DECL(5) DECL(6) DECL(7)
+    for (int p = 0; p < PAIRS; p++) {
+        const __m512i b0 = _mm512_loadu_si512(bvec + 96 * p);
+        const __m512i b1 = _mm512_loadu_si512(bvec + 96 * p + 32);
+        const __m512i b2 = _mm512_loadu_si512(bvec + 96 * p + 64);
+        DOTS(0) DOTS(1) DOTS(2) DOTS(3) DOTS(4) DOTS(5) DOTS(6) DOTS(7)
+    }
+    __m512i acc[ROWS][3];
+    SAVE(0) SAVE(1) SAVE(2) SAVE(3) SAVE(4) SAVE(5) SAVE(6) SAVE(7)
+    const __m512d c9 = _mm512_set1_pd(512.0), c18 = _mm512_set1_pd(0x1p-18);
+    for (int r = 0; r < ROWS; r++) {
+        __m512i h = acc[r][0], l = acc[r][1];
+        __m512i x = _mm512_sub_epi32(_mm512_sub_epi32(acc[r][2], h), l);
+        __m256 half[2];
+        for (int i = 0; i < 2; i++) {
+            __m512d hd = _mm512_cvtepi32_pd(i ? _mm512_extracti64x4_epi64(h, 1)
+                                              : _mm512_castsi512_si256(h));
+            __m512d xd = _mm512_cvtepi32_pd(i ? _mm512_extracti64x4_epi64(x, 1)
+                                              : _mm512_castsi512_si256(x));
+            __m512d ld = _mm512_cvtepi32_pd(i ? _mm512_extracti64x4_epi64(l, 1)
+                                              : _mm512_castsi512_si256(l));
+            __m512d s = _mm512_fmadd_pd(_mm512_fmadd_pd(hd, c9, xd), c9, ld); /* exact */
+            half[i] = _mm512_cvt_roundpd_ps(_mm512_mul_pd(s, c18),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        }
+        p_out[r] = _mm512_insertf32x8(_mm512_castps256_ps512(half[0]), half[1], 1);
+    }
+}
+
+/* Columns [16 v0, min(n, 16 v1)) of one group's output, recipe `code` (0 deepgemm,
+   1 cublas, 2 tokamax): a its lhs codes [rows][k] (row stride lda bytes), bp its packed
+   rhs columns [v0, v1), sa [rows][k / 128] and sb [k / 128][nb] its scales, out
+   [rows][n] float32 (row stride ldo floats), overwritten. */
+static void group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t rows,
+                  int64_t k, const int16_t *bp, int64_t n, int64_t v0, int64_t v1,
+                  const float *sa, const float *sb, int64_t nb, int64_t code, float *out,
+                  int64_t ldo) {
+    const int64_t kbn = k / 128;
+    _Alignas(64) int16_t panel[ROWS * 384];
+    __m512 p[ROWS];
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 16 * v0; c < n && c < 16 * v1; c++)
+            out[r * ldo + c] = 0.0f;
+    for (int64_t kb = 0; kb < kbn; kb++)
+        for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
+            pack_lhs(t, a, lda, rows, r0, kb, panel);
+            const int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
+            for (int64_t v = v0; v < v1; v++) {
+                partials(panel, bp + (kb * (v1 - v0) + v - v0) * VEC_I16, p);
+                const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
+                const __mmask16 m = (__mmask16)((1u << valid) - 1);
+                const float s_b = sb[kb * nb + (16 * v) / 128];
+                for (int64_t r = 0; r < nr; r++) {
+                    float *o = out + (r0 + r) * ldo + 16 * v;
+                    const float s_a = sa[(r0 + r) * kbn + kb];
+                    __m512 acc = _mm512_maskz_loadu_ps(m, o);
+                    if (code == 0)
+                        acc = _mm512_fmadd_ps(_mm512_set1_ps(s_a * s_b), p[r], acc);
+                    else if (code == 1)
+                        acc = _mm512_fmadd_ps(_mm512_mul_ps(p[r], _mm512_set1_ps(s_a)),
+                                              _mm512_set1_ps(s_b), acc);
+                    else
+                        acc = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p[r], _mm512_set1_ps(s_a)),
+                                                          _mm512_set1_ps(s_b)), acc);
+                    _mm512_mask_storeu_ps(o, m, acc);
+                }
+            }
+        }
+}
+
+/* The gmm recipe `code` (0 deepgemm, 1 cublas, 2 tokamax) for every group, columns
+   [16 v0, min(n, 16 v1)) of the output (one thread's share):
+     a       lhs codes [M][k] (row stride lda bytes);  sa  lhs scales [M][k / 128];
+     b       rhs codes [G][k][n];  sb  rhs scales [G][k / 128][nb];
+     offs    [G + 1] int64, the first row of each group and the end of the last;
+     out     [M][n] float32 (row stride ldo floats): the groups' rows overwritten, the
+             other rows left alone;
+     scratch k / 128 * (v1 - v0) * 64 * 3 * 32 int16, the packed rhs of one group. */
+void fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n,
+                       uint64_t poffs, int64_t g, int64_t v0, int64_t v1, uint64_t psa,
+                       uint64_t psb, int64_t nb, int64_t code, uint64_t pout, int64_t ldo,
+                       uint64_t pscratch) {
+    const uint8_t *a = (const uint8_t *)pa, *b = (const uint8_t *)pb;
+    const int64_t *offs = (const int64_t *)poffs;
+    const float *sa = (const float *)psa, *sb = (const float *)psb;
+    float *out = (float *)pout;
+    int16_t *bp = (int16_t *)pscratch;
+    const int64_t kbn = k / 128;
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
+    const digit_tables t = make_tables();
+    for (int64_t gi = 0; gi < g; gi++) {
+        const int64_t r0 = offs[gi], rows = offs[gi + 1] - offs[gi];
+        if (rows <= 0)
+            continue;
+        fp8check_vnni_pack_rhs((uint64_t)(b + gi * k * n), k, n, v0, v1, (uint64_t)bp);
+        group(&t, a + r0 * lda, lda, rows, k, bp, n, v0, v1, sa + r0 * kbn,
+              sb + gi * kbn * nb, nb, code, out + r0 * ldo, ldo);
+    }
+    _mm_setcsr(csr);
+}

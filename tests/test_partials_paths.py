@@ -1,0 +1,84 @@
+"""The fast exact paths of the e4m3 gmm reference (AMX int8 tiles, AVX512-VNNI int16 dot
+products) give the float64 BLAS path's bits on adversarial operands, for every recipe;
+operands with NaN codes take the BLAS path.  A path this CPU lacks is skipped, saying so
+(`test_amx.py` and `test_vnni.py` require each path wherever the CPU has it)."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fp8check.references import QTensor, amx, gmm, quantize, vnni
+from fp8check.references.gmm import has_nan_code
+from tests.oracle import E4M3_CODES
+
+CODES = np.array(E4M3_CODES, np.uint8)
+E4M3 = ml_dtypes.float8_e4m3fn
+PATHS = {"amx": amx, "vnni": vnni}
+
+
+def _adversarial(rng, m, k, n, g):
+    """QTensors whose codes cover every non-NaN e4m3 value (max 448, subnormals, -0), a
+    column of +-448 and a row and column of the code with the largest digit sum (the
+    int32 bounds of both paths), random float32 scales over many binades, and group sizes
+    with an empty middle and last group (g >= 3) and rows past the last group."""
+    a = rng.choice(CODES, (m, k))
+    a.flat[:min(a.size, CODES.size)] = CODES[:a.size]  # each code at least once
+    b = rng.choice(CODES, (g, k, n))
+    b[0, :, 0] = (b[0, :, 0] & 0x80) | 0x7E  # +-448
+    a[-1, :] = b[-1, :, -1] = 0x37  # 0.9375: the largest low digit (480) and digit sum
+    nb = -(-n // 128)
+    sa = rng.uniform(0.5, 1, (m, k // 128)) * np.exp2(rng.integers(-20, 10, (m, k // 128)))
+    sb = rng.uniform(0.5, 1, (g, k // 128, nb)) * np.exp2(rng.integers(-20, 10, (g, k // 128,
+                                                                                 nb)))
+    gs = rng.multinomial(m - min(m - 1, 3), np.full(g, 1 / g)).astype(np.int32)
+    if g >= 3:
+        gs[0] += gs[1] + gs[-1]
+        gs[1] = gs[-1] = 0
+    return (QTensor(a.view(E4M3), sa.astype(np.float32), (1, 128), "e4m3fn", "deepgemm"),
+            QTensor(b.view(E4M3), sb.astype(np.float32), (128, 128), "e4m3fn", "deepgemm"),
+            gs)
+
+
+def _only(path: str, monkeypatch) -> None:
+    """Let the gmm reference take `path` ("blas" or a fast path), or skip if it can't."""
+    for name, module in PATHS.items():
+        if name == path and not module.AVAILABLE:
+            pytest.skip(f"no {name} path here: {module.STATUS}")
+        if name != path:
+            monkeypatch.setattr(module, "AVAILABLE", False)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("accum", ["deepgemm", "cublas", "tokamax"])
+@pytest.mark.parametrize("shape", [(300, 256, 128, 4), (45, 2048, 256, 3), (1, 128, 128, 1),
+                                   (37, 384, 200, 3), (9, 128, 40, 2)])
+def test_fast_paths_give_the_blas_bits(path, accum, shape, monkeypatch):
+    """Rows not a multiple of 8 or 16, N not a multiple of 16 or 128 (the AMX path needs
+    whole 128-column slices and leaves those to the next path)."""
+    lhs, rhs, gs = _adversarial(np.random.default_rng(), *shape)
+    with monkeypatch.context() as mp:
+        _only(path, mp)
+        fast = gmm(lhs, rhs, gs, accum=accum)
+    with monkeypatch.context() as mp:
+        _only("blas", mp)
+        blas = gmm(lhs, rhs, gs, accum=accum)
+    np.testing.assert_array_equal(fast.view(np.uint32), blas.view(np.uint32))
+    assert np.isfinite(fast).all() and np.any(fast)
+
+
+def test_nan_codes_are_found():
+    codes = np.zeros((3, 5), np.uint8)
+    assert not has_nan_code(codes)
+    for nan in (0x7F, 0xFF):
+        codes[2, 4] = nan
+        assert has_nan_code(codes)
+
+
+def test_nan_input_takes_the_blas_path_and_propagates():
+    rng = np.random.default_rng()
+    x = rng.standard_normal((40, 256), dtype=np.float32)
+    x[3, 7] = np.nan
+    lhs = quantize(x, nan="propagate")
+    rhs = quantize(rng.standard_normal((2, 256, 128), dtype=np.float32), (128, 128))
+    out = gmm(lhs, rhs, np.array([20, 20], np.int32))
+    assert np.isnan(out[3]).all() and np.isfinite(np.delete(out, 3, axis=0)).all()
