@@ -4,8 +4,8 @@
 products of the values' 9-bit digits (Karatsuba; its header has the exactness argument),
 rounds it once to float32 and applies the recipe (deepgemm, cublas or tokamax) with the
 hardware's correctly rounded float32 operations, all in one pass: the same bits as the
-float64 BLAS path of `references.gmm`, in about half its time (`benchmarks/reference.py`).  CPUs with
-AVX512-VNNI: Intel Ice Lake / Sapphire Rapids and later, AMD Zen 4 and later.
+float64 BLAS path of `references.gmm`, in about half its time (`benchmarks/reference.py`).
+CPUs with AVX512-VNNI: Intel Ice Lake / Sapphire Rapids and later, AMD Zen 4 and later.
 
 `STATUS` is "avx512-vnni" where this path runs, else "off (<reason>)": the CPU lacks
 AVX512-VNNI / BW / DQ, the compiler fails, or FP8CHECK_VNNI=0.
@@ -14,6 +14,7 @@ AVX512-VNNI / BW / DQ, the compiler fails, or FP8CHECK_VNNI=0.
 from __future__ import annotations
 
 import ctypes
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -55,6 +56,14 @@ def _pool() -> ThreadPoolExecutor:
     if _POOL is None:  # ctypes drops the GIL during the calls: the threads run in parallel
         _POOL = ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS)
     return _POOL
+
+
+def _forget_pool() -> None:
+    global _POOL
+    _POOL = None  # a forked child has none of the parent's threads: it starts its own
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def pack_rhs(codes: np.ndarray) -> np.ndarray:

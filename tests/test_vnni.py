@@ -110,3 +110,21 @@ def test_result_does_not_depend_on_the_thread_split():
         numba.set_num_threads(before)
     for o in outs[1:]:
         np.testing.assert_array_equal(o.view(np.uint32), outs[0].view(np.uint32))
+
+
+@needs_vnni
+def test_a_forked_child_computes_too():
+    """The thread pool does not survive fork; a child that forks after the parent used the
+    path must still get its result (not wait forever on the parent's threads)."""
+    import multiprocessing
+
+    rng = np.random.default_rng()
+    lhs = QTensor(rng.choice(CODES, (20, 128)).view(E4M3), np.ones((20, 1), np.float32),
+                  (1, 128), "e4m3fn", "deepgemm")
+    rhs = QTensor(rng.choice(CODES, (1, 128, 64)).view(E4M3), np.ones((1, 1, 1), np.float32),
+                  (128, 128), "e4m3fn", "deepgemm")
+    gs = np.array([20], np.int32)
+    want = gmm(lhs, rhs, gs)  # the parent's pool now exists
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        got = pool.apply_async(gmm, (lhs, rhs, gs)).get(timeout=120)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
