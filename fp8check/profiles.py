@@ -7,7 +7,8 @@ Two questions are gated separately and never mixed:
   - `bound_ratio` <= 1: |out - exact| within Higham's a-priori float32 bound plus half an
     output ulp; any valid accumulation order passes.
   - `error_ratio` <= 2: the kernel's error is at most twice a naive same-precision
-    implementation's (FlashAttention's criterion).
+    implementation's (FlashAttention's criterion; the naive one sums float32 products in
+    K order, `layers.op.naive_matmul`, the same on every machine, unlike a BLAS sgemm).
   - `|bias_z|` <= 6: the t-statistic of the signed error.  Round-to-nearest errors are
     zero-mean, so a correct kernel stays at a few units even on 10^5 elements; truncation
     instead of rounding is one-signed and gives |z| in the hundreds.  6 keeps the false

@@ -511,6 +511,7 @@ def test_error_ratio_known_answers():
 def test_error_ratio_of_valid_block_orders_stays_below_two():
     """Every valid float32 order of a blockwise kernel is no worse than twice the naive
     dequantize-then-matmul path, on every one of many random orders (the gate's <= 2)."""
+    from fp8check.layers.op import naive_matmul
     from fp8check.references import dequantize, gmm, quantize
 
     rng = np.random.default_rng(21)
@@ -519,7 +520,7 @@ def test_error_ratio_of_valid_block_orders_stays_below_two():
     qa, qb = quantize(x), quantize(w, (128, 128))
     gs = np.array([64], np.int32)
     exact = gmm(qa, qb, gs, accum="exact", out_dtype=np.float64)
-    naive = (dequantize(qa) @ dequantize(qb)[0]).astype(np.float64)
+    naive = naive_matmul(dequantize(qa), dequantize(qb)[0]).astype(np.float64)
     a64, b64 = dequantize(qa, np.float64), dequantize(qb, np.float64)[0]
     blocks = [(a64[:, k:k + 128] @ b64[k:k + 128]).astype(F32) for k in range(0, 1024, 128)]
     worst = 0.0
@@ -529,6 +530,27 @@ def test_error_ratio_of_valid_block_orders_stays_below_two():
             acc = acc + blocks[b]
         worst = max(worst, error_ratio(acc.astype(np.float64), exact, naive))
     assert worst <= 2.0, worst
+
+
+def test_naive_matmul_is_the_float32_sum_in_k_order():
+    """The error_ratio baseline, bit for bit against Python float32 scalars: each product
+    rounded, then added in K order (no fma, no BLAS blocking), on rows of very different
+    magnitudes and with cancellation."""
+    from fp8check.layers.op import naive_matmul
+
+    rng = np.random.default_rng()
+    a = (rng.standard_normal((5, 300)) * np.exp(rng.normal(0, 6, (5, 1)))).astype(F32)
+    b = rng.standard_normal((300, 7)).astype(F32)
+    b[:, 3] = b[:, 2]
+    a[1, 150:] = -a[1, :150]  # exact cancellation halfway
+    want = np.zeros((5, 7), F32)
+    for i in range(5):
+        for j in range(7):
+            acc = F32(0)
+            for t in range(300):
+                acc = F32(acc + F32(a[i, t] * b[t, j]))
+            want[i, j] = acc
+    np.testing.assert_array_equal(naive_matmul(a, b).view(np.uint32), want.view(np.uint32))
 
 
 def test_bias_z_clustered_has_no_false_alarm_where_scale_roundings_are_shared():
