@@ -587,3 +587,17 @@ def test_bias_z_cluster_labels_checked():
         bias_z(np.array([1.0, 2.5]), np.array([1.0, 2.0]), clusters=np.array([0, 0]))
     with pytest.raises(ValueError, match="integer labels"):
         bias_z(np.array([1.0, 2.5]), np.array([1.0, 2.0]), clusters=np.array([0.0, 1.0]))
+
+
+def test_bias_z_clusters_dense_and_sparse_labels_agree():
+    """Dense labels are counted directly, sparse ones through np.unique: the same
+    partition in the same label order gives the same statistic either way, and empty
+    label values in a dense range are not clusters."""
+    rng = np.random.default_rng()
+    ref = rng.standard_normal(3000)
+    out = (ref * (1 + rng.normal(2e-8, 6e-8, ref.size))).astype(F32).astype(np.float64)
+    dense = rng.integers(0, 40, ref.size) * 3  # every third value unused
+    want = bias_z(out, ref, clusters=dense)
+    assert want == bias_z(out, ref, clusters=dense + 10**6)  # shifted, still dense
+    assert want == bias_z(out, ref, clusters=dense * 10**9 - 7)  # sparse: np.unique
+    assert want == bias_z(out, ref, clusters=dense // 3)  # no empty values
