@@ -112,19 +112,31 @@ def test_result_does_not_depend_on_the_thread_split():
         np.testing.assert_array_equal(o.view(np.uint32), outs[0].view(np.uint32))
 
 
+_FORK_SCRIPT = """
+import multiprocessing
+import numpy as np, ml_dtypes
+from fp8check.references import QTensor, gmm
+rng = np.random.default_rng()
+codes = np.array([c for c in range(256) if c & 0x7F != 0x7F], np.uint8)
+e4m3 = ml_dtypes.float8_e4m3fn
+lhs = QTensor(rng.choice(codes, (20, 128)).view(e4m3), np.ones((20, 1), np.float32),
+              (1, 128), "e4m3fn", "deepgemm")
+rhs = QTensor(rng.choice(codes, (1, 128, 64)).view(e4m3), np.ones((1, 1, 1), np.float32),
+              (128, 128), "e4m3fn", "deepgemm")
+gs = np.array([20], np.int32)
+want = gmm(lhs, rhs, gs)  # the parent's thread pool now exists
+with multiprocessing.get_context("fork").Pool(1) as pool:
+    got = pool.apply_async(gmm, (lhs, rhs, gs)).get(timeout=60)
+assert (got.view(np.uint32) == want.view(np.uint32)).all()
+print("ok")
+"""
+
+
 @needs_vnni
 def test_a_forked_child_computes_too():
-    """The thread pool does not survive fork; a child that forks after the parent used the
-    path must still get its result (not wait forever on the parent's threads)."""
-    import multiprocessing
-
-    rng = np.random.default_rng()
-    lhs = QTensor(rng.choice(CODES, (20, 128)).view(E4M3), np.ones((20, 1), np.float32),
-                  (1, 128), "e4m3fn", "deepgemm")
-    rhs = QTensor(rng.choice(CODES, (1, 128, 64)).view(E4M3), np.ones((1, 1, 1), np.float32),
-                  (128, 128), "e4m3fn", "deepgemm")
-    gs = np.array([20], np.int32)
-    want = gmm(lhs, rhs, gs)  # the parent's pool now exists
-    with multiprocessing.get_context("fork").Pool(1) as pool:
-        got = pool.apply_async(gmm, (lhs, rhs, gs)).get(timeout=120)
-    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    """The thread pool does not survive fork; a child forked after the parent used the
+    path must still get its result (not wait forever on the parent's threads).  In a
+    fresh interpreter: forking a test worker that has loaded JAX is unsafe in itself."""
+    done = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
