@@ -38,7 +38,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     lib, why = native.load("AVX512-VNNI", _SOURCE, _FLAGS, _NEEDS, "FP8CHECK_VNNI")
     if lib is None:
         return None, f"off ({why})"
-    lib.fp8check_vnni_pack_rhs.argtypes = [_P, _I, _I, _I, _I, _P]
+    lib.fp8check_vnni_pack_rhs.argtypes = [_P, _I, _I, _P]
     lib.fp8check_vnni_pack_rhs.restype = None
     lib.fp8check_vnni_gmm.argtypes = [_P, _I, _I, _P, _I, _P, _I, _I, _I, _P, _P, _I, _I, _P,
                                       _I, _P]
@@ -70,25 +70,43 @@ def pack_rhs(codes: np.ndarray) -> np.ndarray:
     """One expert's rhs e4m3fn codes [K, N] uint8 (K a multiple of 128) -> its packed
     digits [K/128, ceil(N/16), 64, 3, 16, 2] int16 (the layout in `vnni_gmm.c`: element
     [kb, v, p, d, c, j] is digit d (h, l, h + l) of codes[128 kb + 2 p + j, 16 v + c],
-    zero past N).  `gmm` packs each thread's columns itself; this is for inspection."""
+    zero past N).  `gmm` packs each group itself; this is for inspection."""
     k, n = codes.shape
-    nv = -(-n // 16)
-    out = np.empty((k // 128, nv, 64, 3, 16, 2), np.int16)
+    out = np.empty((k // 128, -(-n // 16), 64, 3, 16, 2), np.int16)
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
-    _LIB.fp8check_vnni_pack_rhs(codes.ctypes.data, k, n, 0, nv, out.ctypes.data)
+    _LIB.fp8check_vnni_pack_rhs(codes.ctypes.data, k, n, out.ctypes.data)
     return out
 
 
+_ROWS = 8  # lhs rows per micro-kernel call (ROWS in vnni_gmm.c)
+
+
+def row_shares(offsets: np.ndarray, parts: int) -> np.ndarray:
+    """Boundaries [parts + 1] of `parts` contiguous row ranges of the groups (offsets
+    [G + 1]) of about equal cost, each starting at one of a group's 8-row panels.  A panel
+    costs 1 and packing a group's rhs about 1 more (measured: about the work of 8 rows of
+    the same K and N), so many tiny groups split as evenly as one large one."""
+    rows = np.diff(offsets)
+    panels = -(-rows // _ROWS)
+    first = np.repeat(np.cumsum(panels) - panels, panels)
+    idx = np.arange(panels.sum()) - first  # panel index within its group
+    start = np.repeat(offsets[:-1], panels) + _ROWS * idx
+    cost = 1 + (idx == 0)
+    before = np.cumsum(cost) - cost
+    j = np.searchsorted(before, np.arange(parts + 1) * cost.sum() / parts)
+    return np.append(start, offsets[-1])[j]
+
+
 def gmm(a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: np.ndarray,
-        offsets: np.ndarray, recipe: str, out: np.ndarray) -> None:
+        offsets: np.ndarray, recipe: str, out: np.ndarray, parts: int | None = None) -> None:
     """The recipe's float32 output of every group into out [M, N] (float32, C-contiguous;
     rows outside the groups are left alone): lhs codes [M, K] uint8 and scales sa
     [M, K/128], rhs codes [G, K, N] uint8 and scales sb [G, K/128, ceil(N/128)] float32,
     offsets [G + 1] (first row of each group, end of the last).  No NaN codes (the digits
-    cannot carry them).  Column vectors are split over numba's thread count."""
+    cannot carry them).  The rows are cut into `parts` shares (`row_shares`; default
+    numba's thread count) computed in parallel; the result does not depend on the cut."""
     m, k = a_codes.shape
     g, _, n = b_codes.shape
-    nv = -(-n // 16)
     a_codes = np.ascontiguousarray(a_codes, dtype=np.uint8)
     b_codes = np.ascontiguousarray(b_codes, dtype=np.uint8)
     sa = np.ascontiguousarray(sa, dtype=np.float32)
@@ -96,14 +114,14 @@ def gmm(a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: np.ndarray
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     if out.dtype != np.float32 or out.shape != (m, n) or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float32 {(m, n)}")
-    threads = max(1, min(numba.get_num_threads(), nv))
-    cuts = np.linspace(0, nv, threads + 1).astype(np.int64)
-    scratch = [np.empty((k // 128) * int(cuts[i + 1] - cuts[i]) * _VEC_I16, np.int16)
-               for i in range(threads)]
+    cuts = row_shares(offsets, parts or numba.get_num_threads())
+    shares = [(int(r0), int(r1)) for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0]
+    # One packed rhs group per share, referenced here until the jobs are done.
+    scratch = [np.empty((k // 128) * -(-n // 16) * _VEC_I16, np.int16) for _ in shares]
     jobs = [_pool().submit(_LIB.fp8check_vnni_gmm, a_codes.ctypes.data, k, k,
-                           b_codes.ctypes.data, n, offsets.ctypes.data, g, int(cuts[i]),
-                           int(cuts[i + 1]), sa.ctypes.data, sb.ctypes.data, sb.shape[2],
-                           RECIPE_CODES[recipe], out.ctypes.data, n, scratch[i].ctypes.data)
-            for i in range(threads)]
+                           b_codes.ctypes.data, n, offsets.ctypes.data, g, r0, r1,
+                           sa.ctypes.data, sb.ctypes.data, sb.shape[2], RECIPE_CODES[recipe],
+                           out.ctypes.data, n, buf.ctypes.data)
+            for (r0, r1), buf in zip(shares, scratch, strict=True)]
     for job in jobs:
         job.result()

@@ -33,10 +33,10 @@
        tokamax   acc = RN(RN(RN(P*sa)*sb) + acc)
 
    Layouts (references/vnni.py builds them):
-     packed rhs [KB][V][64][3][16][2] int16 (V column vectors of 16, a thread's share of
-       ceil(N / 16), from v0): for K block kb, column vector v0 + v, K pair p and digit d
-       (h, l, t), lane c holds digit d of rhs[128 kb + 2 p][16 (v0 + v) + c] and of
-       rhs[128 kb + 2 p + 1][16 (v0 + v) + c] (zero past N): the operand that VPDPWSSD
+     packed rhs [KB][V][64][3][16][2] int16 (V = ceil(N / 16) column vectors of 16): for
+       K block kb, column vector v, K pair p and digit d (h, l, t), lane c holds digit d
+       of rhs[128 kb + 2 p][16 v + c] and of rhs[128 kb + 2 p + 1][16 v + c] (zero past
+       N): the operand that VPDPWSSD
        multiplies by a broadcast pair of lhs digits;
      lhs panel [8][3][128] int16: digit d of 8 lhs rows of one K block, in K order, so
        that the int32 at pair p is the broadcast operand.
@@ -86,18 +86,18 @@ static inline void digits32(const digit_tables *t, __m512i w, int16_t *o0, int16
     }
 }
 
-/* Pack column vectors [v0, v1) of one expert's rhs codes [K][N] (row stride n) into
-   out [K/128][v1 - v0][64][3][16][2], the layout above. */
-void fp8check_vnni_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, int64_t v0, int64_t v1,
-                            uint64_t pout) {
+/* Pack one expert's rhs codes [K][N] into out [K/128][ceil(N/16)][64][3][16][2], the
+   layout above. */
+void fp8check_vnni_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t pout) {
     const uint8_t *codes = (const uint8_t *)pcodes;
     int16_t *out = (int16_t *)pout;
+    const int64_t nv = (n + 15) / 16;
     const digit_tables t = make_tables();
     for (int64_t kb = 0; kb < k / 128; kb++)
-        for (int64_t v = v0; v < v1; v++) {
+        for (int64_t v = 0; v < nv; v++) {
             int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
             __mmask16 m = (__mmask16)((1u << valid) - 1);
-            int16_t *o = out + (kb * (v1 - v0) + v - v0) * VEC_I16;
+            int16_t *o = out + (kb * nv + v) * VEC_I16;
             for (int p = 0; p < PAIRS; p++) {
                 const uint8_t *r0 = codes + (128 * kb + 2 * p) * n + 16 * v;
                 __m128i x0 = _mm_maskz_loadu_epi8(m, r0);
@@ -177,33 +177,33 @@ __attribute__((noinline)) static void partials(const int16_t *panel, const int16
     }
 }
 
-/* Columns [16 v0, min(n, 16 v1)) of one group's output, recipe `code` (0 deepgemm,
-   1 cublas, 2 tokamax): a its lhs codes [rows][k] (row stride lda bytes), bp its packed
-   rhs columns [v0, v1), sa [rows][k / 128] and sb [k / 128][nb] its scales, out
-   [rows][n] float32 (row stride ldo floats), overwritten. */
+/* Rows [0, rows) of one group's output, all columns, recipe `code` (0 deepgemm,
+   1 cublas, 2 tokamax): a their lhs codes [rows][k] (row stride lda bytes), bp the
+   group's packed rhs, sa [rows][k / 128] and sb [k / 128][nb] the scales, out [rows][n]
+   float32 (row stride ldo floats), overwritten: the first K block stores, the others
+   accumulate (a zero start gives the same bits: every recipe adds +0 to its first term). */
 static void group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t rows,
-                  int64_t k, const int16_t *bp, int64_t n, int64_t v0, int64_t v1,
-                  const float *sa, const float *sb, int64_t nb, int64_t code, float *out,
-                  int64_t ldo) {
-    const int64_t kbn = k / 128;
+                  int64_t k, const int16_t *bp, int64_t n, const float *sa, const float *sb,
+                  int64_t nb, int64_t code, float *out, int64_t ldo) {
+    const int64_t kbn = k / 128, nv = (n + 15) / 16;
     _Alignas(64) int16_t panel[ROWS * 384];
     __m512 p[ROWS];
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 16 * v0; c < n && c < 16 * v1; c++)
-            out[r * ldo + c] = 0.0f;
+    if (kbn == 0)
+        for (int64_t r = 0; r < rows; r++)
+            memset(out + r * ldo, 0, n * sizeof(float));
     for (int64_t kb = 0; kb < kbn; kb++)
         for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
             pack_lhs(t, a, lda, rows, r0, kb, panel);
             const int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
-            for (int64_t v = v0; v < v1; v++) {
-                partials(panel, bp + (kb * (v1 - v0) + v - v0) * VEC_I16, p);
+            for (int64_t v = 0; v < nv; v++) {
+                partials(panel, bp + (kb * nv + v) * VEC_I16, p);
                 const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
                 const __mmask16 m = (__mmask16)((1u << valid) - 1);
                 const float s_b = sb[kb * nb + (16 * v) / 128];
                 for (int64_t r = 0; r < nr; r++) {
                     float *o = out + (r0 + r) * ldo + 16 * v;
                     const float s_a = sa[(r0 + r) * kbn + kb];
-                    __m512 acc = _mm512_maskz_loadu_ps(m, o);
+                    __m512 acc = kb ? _mm512_maskz_loadu_ps(m, o) : _mm512_setzero_ps();
                     if (code == 0)
                         acc = _mm512_fmadd_ps(_mm512_set1_ps(s_a * s_b), p[r], acc);
                     else if (code == 1)
@@ -218,16 +218,16 @@ static void group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t 
         }
 }
 
-/* The gmm recipe `code` (0 deepgemm, 1 cublas, 2 tokamax) for every group, columns
-   [16 v0, min(n, 16 v1)) of the output (one thread's share):
+/* The gmm recipe `code` (0 deepgemm, 1 cublas, 2 tokamax) for rows [m0, m1) of the output
+   (one thread's share; the lhs is packed once, each group's rhs once per share it meets):
      a       lhs codes [M][k] (row stride lda bytes);  sa  lhs scales [M][k / 128];
      b       rhs codes [G][k][n];  sb  rhs scales [G][k / 128][nb];
      offs    [G + 1] int64, the first row of each group and the end of the last;
-     out     [M][n] float32 (row stride ldo floats): the groups' rows overwritten, the
-             other rows left alone;
-     scratch k / 128 * (v1 - v0) * 64 * 3 * 32 int16, the packed rhs of one group. */
+     out     [M][n] float32 (row stride ldo floats): the groups' rows in [m0, m1)
+             overwritten, all other rows left alone;
+     scratch k / 128 * ceil(n / 16) * 64 * 3 * 32 int16, the packed rhs of one group. */
 void fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n,
-                       uint64_t poffs, int64_t g, int64_t v0, int64_t v1, uint64_t psa,
+                       uint64_t poffs, int64_t g, int64_t m0, int64_t m1, uint64_t psa,
                        uint64_t psb, int64_t nb, int64_t code, uint64_t pout, int64_t ldo,
                        uint64_t pscratch) {
     const uint8_t *a = (const uint8_t *)pa, *b = (const uint8_t *)pb;
@@ -240,12 +240,13 @@ void fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
     const digit_tables t = make_tables();
     for (int64_t gi = 0; gi < g; gi++) {
-        const int64_t r0 = offs[gi], rows = offs[gi + 1] - offs[gi];
-        if (rows <= 0)
+        const int64_t r0 = offs[gi] > m0 ? offs[gi] : m0;
+        const int64_t r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
+        if (r1 <= r0)
             continue;
-        fp8check_vnni_pack_rhs((uint64_t)(b + gi * k * n), k, n, v0, v1, (uint64_t)bp);
-        group(&t, a + r0 * lda, lda, rows, k, bp, n, v0, v1, sa + r0 * kbn,
-              sb + gi * kbn * nb, nb, code, out + r0 * ldo, ldo);
+        fp8check_vnni_pack_rhs((uint64_t)(b + gi * k * n), k, n, (uint64_t)bp);
+        group(&t, a + r0 * lda, lda, r1 - r0, k, bp, n, sa + r0 * kbn, sb + gi * kbn * nb, nb,
+              code, out + r0 * ldo, ldo);
     }
     _mm_setcsr(csr);
 }

@@ -1,5 +1,5 @@
 """The AVX512-VNNI path of the e4m3 gmm reference (`fp8check.references.vnni`): its digit
-layout, its exact partials, and its independence of the thread split (its bit-identity
+layout, its exact partials, and its independence of the row split (its bit-identity
 with the float64 BLAS path is in test_partials_paths.py; the rational-oracle recipe tests
 of test_gmm_reference.py run through it wherever it is on).
 
@@ -11,11 +11,10 @@ import subprocess
 import sys
 
 import ml_dtypes
-import numba
 import numpy as np
 import pytest
 
-from fp8check.references import QTensor, gmm, native, vnni
+from fp8check.references import native, vnni
 from tests.oracle import E4M3_CODES, e4m3_partials_rn32
 
 CODES = np.array(E4M3_CODES, np.uint8)
@@ -90,26 +89,55 @@ def test_partials_are_the_exact_dot_products(rows):
 
 
 @needs_vnni
-def test_result_does_not_depend_on_the_thread_split():
+@pytest.mark.parametrize("parts", [2, 3, 7])
+def test_result_does_not_depend_on_the_row_split(parts):
+    """Shares cut inside groups, between them and past empty ones give the bits of one
+    share (every recipe, rows outside the groups left alone)."""
     rng = np.random.default_rng()
-    m, k, n = 70, 512, 400
-    lhs = QTensor(rng.choice(CODES, (m, k)).view(E4M3),
-                  np.exp2(rng.integers(-10, 10, (m, k // 128))).astype(np.float32),
-                  (1, 128), "e4m3fn", "deepgemm")
-    rhs = QTensor(rng.choice(CODES, (2, k, n)).view(E4M3),
-                  rng.uniform(0.5, 1, (2, k // 128, 4)).astype(np.float32),
-                  (128, 128), "e4m3fn", "deepgemm")
-    gs = np.array([30, 40], np.int32)
-    before = numba.get_num_threads()
-    outs = []
-    try:
-        for t in sorted({1, before}):
-            numba.set_num_threads(t)
-            outs.append(gmm(lhs, rhs, gs))
-    finally:
-        numba.set_num_threads(before)
-    for o in outs[1:]:
-        np.testing.assert_array_equal(o.view(np.uint32), outs[0].view(np.uint32))
+    m, k, n = 90, 512, 200
+    a = rng.choice(CODES, (m, k))
+    sa = np.exp2(rng.integers(-10, 10, (m, k // 128))).astype(np.float32)
+    b = rng.choice(CODES, (4, k, n))
+    sb = rng.uniform(0.5, 1, (4, k // 128, 2)).astype(np.float32)
+    offsets = np.array([0, 30, 30, 71, 85])
+    for recipe in vnni.RECIPE_CODES:
+        outs = []
+        for p in (1, parts):
+            out = np.full((m, n), np.nan, np.float32)
+            vnni.gmm(a, sa, b, sb, offsets, recipe, out, parts=p)
+            outs.append(out)
+        assert np.isnan(outs[1][85:]).all() and not np.isnan(outs[1][:85]).any()
+        np.testing.assert_array_equal(outs[1].view(np.uint32), outs[0].view(np.uint32))
+
+
+@needs_vnni
+def test_k_zero_overwrites_the_group_rows_with_zeros():
+    out = np.full((9, 20), np.nan, np.float32)
+    vnni.gmm(np.zeros((9, 0), np.uint8), np.zeros((9, 0), np.float32),
+             np.zeros((2, 0, 20), np.uint8), np.zeros((2, 0, 1), np.float32),
+             np.array([0, 3, 7]), "deepgemm", out, parts=2)
+    assert (out[:7] == 0).all() and np.isnan(out[7:]).all()
+
+
+@pytest.mark.parametrize("sizes", [[30, 0, 41, 14], [0, 0, 5, 0], [1] * 40, [800, 1, 1, 1],
+                                   [0, 0]])
+@pytest.mark.parametrize("parts", [1, 2, 3, 8])
+def test_row_shares_cover_the_groups_at_panel_starts(sizes, parts):
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    cuts = vnni.row_shares(offsets, parts)
+    assert cuts.shape == (parts + 1,) and cuts[0] == 0 and cuts[-1] == offsets[-1]
+    assert (np.diff(cuts) >= 0).all()
+    g = np.searchsorted(offsets, cuts[1:-1], side="right") - 1  # each inner cut's group
+    assert ((cuts[1:-1] - offsets[g]) % 8 == 0).all()  # at one of its 8-row panels
+    # Balanced: a share holds the panels whose cost-so-far falls in its even slice, so
+    # it costs less than the slice plus its last unit (a group's first panel: 2) plus
+    # the rhs packing of a group it starts inside (1).
+    panels = -(-np.diff(offsets) // 8)
+    total = panels.sum() + (panels > 0).sum()
+    for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True):
+        rows = np.clip(offsets[1:], r0, r1) - np.clip(offsets[:-1], r0, r1)
+        cost = (-(-rows // 8)).sum() + (rows > 0).sum()
+        assert cost < total / parts + 3
 
 
 _FORK_SCRIPT = """
