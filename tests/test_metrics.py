@@ -569,7 +569,8 @@ def test_bias_z_clustered_has_no_false_alarm_where_scale_roundings_are_shared():
         out = gmm(qa, qb, gs, accum="deepgemm")
         ref = gmm(qa, qb, gs, accum="exact")
         naive_worst = max(naive_worst, abs(bias_z(out, ref)))
-        clustered_worst = max(clustered_worst, abs(bias_z(out, ref, clusters=_bias_clusters(out))))
+        labels = _bias_clusters(out)[0]
+        clustered_worst = max(clustered_worst, abs(bias_z(out, ref, clusters=labels)))
     assert naive_worst > 6.0  # the per-element statistic really false-alarms here
     assert clustered_worst <= 6.0
     # With a few hundred clusters (the gate's case sizes) truncation is still far out.
@@ -579,7 +580,22 @@ def test_bias_z_clustered_has_no_false_alarm_where_scale_roundings_are_shared():
     out = gmm(qa, qb, gs, accum="deepgemm")
     trunc = (out.view(np.uint32) & np.uint32(0xFFFF0000)).view(F32)  # toward zero, bf16
     ref16 = gmm(qa, qb, gs, accum="exact", out_dtype=BF16).astype(F32)
-    assert bias_z(trunc, ref16, clusters=_bias_clusters(trunc)) < -6.0
+    assert bias_z(trunc, ref16, clusters=_bias_clusters(trunc)[0]) < -6.0
+
+
+def test_bias_clusters_are_row_by_n_tile_and_counted():
+    """The gate's labels: one per (leading index, 128-wide N tile), dense in C order, and
+    the count it checks instead of sorting the labels, against a brute-force labelling."""
+    from fp8check.layers.op import _bias_clusters
+
+    for shape in [(1, 1), (3, 128), (5, 129), (7, 300), (2, 4, 257), (4, 0, 256), (0, 384)]:
+        labels, count = _bias_clusters(np.zeros(shape, F32))
+        assert labels.shape == shape
+        idx = np.indices(shape).reshape(len(shape), -1).T
+        keys = [(*i[:-1], i[-1] // 128) for i in idx.tolist()]
+        want = {k: n for n, k in enumerate(sorted(set(keys)))}
+        assert labels.ravel().tolist() == [want[k] for k in keys]
+        assert count == len(want)
 
 
 def test_bias_z_cluster_labels_checked():

@@ -48,6 +48,49 @@ def test_ulp_histogram_matches_brute_force_on_random_distances():
         assert finite.size == 0 or finite.max() < 2 * edges[-1]
 
 
+def _ranked(v: np.ndarray) -> np.ndarray:
+    """v with NaN as +inf, sorted: the order worst_indices ranks by."""
+    return np.sort(np.where(np.isnan(v), np.inf, v))
+
+
+def test_worst_indices_are_the_largest_values_by_brute_force():
+    rng = np.random.default_rng(11)
+    block, count = plotdata.WORST_BLOCK, plotdata.N_WORST
+    arrays = [
+        np.zeros(3 * block + 5),  # every value tied
+        rng.integers(0, 3, size=10 * block + 1).astype(float),  # ties across blocks
+        np.full(count - 1, 2.0), np.arange(count, dtype=float),  # no more than count
+        rng.random(count + 1), rng.random(block - 1),  # one short block
+    ]
+    for _ in range(20):
+        a = rng.lognormal(size=int(rng.integers(1, 40 * block)))
+        a[rng.random(a.size) < 1e-4] = np.nan
+        a[rng.random(a.size) < 1e-4] = np.inf
+        arrays.append(a)
+    # the largest values all in one block, then all in the short last block
+    arrays.append(np.concatenate([np.ones(block), rng.random(5 * block)]))
+    arrays.append(np.concatenate([rng.random(5 * block), np.full(7, 9.0)]))
+    for a in arrays:
+        idx = plotdata.worst_indices(a.reshape(-1, 1), count)
+        k = min(count, a.size)
+        assert idx.size == k and np.unique(idx).size == k
+        np.testing.assert_array_equal(_ranked(a[idx]), _ranked(a)[a.size - k:])
+
+
+def test_sampled_points_hold_the_worst_and_a_uniform_rest():
+    rng = np.random.default_rng(12)
+    ratio = rng.random((300, 1000))
+    ratio[rng.integers(300), rng.integers(1000)] = np.nan
+    pts = np.array(plotdata._sample_points(ratio * 2, ratio * 3, ratio), dtype=float)
+    assert len(pts) == plotdata.MAX_POINTS
+    top = _ranked(ratio.ravel())[-plotdata.N_WORST:]
+    np.testing.assert_allclose(_ranked(pts[:, 2])[-plotdata.N_WORST:], top, rtol=1e-3)
+    rest = _ranked(pts[:, 2])[:-plotdata.N_WORST]
+    # the rest is a uniform sample of U(0, 1) values, not more of the largest
+    assert 0.3 < float(np.median(rest)) < 0.7
+    assert pts[:, 0] == pytest.approx(2 * pts[:, 2], rel=1e-3, nan_ok=True)  # one element per point
+
+
 def test_tile_max_matches_brute_force_and_stays_bounded():
     rng = np.random.default_rng(3)
     for rows, cols in [(1, 1), (7, 300), (256, 768), (2048, 256), (1000, 129)]:
