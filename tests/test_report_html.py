@@ -10,6 +10,7 @@ import base64
 import functools
 import json
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -243,9 +244,13 @@ def test_report_command_bad_input_is_one_line_exit_2(tmp_path, capsys, content, 
     assert not (tmp_path / "r.html").exists()
 
 
-def test_gate_writes_the_report(tmp_path):
+def test_gate_writes_the_report(tmp_path, monkeypatch):
+    # away from the repository's [tool.fp8check], whose json and junit defaults would
+    # overwrite reports/out/ (the `make gate` run's)
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "gate.html"
-    rc = main(["gate", "--kernel", "tests/seeded_bugs/kernels.py:naive_dequantized",
+    kernels = Path(__file__).parent / "seeded_bugs" / "kernels.py"
+    rc = main(["gate", "--kernel", f"{kernels}:naive_dequantized",
                "--contract", "gmm-fp8", "--framework", "numpy", "--out-dtypes", "f32,bf16",
                "--suite", "smoke",
                "--case", CASE.id, "--no-progress", "--report", str(out),
