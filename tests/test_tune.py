@@ -79,7 +79,7 @@ def test_every_vmem_rejection_is_over_budget_and_every_runnable_tiling_fits():
                     if tk > k or tn > n:
                         assert "exceeds" in why
                         continue
-                    need = vmem_bytes(phase, t, k // LANES, in_b, out_b)
+                    need = vmem_bytes(phase, t, in_b, out_b)
                     assert (why is None) == (need <= VMEM_BUDGET_BYTES), (phase, t, why)
 
 
@@ -157,7 +157,7 @@ def test_cost_model_terms_and_overhead_constant():
     t = default_tiling("fwd", DEV)
     c = phase_cost("fwd", t, DEV)
     assert c.total_us == pytest.approx(max(c.mxu_us, c.vpu_us, c.hbm_us) + c.overhead_us)
-    assert c.vmem_bytes == vmem_bytes("fwd", t, DEV.k // LANES, 1, 2)
+    assert c.vmem_bytes == vmem_bytes("fwd", t, 1, 2)
     slow = dataclasses.replace(MACHINE, step_overhead_s=2 * MACHINE.step_overhead_s)
     c2 = phase_cost("fwd", t, DEV, slow)
     assert c2.total_us - c.total_us == pytest.approx(c.steps * MACHINE.step_overhead_s * 1e6)

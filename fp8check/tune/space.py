@@ -56,9 +56,8 @@ def rejection(phase: str, tiling: Tiling, shape: GmmShape) -> str | None:
 
 def footprint_bytes(phase: str, tiling: Tiling, shape: GmmShape) -> int:
     """VMEM estimate of one grid step (the kernels' `vmem_bytes`), in bytes."""
-    k = shape.phase_dims(phase)[1]
     in_dt, out_dt = PHASE_DTYPES[phase]
-    return vmem_bytes(phase, tiling, -(-k // LANES), in_dt.itemsize, out_dt.itemsize)
+    return vmem_bytes(phase, tiling, in_dt.itemsize, out_dt.itemsize)
 
 
 def default_tiling(phase: str, shape: GmmShape) -> Tiling:

@@ -11,13 +11,16 @@ interpret mode (the same path the kernels take):
 * ``bf16_dot_f32_accumulate``: the same for bf16 x bf16 (the baseline, dgrad and tgmm).
 * ``f32_to_bf16_rne``: the kernel's f32 -> bf16 output cast rounds to nearest even, as the
   TPU does, including ties, overflow to inf, subnormals and NaN.
-* ``accum``: which reference accumulation recipe the kernel's scale step
-  (`gmm.accumulate_scaled`) computes here: "tokamax" if the multiply and add round
-  separately, "cublas" if XLA fuses them into an FMA (it does on XLA:CPU today), None if
-  neither matches bit for bit.
+* ``accum``: which reference accumulation recipe `gmm_fp8` itself computes here, measured
+  by running the kernel on exact-partial data: "tokamax" if the scale step's multiply and
+  add round separately, "cublas" if XLA contracts them into an FMA (it did while the kernel
+  indexed its scales with `pl.ds`; since the scales come as per-K-tile blocks it does
+  not), None if no recipe matches bit for bit.
 
-No interpreter fault needs a workaround today (`fixes` is empty); the FMA contraction is
-not a fault but a different recipe, and gmm_fp8 declares it through `gmm.accum_for`.
+One fix is active by default, ``xla-cpu-no-fma`` (`fp8check.jaxenv`): without it XLA:CPU
+fuses the scale step into an FMA in some grids and not in others, and `accum` is None (no
+recipe pinned, only the bound is gated).  With it interpret mode computes ``tokamax``,
+which is what the TPU's LLO shows (`gmm.ACCUM_NATIVE`).
 """
 
 from __future__ import annotations
@@ -31,8 +34,7 @@ import ml_dtypes
 import numpy as np
 from jax.experimental import pallas as pl
 
-from fp8check.kernels.pallas.gmm import accumulate_scaled
-from fp8check.references.exact import fma_f32
+from fp8check import jaxenv
 
 
 @dataclass(frozen=True)
@@ -105,20 +107,34 @@ def _check_bf16_rounding(rng: np.random.Generator) -> bool:
 
 
 def _measure_accum(rng: np.random.Generator) -> str | None:
-    shape = (256, 128)
-    p, sa, sb, acc = (rng.standard_normal(shape).astype(np.float32) for _ in range(4))
+    """The recipe gmm_fp8 itself computes here, or None if it depends on the grid.
 
-    def kernel(acc_ref, p_ref, sa_ref, sb_ref, o_ref):
-        o_ref[...] = accumulate_scaled(acc_ref[...], p_ref[...], sa_ref[...], sb_ref[...])
+    The kernel runs (interpret mode) on problems whose 128-wide partials are exact in f32
+    (values in [-4, 4]: |P| <= 2048) with non-power-of-two scales that separate the
+    recipes, once as a one-program grid (one K tile of four subchannels) and once as a
+    2 x 1 x 2 grid (two N tiles, two K tiles of two).  Probing the real kernel on both
+    matters: whether XLA:CPU contracts the scale step into an FMA depends on how the
+    kernel body fuses, not on the step alone (`fp8check.jaxenv`)."""
+    from fp8check.kernels.pallas.gmm import gmm_fp8  # gmm imports us lazily
+    from fp8check.references.gmm import gmm
+    from fp8check.references.quant import QTensor
 
-    out = np.asarray(pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
-                                    interpret=True)(acc, p, sa, sb))
-    t = p * sa  # RN(P * sa): float32 numpy rounds each operation once
-    if _same(out, (t * sb) + acc):
-        return "tokamax"
-    if _same(out, fma_f32(t, sb, acc)):
-        return "cublas"
-    return None
+    def measured(m: int, k: int, n: int, tiling: tuple[int, int, int]) -> set[str]:
+        fp8 = ml_dtypes.float8_e4m3fn
+        lhs = QTensor(rng.integers(-4, 5, (m, k)).astype(np.float32).astype(fp8),
+                      rng.uniform(0.01, 3.0, (m, k // 128)).astype(np.float32), (1, 128),
+                      "e4m3fn", "deepgemm")
+        rhs = QTensor(rng.integers(-4, 5, (1, k, n)).astype(np.float32).astype(fp8),
+                      rng.uniform(0.01, 3.0, (1, k // 128, n // 128)).astype(np.float32),
+                      (128, 128), "e4m3fn", "deepgemm")
+        gs = np.array([m], np.int32)
+        out = np.asarray(gmm_fp8(lhs.values, lhs.scales, rhs.values, rhs.scales, gs,
+                                 tiling=tiling, out_dtype=jnp.float32, interpret=True))
+        return {r for r in ("tokamax", "cublas", "deepgemm")
+                if _same(out, gmm(lhs, rhs, gs, out_dtype=np.float32, accum=r))}
+
+    both = measured(64, 512, 128, (64, 512, 128)) & measured(64, 512, 256, (64, 256, 128))
+    return both.pop() if len(both) == 1 else None
 
 
 @functools.cache
@@ -133,7 +149,8 @@ def check_interpreter(seed: int = 0) -> InterpreterFidelity:
     }
     accum = _measure_accum(rng)
     checks["accum_recipe_pinned"] = accum is not None
-    return InterpreterFidelity(checks=checks, accum=accum)
+    fixes = ("xla-cpu-no-fma",) if jaxenv.no_fma_requested() else ()
+    return InterpreterFidelity(checks=checks, accum=accum, fixes=fixes)
 
 
 def interpreter_accum() -> str | None:

@@ -13,14 +13,24 @@ with sa the lhs scale of (row, K block) and sb the rhs scale of (K block, N bloc
 order.  This equals the reference bit for bit when each P is exact in f32 (it is whenever
 the 128 products sum exactly, e.g. small-integer FP8 values); otherwise the f32 dot's own
 summation order is the MXU's (or XLA's), and only `bound_ratio` <= 1 is promised.
-On TPU the VPU multiplies and adds separately (assumed, not measured: no TPU here), which
-is `ACCUM_NATIVE`.  XLA:CPU, which runs interpret mode, contracts `acc + t * sb` into one
-FMA, acc = fma(RN(P * sa), sb, acc): reference accum "cublas".  No in-kernel barrier
-survives XLA's optimizer (optimization_barrier, reduce_precision, bitcasts, scratch refs
-and runtime selects were all tried), so interpret mode declares what it measurably
-computes: `accum_for(interpret)` asks `fidelity.interpreter_accum()`, which runs this
-kernel's accumulation step in interpret mode and names the recipe it matches bit for bit
-(None if neither: then only the bound applies).
+On TPU the VPU multiplies and adds separately: the Mosaic LLO of this kernel, compiled
+for v5e, v6e and v5p (`fp8check.native.tpu`, gate layer 0), has `vmul.f32` and
+`vadd.f32` and no fused multiply-add, so `ACCUM_NATIVE` is "tokamax"; the MXU takes the
+e4m3 operands as `e4m3b_to_bf16` (converted to bf16 on the way in, exact for every e4m3
+value) and returns f32.  Interpret mode runs on XLA:CPU, which would contract
+`acc + t * sb` into an FMA in some grid structures and not in others; `fp8check.jaxenv`
+turns FMA off for XLA:CPU (fidelity fix `xla-cpu-no-fma`), and `accum_for(interpret)`
+asks `fidelity.interpreter_accum()`, which runs this kernel in interpret mode on two grid
+structures and names the recipe both match bit for bit (None if they differ: then only
+the bound applies).
+
+Scale layout inside the kernel: the scales are regrouped per K tile at the boundary
+(lhs [K/tk, M, nsub], rhs [G, K/tk, nsub, N] with one rhs scale per output lane) so each
+grid step's block covers whole minor dimensions and the subchannel picks its scale with a
+static slice of a loaded value.  Indexing a [tm, K/128] block with a dynamic `pl.ds`
+along lanes, as an earlier version did, does not compile for any TPU (Mosaic E2003:
+unproven 128-alignment of the lane index).  The contract's layout (`gmm_fp8`'s
+arguments) is unchanged.
 """
 
 from __future__ import annotations
@@ -85,12 +95,16 @@ def _gmm_kernel(offsets, group_ids, m_tile_ids, *refs, tiling: Tiling, scaled: b
 
     if scaled:
         # The subchannel loop: unrolled, one 128-deep MXU matmul per quantization block.
+        # The K tile's scales arrive as whole blocks ([tm, nsub] and [nsub, tn]); the
+        # subchannel picks its column / row with a static slice of the loaded value.  A
+        # ref load at a lane offset that is not a multiple of 128 does not compile on TPU.
+        lhs_scales = lhs_scale_ref[...]
+        rhs_scales = rhs_scale_ref[...]
         for s in range(tiling.num_subchannels):
             cols = slice(s * LANES, (s + 1) * LANES)
             p = lax.dot(lhs_ref[:, cols], rhs_ref[cols, :], preferred_element_type=jnp.float32)
-            kb = k_i * tiling.num_subchannels + s
-            sa = lhs_scale_ref[:, pl.ds(kb, 1)]  # [tm, 1]
-            sb = rhs_scale_ref[pl.ds(kb, 1), :]  # [1, tn]
+            sa = lhs_scales[:, s:s + 1]  # [tm, 1]
+            sb = rhs_scales[s:s + 1, :]  # [1, tn]
             acc_ref[...] = accumulate_scaled(acc_ref[...], p, sa, sb)
     else:
         contract = (((1,), (1,)), ((), ())) if transpose_rhs else (((1,), (0,)), ((), ()))
@@ -129,12 +143,17 @@ def _grouped_matmul(lhs, rhs, group_sizes, lhs_scale, rhs_scale, init_out, *,
     in_specs = [pl.BlockSpec((tm, tk), lhs_map), pl.BlockSpec(rhs_block, rhs_map)]
     operands = [lhs, rhs]
     if scaled:
-        k_blocks = k // LANES
-        # Whole K axis of the scales per tile: a (tm, 1) block would break TPU's (8, 128)
-        # block rule; the kernel picks its K block with pl.ds.
+        # Scales regrouped by K tile, so each grid step gets exactly its K tile's
+        # subchannels as a block whose minor dims are whole array dims (TPU's (8, 128)
+        # block rule holds for any num_subchannels): lhs [K/tk, M, nsub], rhs
+        # [G, K/tk, nsub, N].  A copy of 1/32 of lhs's bytes, made outside the kernel.
+        nsub, k_tiles = tiling.num_subchannels, k // tk
+        lhs_scale = lhs_scale.reshape(m, k_tiles, nsub).transpose(1, 0, 2)
+        rhs_scale = rhs_scale.reshape(rhs_scale.shape[0], k_tiles, nsub, n)
         in_specs += [
-            pl.BlockSpec((tm, k_blocks), lambda n_i, v, k_i, o, g, t: (t[v], 0)),
-            pl.BlockSpec((None, k_blocks, tn), lambda n_i, v, k_i, o, g, t: (g[v], 0, n_i)),
+            pl.BlockSpec((None, tm, nsub), lambda n_i, v, k_i, o, g, t: (k_i, t[v], 0)),
+            pl.BlockSpec((None, None, nsub, tn),
+                         lambda n_i, v, k_i, o, g, t: (g[v], k_i, 0, n_i)),
         ]
         operands += [lhs_scale, rhs_scale]
     in_specs.append(pl.BlockSpec((tm, tn), out_map))

@@ -87,12 +87,14 @@ def sublane_multiple(dtype) -> int:
     return 8 * 4 // np.dtype(dtype).itemsize
 
 
-def vmem_bytes(phase: str, tiling: Tiling, k_blocks: int, in_bytes: int, out_bytes: int) -> int:
+def vmem_bytes(phase: str, tiling: Tiling, in_bytes: int, out_bytes: int) -> int:
     """Estimated VMEM use in bytes of one grid step of `phase` with `tiling`.
 
     Pipelined operands are double-buffered (x2).  fwd/dgrad: lhs and rhs tiles, the scale
-    blocks (f32; the kernels load all `k_blocks` K-blocks of a row tile at once), the
-    initial-output and output tiles and the f32 accumulator.  tgmm: lhs and dY tiles, the
+    blocks of the K tile (f32, FP8 only: lhs [tm, nsub] takes a full 128-lane row per
+    sublane, rhs [nsub, tn] at least 8 sublanes), the initial-output and output tiles and
+    the f32 accumulator.  Gate layer 0 measures the compiled kernel's blocks from Mosaic
+    (`fp8check.native.tpu`) and tests hold this estimate to it.  tgmm: lhs and dY tiles, the
     transposed lhs copy (f32), the output tile and the f32 accumulator.
     """
     tm, tk, tn = tiling
@@ -100,7 +102,7 @@ def vmem_bytes(phase: str, tiling: Tiling, k_blocks: int, in_bytes: int, out_byt
         inputs = 2 * (tm * tk + tm * tn) * in_bytes
         return inputs + tk * tm * 4 + 2 * tk * tn * out_bytes + tk * tn * 4
     inputs = 2 * (tm * tk + tk * tn) * in_bytes
-    scales = 2 * (tm * k_blocks + k_blocks * tn) * 4 if in_bytes == 1 else 0
+    scales = 2 * (tm * LANES + max(tk // LANES, 8) * tn) * 4 if in_bytes == 1 else 0
     return inputs + scales + 2 * 2 * tm * tn * out_bytes + tm * tn * 4
 
 
@@ -153,7 +155,7 @@ def resolve_tiling(
         if dim % tile:
             raise ValueError(f"{phase}: {name}={dim} is not a multiple of its tile {tile} "
                              f"(tiling {tuple(raw)})")
-    need = vmem_bytes(phase, clamped, -(-k // LANES), np.dtype(in_dtype).itemsize,
+    need = vmem_bytes(phase, clamped, np.dtype(in_dtype).itemsize,
                       np.dtype(out_dtype).itemsize)
     if need > VMEM_BUDGET_BYTES:
         raise ValueError(f"{phase} tiling {tuple(clamped)} needs ~{need / 2**20:.1f} MiB of "
