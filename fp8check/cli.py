@@ -19,7 +19,7 @@ from fp8check import registry, results
 from fp8check.commands import register_all
 from fp8check.config import GateConfig, load_config
 from fp8check.contracts import CONTRACTS, FRAMEWORKS, OUT_DTYPES, KernelSpec, spec_from_target
-from fp8check.layers import LAYERS
+from fp8check.layers import LAYERS, native
 from fp8check.layers.op import (
     LAYER,
     CaseResult,
@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--layers", help="comma list of layers to run (e.g. 1,2)")
     g.add_argument("--seed", type=int)
     g.add_argument("--backend", choices=registry.BACKENDS)
+    g.add_argument("--targets", help="layer 0: comma list of v5e, v6e, v5p, sm_90a "
+                                     "(default: all)")
     g.add_argument("--case", action="append", default=None, help="run only this case id")
     g.add_argument("--json", help="write the JSON results document here")
     g.add_argument("--jsonl", help=f"stream results here (default: beside --json, or "
@@ -210,6 +212,11 @@ def _family_repro(layer: int, family: str, cfg: GateConfig, case_id: str) -> str
                        cfg.profile, "--backend", cfg.backend, "--case", case_id])
 
 
+def _native_repro(family: str, cfg: GateConfig, res: CaseResult) -> str:
+    return shlex.join(["fp8check", "gate", "--kernel", family, "--layers", "0", "--suite",
+                       cfg.suite, "--targets", str(res.metrics.get("target"))])
+
+
 class _Sink:
     """Where every result goes as it completes: the JSONL stream, the progress bar, the
     list for the final documents, and a FAIL line with its repro on stderr."""
@@ -338,16 +345,18 @@ def run_gate(args: argparse.Namespace) -> int:
     shard = parse_shard(args.shard)
     if args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
-    families = _families(cfg) if any(n >= 2 for n in cfg.layers) else []
+    families = _families(cfg) if any(n >= 2 or n == 0 for n in cfg.layers) else []
+    targets = native.parse_targets(args.targets) if 0 in cfg.layers else ()
     dropped: list[int] = []
-    if any(n >= 2 for n in cfg.layers) and not families:
-        # Layers 2-3 run a family's MoE layer and training; a user's kernel has none.
-        # Asked for on the command line that is bad usage; from the config's default it
-        # narrows the run to layer 1, said on stderr and in the results.
+    if any(n >= 2 or n == 0 for n in cfg.layers) and not families:
+        # Layers 0, 2 and 3 compile a family's kernels, run its MoE layer and training; a
+        # user's kernel has none.  Asked for on the command line that is bad usage; from
+        # the config's default it narrows the run to layer 1, said on stderr and in the
+        # results.
         if args.layers is not None or 1 not in cfg.layers:
             raise UsageError(f"layers {cfg.layers} need a kernel family "
                              f"({', '.join(registry.FAMILIES)}); --kernel names none")
-        dropped = [n for n in cfg.layers if n >= 2]
+        dropped = [n for n in cfg.layers if n != 1]
         cfg = dataclasses.replace(cfg, layers=(1,))
         print(f"fp8check: layers {dropped} skipped: they need a kernel family "
               f"({', '.join(registry.FAMILIES)}) and --kernel names none", file=sys.stderr)
@@ -365,16 +374,27 @@ def run_gate(args: argparse.Namespace) -> int:
     env["layers_skipped"] = dropped
     env["families"] = families
     env["shard"] = f"{shard[0]}/{shard[1]}"
+    if 0 in cfg.layers:
+        native.check_toolchains(families, targets)  # exit 2 before anything is reported
+        env["native_targets"] = list(targets)
     for name, err in load_errors.items():
         print(f"fp8check: kernel {name} not loaded: {err}", file=sys.stderr)
 
-    total = len(specs) * len(suite_cases) + sum(
+    # Layer 0 shards by family, like layer 3.
+    native_families = _in_shard([f for f in registry.FAMILIES if f in families], shard)
+    total = (native.layer0_size(native_families, cfg.suite, targets)
+             if 0 in cfg.layers else 0)
+    total += len(specs) * len(suite_cases) + sum(
         _family_size(layer, fam, cfg, args) for layer in cfg.layers if layer >= 2
         for fam in families)
     with results.JsonlStream(_jsonl_path(cfg)) as stream, \
             _progress(total, not args.no_progress) as bar:
         stream.write({"event": "start", "environment": env})
         sink = _Sink(stream, bar)
+        if 0 in cfg.layers:
+            bar.set_description("layer 0 native compile")
+            for res in native.iter_layer0(native_families, cfg.suite, targets):
+                sink(res, _native_repro(res.kernel.split("-")[0], cfg, res))
         if 1 in cfg.layers:
             _run_layer1(loaded, suite_cases, profile, cfg, args, sink)
         for layer in sorted(n for n in cfg.layers if n >= 2):

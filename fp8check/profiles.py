@@ -105,3 +105,26 @@ def get_profile(name: str) -> Profile:
             f"profile {name!r}: profiles are staged, never off; use explore for a search"
         )
     raise ValueError(f"unknown profile {name!r}; expected one of {', '.join(PROFILES)}")
+
+
+@dataclass(frozen=True)
+class NativeLimits:
+    """Layer 0's limits (native compile), the same in every profile: a kernel that does not
+    fit its target is invalid, not imprecise.  Units: bytes, registers per thread.
+
+    * VMEM: the chip's whole VMEM per TensorCore (jax's `tpu_info`: 128 MiB v5e and v6e,
+      64 MiB v5p), and the project's kernels also the 16 MiB budget their tilings promise
+      (`kernels.pallas.tiling.VMEM_BUDGET_BYTES`: v5e's default scoped-VMEM limit).
+    * `smem_bytes` 227 KiB: the most dynamic shared memory one block may use on sm_90
+      (CUDA C Programming Guide, compute capability 9.0: 228 KiB per SM, 1 KiB reserved).
+    * `registers` 255 per thread (the sm_90 ISA's limit) and `spill_bytes` 0: ptxas
+      spilling to local memory in an FP8 GEMM main loop is a performance bug the compile
+      shows and a run would only hint at.
+    """
+
+    smem_bytes: int = 227 * 1024
+    registers: int = 255
+    spill_bytes: int = 0
+
+
+NATIVE_LIMITS = NativeLimits()

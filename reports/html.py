@@ -32,9 +32,10 @@ KEY_METRICS = ("bound_ratio_max", "error_ratio", "bias_z", "ulp_max_vs_exact",
                "bit_exact_mismatches", "impact_sqnr_db", "impact_band", "impact_calc_diff")
 LAYER2_KEY_METRICS = ("st_sqnr_db.out", "st_sqnr_db.dx", "sqnr_db.out", "sqnr_db.dx",
                       "sqnr_db.wi.min_expert", "sqnr_db.wo.min_expert")
-LAYER_ORDER = ("op", 2, 3, 4)
+LAYER_ORDER = (0, "op", 2, 3, 4)
 FIGURES_PER_WORKER = 24
-LAYER_NAMES = {"op": "1 · op", 2: "2 · MoE layer", 3: "3 · training", 4: "4 · logs"}
+LAYER_NAMES = {0: "0 · native compile", "op": "1 · op", 2: "2 · MoE layer", 3: "3 · training",
+               4: "4 · logs"}
 
 
 def _fmt(v: Any) -> str:
@@ -55,7 +56,7 @@ def _margin(c: dict[str, Any]) -> float:
     The direction (upper or lower limit) follows from value, limit and passed; boolean
     criteria and count limits of 0 that pass are never the tight ones (inf)."""
     v, lim = c.get("value"), c.get("limit")
-    if isinstance(v, bool) or isinstance(lim, bool) or v is None or lim is None:
+    if isinstance(v, bool | str) or isinstance(lim, bool | str) or v is None or lim is None:
         return -math.inf if not c["passed"] else math.inf
     v, lim = float(v), float(lim)
     if not c["passed"]:

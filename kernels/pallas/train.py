@@ -22,10 +22,9 @@ import jax.numpy as jnp
 from fp8check.kernels.pallas.gmm import dgrad, gmm_fp8
 from fp8check.kernels.pallas.quantize import quantize_deepgemm
 from fp8check.kernels.pallas.tgmm import tgmm
-from fp8check.kernels.pallas.tiling import DEFAULT_TILINGS, Tiling
+from fp8check.kernels.pallas.tiling import Tiling
 
-TrainTilings = tuple[Tiling, Tiling, Tiling]  # (fwd, dgrad, tgmm)
-_DEFAULT = (DEFAULT_TILINGS["fwd"], DEFAULT_TILINGS["dgrad"], DEFAULT_TILINGS["tgmm"])
+TrainTilings = tuple[Tiling | None, Tiling | None, Tiling | None]  # (fwd, dgrad, tgmm)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
@@ -63,9 +62,11 @@ def gmm_fp8_train(lhs, rhs, group_sizes, *, tilings: TrainTilings | None = None,
 
     lhs [M, K] and rhs [G, K, N], bf16 or f32 (output and gradients take their dtypes);
     group_sizes [G] int32 (no gradient).  tilings (fwd, dgrad, tgmm), each (tm, tk, tn)
-    in the phase's meaning (`tiling` module); default the per-phase defaults.
+    in the phase's meaning (`tiling` module); default (or None for one phase) the phase
+    default, resolved by each kernel at its own shape (shrunk to tiles that divide it).
     """
-    t = _DEFAULT if tilings is None else tuple(Tiling(*x) for x in tilings)
+    t = (None, None, None) if tilings is None else tuple(
+        None if x is None else Tiling(*x) for x in tilings)
     if len(t) != 3:
         raise ValueError(f"tilings must be (fwd, dgrad, tgmm), got {tilings!r}")
     return _train(jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes, jnp.int32),

@@ -1,0 +1,234 @@
+"""Layer 0 (native compile): every kernel compiled for real targets, no hardware needed.
+
+TPU v5e, v6e and v5p through libtpu's deviceless AOT compiler (`fp8check.native.tpu`);
+Hopper sm_90a through Triton's AOT compiler and the ptxas in its wheel
+(`fp8check.native.hopper`).  One result per kernel x phase (x tiling) x shape x target.
+Criteria (limits in `fp8check.profiles.NATIVE_LIMITS`):
+
+* `compiles`: the compiler accepts the kernel (its own message when not);
+* TPU: `vmem_within_chip` (Mosaic's VMEM need against the chip's VMEM per core),
+  `vmem_within_budget` (the project's 16 MiB), `fp8_mxu_feed` for FP8 kernels (the MXU
+  takes e4m3/e5m2 operands: the kernel did not upcast to bf16 on the VPU first);
+* Hopper: `smem_within_limit`, `registers_within_limit`, `no_spills`, for FP8 kernels
+  `wgmma_fp8` (`wgmma.mma_async` with e4m3/e5m2 operands) and `no_mma_sync`, and `tma`
+  where the kernel claims tensor descriptors.
+
+A figure a criterion needs that the compile did not produce fails the criterion: nothing
+missing passes.  Compiling is not running: a pass here says the kernel is valid for the
+target and uses its FP8 path, not that it computes the right numbers there (layer 1 on the
+hardware says that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fp8check.cases import SUITE_SHAPES
+from fp8check.layers.op import CaseResult, Criterion
+from fp8check.native.tpu import TPU_TARGETS, TpuBuild
+from fp8check.profiles import NATIVE_LIMITS
+
+LAYER = 0
+HOPPER_TARGETS = ("sm_90a",)
+TARGETS = (*TPU_TARGETS, *HOPPER_TARGETS)
+
+
+@dataclass(frozen=True)
+class NativeShape:
+    """A problem to compile for: lhs [m, k], rhs [g, k, n]."""
+
+    name: str
+    m: int
+    k: int
+    n: int
+    g: int
+
+
+# The production model's shapes (DESIGN.md): wi, wo, and the EP=8 dev shard of wi.
+PRODUCTION = (NativeShape("wi-prod", 65536, 2048, 512, 256),
+              NativeShape("wo-prod", 65536, 512, 2048, 256),
+              NativeShape("wi-dev", 8192, 2048, 512, 32))
+
+
+def layer0_shapes(suite: str) -> list[NativeShape]:
+    """The suite's shapes (both aspects, each G) and the production shapes."""
+    s = SUITE_SHAPES[suite]
+    own = [NativeShape(f"{aspect}-m{s.m}-k{k}-n{n}-g{g}", s.m, k, n, g)
+           for aspect, (k, n) in (("wi", s.wi), ("wo", s.wo)) for g in s.gs]
+    return own + list(PRODUCTION)
+
+
+def parse_targets(text: str | None) -> tuple[str, ...]:
+    """"v5e,sm_90a" -> ("v5e", "sm_90a"); None -> every target.  ValueError if unknown."""
+    if text is None:
+        return TARGETS
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    bad = [t for t in names if t not in TARGETS]
+    if bad or not names:
+        raise ValueError(f"unknown target {', '.join(bad) or repr(text)}; expected a comma "
+                         f"list of {', '.join(TARGETS)}")
+    return names
+
+
+def _criterion(name: str, value: Any, limit: Any, passed: bool) -> Criterion:
+    return Criterion(name=name, question="native", value=value, limit=limit, passed=passed)
+
+
+def _at_most(name: str, value: int | None, limit: int) -> Criterion:
+    """value <= limit; a missing value fails."""
+    return _criterion(name, value, limit, value is not None and value <= limit)
+
+
+def tpu_criteria(b: TpuBuild, *, fp8_feed: str | None, mosaic: bool,
+                 budget: int | None) -> list[Criterion]:
+    """Layer 0's criteria for one TPU build (module docstring).  `fp8_feed`: "all" (every
+    MXU data format must be e4m3/e5m2), "any" (at least one: a program that also holds
+    bf16 kernels) or None; `budget` the project's VMEM budget for its own kernels (None: a
+    user kernel, only the chip's VMEM applies)."""
+    crit = [_criterion("compiles", b.ok, True, b.ok)]
+    if not b.ok or not mosaic:
+        return crit
+    crit.append(_at_most("vmem_within_chip", b.vmem_bytes, b.vmem_capacity_bytes or 0))
+    if budget is not None:
+        crit.append(_at_most("vmem_within_budget", b.vmem_bytes, budget))
+    if fp8_feed is not None:
+        formats = b.llo.matmul_formats if b.llo else ()
+        fp8 = [f.startswith(("e4m3", "e5m2")) for f in formats]
+        ok = bool(fp8) and (all(fp8) if fp8_feed == "all" else any(fp8))
+        crit.append(_criterion("fp8_mxu_feed", ",".join(formats) or None,
+                               f"{fp8_feed}: e4m3*/e5m2*", ok))
+    return crit
+
+
+def tpu_metrics(b: TpuBuild) -> dict[str, Any]:
+    """The build's figures as flat scalars (the report's tables take scalars)."""
+    m: dict[str, Any] = {"target": b.target, "compile_seconds": round(b.seconds, 3),
+                         **{f"hbm_{k.removesuffix('_in_bytes')}_bytes": v
+                            for k, v in b.memory.items()}}
+    if b.vmem_bytes is not None:
+        m["vmem_bytes"] = b.vmem_bytes
+        m["vmem_capacity_bytes"] = b.vmem_capacity_bytes
+    if b.llo is not None:
+        m.update({"llo_kernels": b.llo.kernels, "llo_vmatmul": b.llo.vmatmul,
+                  "llo_vector_alu": b.llo.vector_alu, "llo_vector_load": b.llo.vector_load,
+                  "llo_vector_store": b.llo.vector_store,
+                  "mxu_formats": ",".join(b.llo.matmul_formats),
+                  "llo_fused_multiply_add": b.llo.fused_multiply_add})
+    elif b.llo_missing:
+        m["llo_missing"] = b.llo_missing
+    return m
+
+
+def _result(kernel: str, case: str, crit: list[Criterion], metrics: dict[str, Any],
+            error: str | None, seconds: float) -> CaseResult:
+    return CaseResult(kernel=kernel, layer=LAYER, case=case,
+                      passed=all(c.passed for c in crit), metrics=metrics, criteria=crit,
+                      error=error, seconds=seconds)
+
+
+def _pallas(shapes: Sequence[NativeShape], chips: Sequence[str]) -> Iterator[CaseResult]:
+    from fp8check.kernels.pallas.native import native_builds
+    from fp8check.kernels.pallas.tiling import VMEM_BUDGET_BYTES
+    from fp8check.native.tpu import compile_for_tpu
+
+    for shape in shapes:
+        for build in native_builds(shape.m, shape.k, shape.n, shape.g):
+            for chip in chips:
+                b = compile_for_tpu(build.kernel, build.fn, build.args, chip)
+                crit = tpu_criteria(b, fp8_feed=build.fp8_feed, mosaic=build.mosaic,
+                                    budget=VMEM_BUDGET_BYTES)
+                yield _result(build.kernel, f"{build.label}-{shape.name}-{chip}", crit,
+                              {"phase": build.phase, **tpu_metrics(b)}, b.error, b.seconds)
+
+
+def hopper_criteria(b: Any, *, fp8: bool, claims_tma: bool) -> list[Criterion]:
+    """Layer 0's criteria for one Hopper build (`fp8check.native.hopper.HopperBuild`)."""
+    crit = [_criterion("compiles", b.ok, True, b.ok)]
+    if not b.ok:
+        return crit
+    lim = NATIVE_LIMITS
+    spills = (None if b.spill_stores_bytes is None or b.spill_loads_bytes is None
+              else b.spill_stores_bytes + b.spill_loads_bytes)
+    crit += [_at_most("smem_within_limit", b.shared_bytes, lim.smem_bytes),
+             _at_most("registers_within_limit", b.registers, lim.registers),
+             _at_most("no_spills", spills, lim.spill_bytes)]
+    if fp8:
+        crit += [_criterion("wgmma_fp8", ",".join(b.wgmma_shapes) or None,
+                            "wgmma.mma_async e4m3/e5m2", b.wgmma_fp8),
+                 _criterion("no_mma_sync", b.mma_sync, False, not b.mma_sync)]
+    if claims_tma:
+        crit.append(_criterion("tma", b.tma, True, b.tma))
+    return crit
+
+
+def hopper_metrics(b: Any) -> dict[str, Any]:
+    """A Hopper build's figures as flat scalars."""
+    keys = ("target", "shared_bytes", "registers", "spill_stores_bytes", "spill_loads_bytes",
+            "global_scratch_bytes", "wgmma", "wgmma_fp8", "mma_sync", "tma",
+            "max_num_imprecise_acc")
+    m = {k: getattr(b, k) for k in keys}
+    m["wgmma_shapes"] = ",".join(b.wgmma_shapes)
+    m["compile_seconds"] = round(b.seconds, 3)
+    return m
+
+
+def _triton(shapes: Sequence[NativeShape], gpus: Sequence[str]) -> Iterator[CaseResult]:
+    from fp8check.kernels.triton.native import native_builds
+    from fp8check.native.hopper import compile_for_hopper
+
+    for shape in shapes:
+        for build in native_builds(shape.m, shape.k, shape.n, shape.g):
+            for target in gpus:
+                b = compile_for_hopper(build.kernel, build.fn, build.signature,
+                                       build.constexprs, num_warps=build.num_warps,
+                                       num_stages=build.num_stages)
+                crit = hopper_criteria(b, fp8=build.fp8, claims_tma=build.claims_tma)
+                yield _result(build.kernel, f"{build.phase}-{shape.name}-{target}", crit,
+                              {"phase": build.phase, **hopper_metrics(b)}, b.error,
+                              b.seconds)
+
+
+def layer0_size(families: Sequence[str], suite: str, targets: Sequence[str]) -> int:
+    """How many results `iter_layer0` yields (the progress bar's total)."""
+    total = 0
+    shapes = layer0_shapes(suite)
+    chips = [t for t in targets if t in TPU_TARGETS]
+    gpus = [t for t in targets if t in HOPPER_TARGETS]
+    if "pallas" in families and chips:
+        from fp8check.kernels.pallas.native import native_builds
+
+        total += sum(len(native_builds(s.m, s.k, s.n, s.g)) for s in shapes) * len(chips)
+    if "triton" in families and gpus:
+        from fp8check.kernels.triton.native import native_builds as triton_builds
+
+        total += sum(len(triton_builds(s.m, s.k, s.n, s.g)) for s in shapes) * len(gpus)
+    return total
+
+
+def check_toolchains(families: Sequence[str], targets: Sequence[str]) -> None:
+    """Raise ToolchainMissing (one line, exit 2) if a compiler the run needs is absent."""
+    if "pallas" in families and any(t in TPU_TARGETS for t in targets):
+        from fp8check.native import tpu
+
+        tpu.check_toolchain()
+    if "triton" in families and any(t in HOPPER_TARGETS for t in targets):
+        from fp8check.native import hopper
+
+        hopper.check_toolchain()
+
+
+def iter_layer0(families: Sequence[str], suite: str,
+                targets: Sequence[str] = TARGETS) -> Iterator[CaseResult]:
+    """Layer 0 for the named kernel families, one result per build x target, yielded as
+    each compile finishes.  Raises ToolchainMissing before compiling anything if a needed
+    compiler is absent."""
+    check_toolchains(families, targets)
+    shapes = layer0_shapes(suite)
+    chips = [t for t in targets if t in TPU_TARGETS]
+    gpus = [t for t in targets if t in HOPPER_TARGETS]
+    if "pallas" in families and chips:
+        yield from _pallas(shapes, chips)
+    if "triton" in families and gpus:
+        yield from _triton(shapes, gpus)
