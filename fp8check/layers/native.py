@@ -31,7 +31,7 @@ from fp8check.native.tpu import TPU_TARGETS, TpuBuild
 from fp8check.profiles import NATIVE_LIMITS
 
 LAYER = 0
-HOPPER_TARGETS = ("sm_90a",)
+HOPPER_TARGETS = ("sm_90a",)  # Triton's name for capability 9.0 (wgmma, TMA)
 TARGETS = (*TPU_TARGETS, *HOPPER_TARGETS)
 
 
@@ -175,17 +175,16 @@ def hopper_metrics(b: Any) -> dict[str, Any]:
 
 
 def _triton(shapes: Sequence[NativeShape], gpus: Sequence[str]) -> Iterator[CaseResult]:
-    from fp8check.kernels.triton.native import native_builds
-    from fp8check.native.hopper import compile_for_hopper
+    from fp8check.kernels.triton.native import compile_native_builds
 
+    capability = {"sm_90a": 90}
     for shape in shapes:
-        for build in native_builds(shape.m, shape.k, shape.n, shape.g):
-            for target in gpus:
-                b = compile_for_hopper(build.kernel, build.fn, build.signature,
-                                       build.constexprs, num_warps=build.num_warps,
-                                       num_stages=build.num_stages)
+        for target in gpus:
+            for build, b in compile_native_builds(shape.m, shape.k, shape.n, shape.g,
+                                                  capability=capability[target]):
                 crit = hopper_criteria(b, fp8=build.fp8, claims_tma=build.claims_tma)
-                yield _result(build.kernel, f"{build.phase}-{shape.name}-{target}", crit,
+                phase = build.phase + (f"-{build.variant.split()[0]}" if build.variant else "")
+                yield _result(build.kernel, f"{phase}-{shape.name}-{target}", crit,
                               {"phase": build.phase, **hopper_metrics(b)}, b.error,
                               b.seconds)
 

@@ -93,6 +93,34 @@ def _out(out: torch.Tensor | None, shape, dtype, device, zero: bool) -> torch.Te
     return out
 
 
+def dgrad_launch(dy: torch.Tensor, w: torch.Tensor, group_sizes: torch.Tensor,
+                 out: torch.Tensor, block_m: int, block_n: int,
+                 block_k: int) -> tuple[tuple[int, ...], tuple, dict]:
+    """(grid, positional arguments, constexpr keywords) of the `_dgrad_kernel` launch on
+    checked inputs (shared by `dgrad` and `native.native_builds`)."""
+    m, n = dy.shape
+    g, k, _ = w.shape
+    row_ends, tile_ends = group_schedule(group_sizes, block_m)
+    grid = (max_row_tiles(m, g, block_m), k // block_k)
+    args = (dy, w, out, group_sizes, row_ends, tile_ends, g, k)
+    constexprs = dict(N=n, G_POW2=triton.next_power_of_2(g), BLOCK_M=block_m,
+                      BLOCK_N=block_n, BLOCK_K=block_k)
+    return grid, args, constexprs
+
+
+def tgmm_launch(x: torch.Tensor, dy: torch.Tensor, group_sizes: torch.Tensor,
+                out: torch.Tensor, block_m: int, block_k: int,
+                block_n: int) -> tuple[tuple[int, ...], tuple, dict]:
+    """(grid, positional arguments, constexpr keywords) of the `_tgmm_kernel` launch on
+    checked inputs with G >= 1 (shared by `tgmm` and `native.native_builds`)."""
+    k, n = x.shape[1], dy.shape[1]
+    g = group_sizes.shape[0]
+    row_ends = torch.cumsum(group_sizes, 0, dtype=torch.int32)
+    grid = (g, k // block_k, n // block_n)
+    args = (x, dy, out, group_sizes, row_ends, k, n)
+    return grid, args, dict(BLOCK_M=block_m, BLOCK_K=block_k, BLOCK_N=block_n)
+
+
 def dgrad(dy: torch.Tensor, w: torch.Tensor, group_sizes: torch.Tensor, *,
           out_dtype: torch.dtype = torch.bfloat16, block_m: int = 64, block_n: int = 64,
           block_k: int = 64, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -110,11 +138,8 @@ def dgrad(dy: torch.Tensor, w: torch.Tensor, group_sizes: torch.Tensor, *,
     check_group_sizes(group_sizes, g, m)
     out = _out(out, (m, k), out_dtype, dy.device, zero=True)
     prepare_backend(dy.device)
-    row_ends, tile_ends = group_schedule(group_sizes, block_m)
-    grid = (max_row_tiles(m, g, block_m), k // block_k)
-    _dgrad_kernel[grid](dy, w, out, group_sizes, row_ends, tile_ends, g, k, N=n,
-                        G_POW2=triton.next_power_of_2(g), BLOCK_M=block_m, BLOCK_N=block_n,
-                        BLOCK_K=block_k)
+    grid, args, constexprs = dgrad_launch(dy, w, group_sizes, out, block_m, block_n, block_k)
+    _dgrad_kernel[grid](*args, **constexprs)
     return out
 
 
@@ -138,8 +163,6 @@ def tgmm(x: torch.Tensor, dy: torch.Tensor, group_sizes: torch.Tensor, *,
     if g == 0:
         return out
     prepare_backend(x.device)
-    row_ends = torch.cumsum(group_sizes, 0, dtype=torch.int32)
-    _tgmm_kernel[(g, k // block_k, n // block_n)](x, dy, out, group_sizes, row_ends, k, n,
-                                                  BLOCK_M=block_m, BLOCK_K=block_k,
-                                                  BLOCK_N=block_n)
+    grid, args, constexprs = tgmm_launch(x, dy, group_sizes, out, block_m, block_k, block_n)
+    _tgmm_kernel[grid](*args, **constexprs)
     return out

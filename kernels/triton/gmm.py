@@ -50,6 +50,11 @@ from ._common import (
 )
 
 OUT_DTYPES = (torch.bfloat16, torch.float32)
+# Two warpgroups per 128x128 tile: with Triton's default 4 warps one warpgroup holds the
+# fp32 accumulator and the tl.dot partial (two 128x128 fp32 tiles), which ptxas fits only
+# by spilling (255 registers, 128/120 B of spill stores/loads per thread on sm_90a, gate
+# layer 0); with 8 warps: 175 registers, no spills, the same shared memory.
+NUM_WARPS = 8
 
 
 @triton.jit
@@ -119,18 +124,30 @@ def check_gmm_fp8_inputs(lhs_q: torch.Tensor, lhs_scale: torch.Tensor, rhs_q: to
     check_group_sizes(group_sizes, g, m)
 
 
+def gmm_fp8_launch(lhs_q: torch.Tensor, lhs_scale: torch.Tensor, rhs_q: torch.Tensor,
+                   rhs_scale: torch.Tensor, group_sizes: torch.Tensor, out: torch.Tensor,
+                   block_m: int, block_n: int) -> tuple[tuple[int, ...], tuple, dict]:
+    """(grid, positional arguments, constexpr keywords) of the `_gmm_fp8_kernel` launch on
+    checked inputs: the one source of the launch for `launch_gmm_fp8` and for the native
+    builds (`native.native_builds`, which passes meta tensors)."""
+    m, k = lhs_q.shape
+    g, _, n = rhs_q.shape
+    row_ends, tile_ends = group_schedule(group_sizes, block_m)
+    grid = (max_row_tiles(m, g, block_m), n // block_n)
+    args = (lhs_q, lhs_scale, rhs_q, rhs_scale, out, group_sizes, row_ends, tile_ends, g, n)
+    constexprs = dict(K=k, G_POW2=triton.next_power_of_2(g), BLOCK_M=block_m,
+                      BLOCK_N=block_n, BLOCK_K=QBLOCK)
+    return grid, args, constexprs
+
+
 def launch_gmm_fp8(lhs_q: torch.Tensor, lhs_scale: torch.Tensor, rhs_q: torch.Tensor,
                    rhs_scale: torch.Tensor, group_sizes: torch.Tensor, out: torch.Tensor,
                    block_m: int, block_n: int) -> torch.Tensor:
     """Run the kernel on checked inputs into `out` [M, N]; shared with the padded path."""
     prepare_backend(lhs_q.device)
-    m, k = lhs_q.shape
-    g, _, n = rhs_q.shape
-    row_ends, tile_ends = group_schedule(group_sizes, block_m)
-    grid = (max_row_tiles(m, g, block_m), n // block_n)
-    _gmm_fp8_kernel[grid](lhs_q, lhs_scale, rhs_q, rhs_scale, out, group_sizes, row_ends,
-                          tile_ends, g, n, K=k, G_POW2=triton.next_power_of_2(g),
-                          BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=QBLOCK)
+    grid, args, constexprs = gmm_fp8_launch(lhs_q, lhs_scale, rhs_q, rhs_scale, group_sizes,
+                                            out, block_m, block_n)
+    _gmm_fp8_kernel[grid](*args, **constexprs, num_warps=NUM_WARPS)
     return out
 
 

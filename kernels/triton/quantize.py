@@ -61,6 +61,22 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, R, C, SR, SC,
     tl.store(q_ptr + offs, y.to(tl.float8e4nv), mask=ok)
 
 
+def quantize_launch(x: torch.Tensor, values: torch.Tensor, scales: torch.Tensor,
+                    block: tuple[int, int],
+                    recipe: str) -> tuple[tuple[int, ...], tuple, dict]:
+    """(grid, positional arguments, constexpr keywords) of the `_quantize_kernel` launch
+    on checked, contiguous, non-empty `x` (shared by `quantize_fp8` and
+    `native.native_builds`)."""
+    *lead, r, c = x.shape
+    batch = int(torch.tensor(lead).prod()) if lead else 1
+    sr, sc = scales.shape[-2:]
+    tile_r = 32 if block[0] == 1 else QBLOCK
+    grid = (batch, triton.cdiv(r, tile_r), sc)
+    args = (x, values, scales, r, c, sr, sc)
+    constexprs = dict(BLOCK_R=block[0], TILE_R=tile_r, UE8M0=recipe == "deepgemm-ue8m0")
+    return grid, args, constexprs
+
+
 def quantize_fp8(x: torch.Tensor, block: tuple[int, int] = (1, QBLOCK),
                  recipe: str = "deepgemm") -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize `x` (float32 or bfloat16, [..., R, C]) to e4m3fn blockwise.
@@ -82,14 +98,11 @@ def quantize_fp8(x: torch.Tensor, block: tuple[int, int] = (1, QBLOCK),
     prepare_backend(x.device)
     x = x.contiguous()
     *lead, r, c = x.shape
-    batch = int(torch.tensor(lead).prod()) if lead else 1
     sr, sc = triton.cdiv(r, block[0]), triton.cdiv(c, QBLOCK)
     values = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
     scales = torch.empty((*lead, sr, sc), dtype=torch.float32, device=x.device)
     if x.numel() == 0:
         return values, scales
-    tile_r = 32 if block[0] == 1 else QBLOCK
-    grid = (batch, triton.cdiv(r, tile_r), sc)
-    _quantize_kernel[grid](x, values, scales, r, c, sr, sc, BLOCK_R=block[0], TILE_R=tile_r,
-                           UE8M0=recipe == "deepgemm-ue8m0")
+    grid, args, constexprs = quantize_launch(x, values, scales, block, recipe)
+    _quantize_kernel[grid](*args, **constexprs)
     return values, scales

@@ -1,0 +1,232 @@
+"""Gate layer 0 for the Pallas family: deviceless compiles for real TPU chips (libtpu).
+
+Every Pallas kernel compiles for one chip with its figures; a kernel with a real TPU bug
+(the old dynamic lane index of the scales; an FP8 kernel that upcasts to bf16 before the
+dot) fails; the VMEM estimate the tilings use is Mosaic's own figure; the kernel body
+compiled for TPU is the one interpret mode runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from fp8check.kernels.pallas import gmm as pallas_gmm
+from fp8check.kernels.pallas.native import native_builds, offered_tilings
+from fp8check.kernels.pallas.tiling import VMEM_BUDGET_BYTES, Tiling, vmem_bytes
+from fp8check.layers.native import NativeShape, iter_layer0, parse_targets, tpu_criteria
+from fp8check.native.tpu import compile_for_tpu, llo_figures, mosaic_vmem_bytes
+
+FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
+SMALL = NativeShape("small", 256, 512, 256, 4)
+
+
+@pytest.fixture(scope="module")
+def small_results():
+    import fp8check.layers.native as native
+
+    shapes = native.layer0_shapes
+
+    def only_small(suite):
+        return [SMALL]
+
+    native.layer0_shapes = only_small
+    try:
+        return list(iter_layer0(["pallas"], "smoke", ("v5e",)))
+    finally:
+        native.layer0_shapes = shapes
+
+
+def test_every_pallas_kernel_compiles_for_v5e_with_its_figures(small_results):
+    kernels = {r.kernel for r in small_results}
+    assert kernels == {"pallas-fp8", "pallas-bf16", "pallas-dgrad", "pallas-tgmm",
+                       "pallas-fp8-train", "pallas-quantizer"}
+    for r in small_results:
+        assert r.passed, (r.case, r.failed_criteria, r.error)
+        assert r.metrics["target"] == "v5e"
+        if r.kernel != "pallas-quantizer":  # plain jnp: no Mosaic kernel
+            assert 0 < r.metrics["vmem_bytes"] <= VMEM_BUDGET_BYTES
+            assert r.metrics["llo_vmatmul"] > 0
+
+
+def test_fp8_kernels_feed_fp8_to_the_mxu(small_results):
+    fwd = [r for r in small_results if r.kernel == "pallas-fp8"]
+    assert fwd and all(r.metrics["mxu_formats"].startswith("e4m3") for r in fwd)
+    train = [r for r in small_results if r.kernel == "pallas-fp8-train"]
+    assert "e4m3" in train[0].metrics["mxu_formats"] and "bf16" in train[0].metrics["mxu_formats"]
+    # The scale step: separate multiplies and adds, no fused multiply-add (ACCUM_NATIVE).
+    assert all(r.metrics["llo_fused_multiply_add"] is False for r in fwd)
+    assert pallas_gmm.ACCUM_NATIVE == "tokamax"
+
+
+def test_vmem_estimate_is_mosaics_figure(small_results):
+    """tiling.vmem_bytes (what resolve_tiling and the tuner budget with) equals the VMEM
+    Mosaic's own block types need, for every gmm_fp8 tiling compiled."""
+    for r in small_results:
+        if r.kernel == "pallas-fp8":
+            tm, tk, tn = (int(v) for v in r.case.split("-")[1].split("x"))
+            assert r.metrics["vmem_bytes"] == vmem_bytes("fwd", Tiling(tm, tk, tn), 1, 2)
+
+
+def _scaled_dot_kernel(a_ref, b_ref, s_ref, o_ref, *, upcast: bool, dynamic_lane: bool):
+    a, b = a_ref[...], b_ref[...]
+    if upcast:  # the bug: FP8 operands converted on the VPU, the MXU sees bf16
+        a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
+    p = jax.lax.dot(a, b, preferred_element_type=jnp.float32)
+    # the bug of the shipped kernel before layer 0: a dynamic lane index into the scales
+    s = s_ref[:, pl.ds(pl.program_id(0), 1)] if dynamic_lane else s_ref[:, 0:1]
+    o_ref[...] = p * s
+
+
+def _scaled_dot(a, b, s, *, upcast: bool, dynamic_lane: bool):
+    kernel = functools.partial(_scaled_dot_kernel, upcast=upcast, dynamic_lane=dynamic_lane)
+    return pl.pallas_call(
+        kernel, grid=(2,),
+        in_specs=[pl.BlockSpec((128, 128), lambda i: (0, 0)),
+                  pl.BlockSpec((128, 128), lambda i: (0, 0)),
+                  pl.BlockSpec((128, 16), lambda i: (0, 0))],
+        out_specs=pl.BlockSpec((128, 128), lambda i: (0, 0)),
+        out_shape=jax.ShapeDtypeStruct((128, 128), jnp.float32),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+    )(a, b, s)
+
+
+ARGS = [((128, 128), FP8), ((128, 128), FP8), ((128, 16), np.dtype(np.float32))]
+
+
+def test_correct_probe_kernel_passes():
+    b = compile_for_tpu("probe", functools.partial(_scaled_dot, upcast=False,
+                                                   dynamic_lane=False), ARGS, "v6e")
+    crit = tpu_criteria(b, fp8_feed="all", mosaic=True, budget=VMEM_BUDGET_BYTES)
+    assert all(c.passed for c in crit), [(c.name, c.value) for c in crit]
+
+
+def test_dynamic_lane_index_fails_with_the_compilers_message():
+    b = compile_for_tpu("probe", functools.partial(_scaled_dot, upcast=False,
+                                                   dynamic_lane=True), ARGS, "v5p")
+    assert not b.ok
+    assert "multiple of 128" in b.error and "\n" not in b.error
+    crit = tpu_criteria(b, fp8_feed="all", mosaic=True, budget=VMEM_BUDGET_BYTES)
+    assert [c.name for c in crit if not c.passed] == ["compiles"]
+
+
+def test_fp8_upcast_before_the_dot_fails_fp8_mxu_feed():
+    b = compile_for_tpu("probe", functools.partial(_scaled_dot, upcast=True,
+                                                   dynamic_lane=False), ARGS, "v5e")
+    assert b.ok and b.llo is not None and b.llo.matmul_formats == ("bf16",)
+    crit = {c.name: c for c in tpu_criteria(b, fp8_feed="all", mosaic=True, budget=None)}
+    assert not crit["fp8_mxu_feed"].passed and crit["compiles"].passed
+
+
+def test_a_tiling_over_the_chip_vmem_fails():
+    # An f32 accumulator of 4096 x 4096 (64 MiB) and its blocks: over v5p's 64 MiB per core.
+    def big(x):
+        def kernel(x_ref, o_ref, acc_ref):
+            acc_ref[...] = x_ref[...]
+            o_ref[...] = acc_ref[...]
+
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct(x.shape, jnp.float32),
+            scratch_shapes=[pltpu.VMEM(x.shape, jnp.float32)])(x)
+
+    b = compile_for_tpu("big", big, [((4096, 4096), np.dtype(np.float32))], "v5p")
+    crit = {c.name: c for c in tpu_criteria(b, fp8_feed=None, mosaic=True, budget=None)}
+    # Either Mosaic refuses it or layer 0 does: it never passes.
+    assert not all(c.passed for c in crit.values())
+    if b.ok:
+        assert not crit["vmem_within_chip"].passed and b.vmem_bytes > b.vmem_capacity_bytes
+
+
+def test_missing_figures_fail_never_pass():
+    from fp8check.native.tpu import TpuBuild
+
+    b = TpuBuild(kernel="k", target="v5e", ok=True, vmem_capacity_bytes=2**27)
+    crit = {c.name: c.passed for c in tpu_criteria(b, fp8_feed="all", mosaic=True,
+                                                    budget=VMEM_BUDGET_BYTES)}
+    assert crit == {"compiles": True, "vmem_within_chip": False,
+                    "vmem_within_budget": False, "fp8_mxu_feed": False}
+
+
+def test_interpret_and_native_trace_one_kernel_body():
+    """Layer 0 and layer 1 judge one kernel: the Pallas kernel jaxpr gmm_fp8 hands to
+    pallas_call is the same with interpret=True and interpret=False."""
+    lhs = jax.ShapeDtypeStruct((256, 512), FP8)
+    args = (lhs, jax.ShapeDtypeStruct((256, 4), np.float32),
+            jax.ShapeDtypeStruct((4, 512, 256), FP8),
+            jax.ShapeDtypeStruct((4, 4, 2), np.float32),
+            jax.ShapeDtypeStruct((4,), np.int32))
+
+    def kernel_jaxprs(interpret: bool) -> list[str]:
+        fn = functools.partial(pallas_gmm.gmm_fp8, tiling=(128, 256, 128),
+                               interpret=interpret)
+        jaxpr = jax.make_jaxpr(fn)(*args)
+        found = []
+
+        def walk(j):
+            for eqn in j.eqns:
+                if eqn.primitive.name == "pallas_call":
+                    found.append(str(eqn.params["jaxpr"]))
+                for v in eqn.params.values():
+                    if hasattr(v, "eqns"):
+                        walk(v)
+                    elif hasattr(v, "jaxpr") and hasattr(v.jaxpr, "eqns"):
+                        walk(v.jaxpr)
+
+        walk(jaxpr.jaxpr)
+        return found
+
+    native, interpreted = kernel_jaxprs(False), kernel_jaxprs(True)
+    assert len(native) == 1 and native == interpreted
+
+
+def test_offered_tilings_are_resolved_and_distinct():
+    ts = offered_tilings("fwd", 8192, 2048, 512, FP8, ml_dtypes.bfloat16)
+    assert ts[0] == Tiling(256, 2048, 512) and len(ts) == len(set(ts))
+    assert all(t.tk % 128 == 0 and 512 % t.tn == 0 for t in ts)
+    assert {b.kernel for b in native_builds(8192, 2048, 512, 32)} >= {"pallas-fp8", "pallas-tgmm"}
+
+
+def test_unknown_target_is_one_line_error():
+    with pytest.raises(ValueError, match="unknown target v9x"):
+        parse_targets("v5e,v9x")
+    assert parse_targets("sm_90a,v6e") == ("sm_90a", "v6e")
+
+
+def test_parsers_on_handmade_dumps():
+    original = ('func.func @k(%arg0: i32, %arg1: memref<256x512xf8E4M3FN, '
+                '#tpu.memory_space<vmem>>, %arg2: memref<1x256x4xf32, '
+                '#tpu.memory_space<vmem>>, %arg3: memref<256x256xf32, '
+                '#tpu.memory_space<vmem>>) attributes {scratch_operands = 1 : i64} {')
+    # fp8 256x512 (x2), f32 scales padded to 256x128 (x2), f32 scratch once
+    assert mosaic_vmem_bytes(original) == 2 * 256 * 512 + 2 * 256 * 128 * 4 + 256 * 256 * 4
+    llo = llo_figures(['"llo.vmatmul"(%1) <{data_format = #llo.matmul_data_format<'
+                       'e4m3b_to_bf16>}> : () -> ()\n %2 = llo.vmul.f32 %a, %b : x\n'
+                       ' %3 = llo.vadd.f32 %a, %b : x\n %4 = "llo.vector_load"(%x) : x'])
+    assert (llo.vmatmul, llo.vector_alu, llo.vector_load) == (1, 2, 1)
+    assert llo.matmul_formats == ("e4m3b_to_bf16",) and not llo.fused_multiply_add
+
+
+def test_libtpu_missing_is_a_one_line_usage_error(tmp_path):
+    """A machine without libtpu: `fp8check gate --layers 0` exits 2 with one line naming
+    what is missing, and writes no passing result."""
+    shim = tmp_path / "sitecustomize.py"
+    shim.write_text("import sys\nsys.modules['libtpu'] = None\n")  # import libtpu fails
+    out = tmp_path / "g.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fp8check", "gate", "--kernel", "pallas", "--layers", "0",
+         "--suite", "smoke", "--targets", "v5e", "--json", str(out), "--no-progress"],
+        capture_output=True, text=True, cwd=tmp_path,
+        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)}, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "libtpu" in lines[0], proc.stderr
+    assert not out.exists()
