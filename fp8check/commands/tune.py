@@ -6,7 +6,10 @@
 Prints a table per round, the strict check of the finalists and a snippet with the best
 per-phase tilings; `--json` writes a results document (the finalists' strict results as
 `results`, the search under `"tune"`, see `fp8check.tune.output`), `--report` its HTML,
-`--emit` `{"fwd": [tm, tk, tn], "tgmm": [...], "dgrad": [...]}`.  Exit status 0 when every
+`--emit` `{"fwd": [tm, tk, tn], "tgmm": [...], "dgrad": [...]}`.  Every candidate is first
+compiled for `--chip` without a TPU (`fp8check.tune.native`): one that does not compile, or
+needs more VMEM than the chip has, is rejected with the compiler's reason; the finalists
+show their compiled VMEM and LLO op counts beside the cost model.  Exit status 0 when every
 phase has a tiling that passed strict, 1 when one has none, 2 for bad usage.
 """
 
@@ -28,6 +31,7 @@ from fp8check.tune.measure import (
     native_available,
     require_native,
 )
+from fp8check.tune.native import NativeCheck
 from fp8check.tune.output import finalists_table, round_table, snippet, tune_section
 from fp8check.tune.search import TilingSearch
 from fp8check.tune.shapes import NAMED_SHAPES, parse_shape
@@ -52,6 +56,8 @@ def register(subparsers) -> None:
                    help="auto: measured on a TPU, the cost model elsewhere")
     p.add_argument("--backend", choices=registry.BACKENDS, default="auto",
                    help="where the accuracy checks run")
+    p.add_argument("--chip", default="v5e", help="TPU chip every candidate must compile for "
+                   "(deviceless, libtpu): v5e, v6e or v5p (default v5e)")
     p.add_argument("--start", action="append", default=[], metavar="PHASE=TMxTKxTN",
                    help="extra round-0 tiling (repeatable)")
     p.add_argument("--json", help="write the results document here")
@@ -89,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         finalists=args.finalists, phases=phases, fitness_label=label,
         fitness=(lambda ph, t: measure_us(ph, t, shape)) if measured else None,
         extra_seeds=_start_tilings(args.start),
+        native_check=NativeCheck(shape, args.chip),
         on_round=lambda r, states: print(round_table(r, states, label), flush=True))
     try:
         res = search.run()

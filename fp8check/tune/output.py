@@ -82,8 +82,14 @@ def finalists_table(res: SearchResult) -> str:
     for s in res.phases.values():
         for c in s.finalists:
             mark = "PASS" if c.strict.passed else f"FAIL {c.strict.reason}"
+            nat = c.native or {}
+            compiled = (f"  [{nat['chip']}: VMEM {nat['vmem_bytes'] / 2**20:.2f} MiB, "
+                        f"vmatmul {nat.get('llo_vmatmul')}, VPU {nat.get('llo_vector_alu')}, "
+                        f"ld/st {nat.get('llo_vector_load')}/{nat.get('llo_vector_store')}]"
+                        if nat else "")
             lines.append(f"  {s.phase:5s} {'x'.join(map(str, c.tiling)):15s} "
-                         f"{c.speedup:6.2f}x  {mark}")
+                         f"{c.speedup:6.2f}x  model {c.cost.total_us:9.1f} us{compiled}  "
+                         f"{mark}")
         if not s.finalists:
             lines.append(f"  {s.phase:5s} no accepted tiling")
     return "\n".join(lines)

@@ -29,6 +29,7 @@ import numpy as np
 from fp8check.kernels.pallas.tiling import PHASES, Tiling
 from fp8check.tune.accuracy import AccuracyChecker, Verdict
 from fp8check.tune.cost_model import FITNESS_LABEL, Cost, phase_cost
+from fp8check.tune.native import NativeCheck
 from fp8check.tune.shapes import GmmShape
 from fp8check.tune.space import MUTATIONS, baseline_tiling, default_tiling, mutate, rejection
 
@@ -53,6 +54,7 @@ class Candidate:
     fitness_us: float | None = None
     speedup: float | None = None
     strict: Verdict | None = None
+    native: dict | None = None  # compiled figures for the search's chip (tune.native)
 
     def to_dict(self) -> dict:
         return {"phase": self.phase, "tiling": list(self.tiling),
@@ -61,7 +63,8 @@ class Candidate:
                 "cost_model_us": None if self.cost is None else round(self.cost.total_us, 4),
                 "fitness_us": None if self.fitness_us is None else round(self.fitness_us, 4),
                 "speedup": None if self.speedup is None else round(self.speedup, 4),
-                "model": None if self.cost is None else self.cost.to_dict()}
+                "model": None if self.cost is None else self.cost.to_dict(),
+                "native": self.native}
 
 
 @dataclass
@@ -101,6 +104,7 @@ class TilingSearch:
                  fitness: Fitness | None = None, fitness_label: str = FITNESS_LABEL,
                  phases: tuple[str, ...] = PHASES,
                  extra_seeds: dict[str, list[Tiling]] | None = None,
+                 native_check: NativeCheck | None = None,
                  on_round: Callable[[int, dict[str, PhaseSearch]], None] | None = None) -> None:
         if rounds < 0 or population < 1 or finalists < 1:
             raise ValueError(f"need rounds >= 0, population >= 1, finalists >= 1; got "
@@ -115,12 +119,15 @@ class TilingSearch:
         self.fitness_label = fitness_label
         self.phases = phases
         self.extra_seeds = extra_seeds or {}
+        self.native_check = native_check
         self.on_round = on_round
 
     def _evaluate(self, phase: str, tiling: Tiling, origin: str,
                   rnd: int, baseline_us: float | None) -> Candidate:
         cand = Candidate(phase, tiling, origin, rnd)
         why = rejection(phase, tiling, self.shape)
+        if why is None and self.native_check is not None:
+            why, cand.native = self.native_check.check(phase, tiling)
         if why is not None:
             cand.reason = why
             return cand
