@@ -133,9 +133,10 @@ def _load_kernels(
     return loaded, {}
 
 
-def _repro(
-    spec: KernelSpec, origin: str, cfg: GateConfig, args: argparse.Namespace, case_id: str
-) -> str:
+def _repro(spec: KernelSpec, origin: str, cfg: GateConfig, args: argparse.Namespace,
+           tail: list[str]) -> str:
+    """The command that reruns one result of `spec`; `tail` names the layer and its case
+    (layer 1: --layers 1 --case ID; layer 0: --layers 0 --targets T)."""
     parts = ["fp8check", "gate", "--kernel", origin]
     if origin not in registry.BUILTIN_KERNELS:
         parts += ["--contract", spec.contract, "--framework", spec.framework]
@@ -146,7 +147,7 @@ def _repro(
         if args.m_align is not None:
             parts += ["--m-align", str(args.m_align)]
     parts += ["--suite", cfg.suite, "--seed", str(cfg.seed), "--profile", cfg.profile,
-              "--backend", cfg.backend, "--layers", "1", "--case", case_id]
+              "--backend", cfg.backend, *tail]
     return shlex.join(parts)
 
 
@@ -213,6 +214,7 @@ def _family_repro(layer: int, family: str, cfg: GateConfig, case_id: str) -> str
 
 
 def _native_repro(family: str, cfg: GateConfig, res: CaseResult) -> str:
+    """Layer 0 of a family on the result's target (a compile has no seed or case)."""
     return shlex.join(["fp8check", "gate", "--kernel", family, "--layers", "0", "--suite",
                        cfg.suite, "--targets", str(res.metrics.get("target"))])
 
@@ -230,6 +232,8 @@ class _Sink:
             why = res.error or ", ".join(res.failed_criteria)
             self.bar.write(f"FAIL {res.kernel} {res.case}: {why}\n  repro: {repro}",
                            file=sys.stderr)
+        elif res.passed is None and res.layer == native.LAYER:  # one per kernel: say why
+            self.bar.write(f"SKIP {res.kernel} {res.case}: {res.skipped}", file=sys.stderr)
         self.stream.write(res.to_dict())
         self.done.append(res)
         self.bar.update(1)
@@ -239,7 +243,8 @@ def _case_results(loaded, case, profile, cfg, args) -> list[tuple[CaseResult, st
     """Every loaded kernel on one case, each with its repro command.  One set of
     references per (case, contract) serves every kernel of that contract."""
     problems: dict[str, Problem | Exception] = {}
-    return [(_run_one(spec, case, profile, problems), _repro(spec, origin, cfg, args, case.id))
+    return [(_run_one(spec, case, profile, problems),
+             _repro(spec, origin, cfg, args, ["--layers", "1", "--case", case.id]))
             for spec, origin in loaded]
 
 
@@ -345,45 +350,54 @@ def run_gate(args: argparse.Namespace) -> int:
     shard = parse_shard(args.shard)
     if args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
-    families = _families(cfg) if any(n >= 2 or n == 0 for n in cfg.layers) else []
+    families = _families(cfg) if any(n != 1 for n in cfg.layers) else []
     targets = native.parse_targets(args.targets) if 0 in cfg.layers else ()
     dropped: list[int] = []
-    if any(n >= 2 or n == 0 for n in cfg.layers) and not families:
-        # Layers 0, 2 and 3 compile a family's kernels, run its MoE layer and training; a
-        # user's kernel has none.  Asked for on the command line that is bad usage; from
-        # the config's default it narrows the run to layer 1, said on stderr and in the
-        # results.
-        if args.layers is not None or 1 not in cfg.layers:
+    if any(n >= 2 for n in cfg.layers) and not families:
+        # Layers 2 and 3 run a family's MoE layer and training; a user's kernel has none.
+        # Asked for on the command line that is bad usage; from the config's default it
+        # narrows the run to layers 0-1, said on stderr and in the results.
+        if args.layers is not None or not {0, 1} & set(cfg.layers):
             raise UsageError(f"layers {cfg.layers} need a kernel family "
                              f"({', '.join(registry.FAMILIES)}); --kernel names none")
-        dropped = [n for n in cfg.layers if n != 1]
-        cfg = dataclasses.replace(cfg, layers=(1,))
+        dropped = [n for n in cfg.layers if n >= 2]
+        cfg = dataclasses.replace(cfg, layers=tuple(n for n in cfg.layers if n < 2))
         print(f"fp8check: layers {dropped} skipped: they need a kernel family "
               f"({', '.join(registry.FAMILIES)}) and --kernel names none", file=sys.stderr)
     loaded, load_errors, suite_cases = [], {}, []
+    if 0 in cfg.layers or 1 in cfg.layers:
+        loaded, load_errors = _load_kernels(cfg, args)
     if 1 in cfg.layers:
         if args.case:
             suite_cases = [cases_mod.find_case(cfg.suite, cfg.seed, cid) for cid in args.case]
         else:
             suite_cases = _in_shard(cases_mod.build_suite(cfg.suite, cfg.seed), shard)
-        loaded, load_errors = _load_kernels(cfg, args)
-    specs = [s for s, _ in loaded]
-    env = results.environment(specs, suite=cfg.suite, seed=cfg.seed, profile=cfg.profile,
-                              backend=cfg.backend, load_errors=load_errors)
+    specs = [s for s, _ in loaded] if 1 in cfg.layers else []
+    # Layer 0 compiles each family's own builds (`kernels.<family>.native`) and every other
+    # kernel (a user's, a third-party adapter) from its contract; it shards by family and
+    # the other kernels go with shard 1.
+    family_kernels = {n for f in registry.FAMILIES for n in registry.family_kernels(f)}
+    native_families = _in_shard([f for f in registry.FAMILIES if f in families], shard)
+    native_users = ([(s, o) for s, o in loaded if o not in family_kernels]
+                    if 0 in cfg.layers and shard[0] == 1 else [])
+    env = results.environment([s for s, _ in loaded], suite=cfg.suite, seed=cfg.seed,
+                              profile=cfg.profile, backend=cfg.backend,
+                              load_errors=load_errors)
     env["layers"] = list(cfg.layers)
     env["layers_skipped"] = dropped
     env["families"] = families
     env["shard"] = f"{shard[0]}/{shard[1]}"
     if 0 in cfg.layers:
-        native.check_toolchains(families, targets)  # exit 2 before anything is reported
+        # Exit 2 before anything is reported when a needed compiler is missing.
+        native.check_toolchains(native_families, targets, [s for s, _ in native_users])
         env["native_targets"] = list(targets)
     for name, err in load_errors.items():
         print(f"fp8check: kernel {name} not loaded: {err}", file=sys.stderr)
 
-    # Layer 0 shards by family, like layer 3.
-    native_families = _in_shard([f for f in registry.FAMILIES if f in families], shard)
-    total = (native.layer0_size(native_families, cfg.suite, targets)
-             if 0 in cfg.layers else 0)
+    total = 0
+    if 0 in cfg.layers:
+        total += native.layer0_size(native_families, cfg.suite, targets)
+        total += native.user_layer0_size([s for s, _ in native_users], cfg.suite, targets)
     total += len(specs) * len(suite_cases) + sum(
         _family_size(layer, fam, cfg, args) for layer in cfg.layers if layer >= 2
         for fam in families)
@@ -395,6 +409,13 @@ def run_gate(args: argparse.Namespace) -> int:
             bar.set_description("layer 0 native compile")
             for res in native.iter_layer0(native_families, cfg.suite, targets):
                 sink(res, _native_repro(res.kernel.split("-")[0], cfg, res))
+            origins = {s.name: o for s, o in native_users}
+            for res in native.iter_user_layer0([s for s, _ in native_users], cfg.suite,
+                                               targets):
+                spec = next(s for s, _ in native_users if s.name == res.kernel)
+                sink(res, _repro(spec, origins[res.kernel], cfg, args,
+                                 ["--layers", "0", "--targets",
+                                  str(res.metrics.get("target", ",".join(targets)))]))
         if 1 in cfg.layers:
             _run_layer1(loaded, suite_cases, profile, cfg, args, sink)
         for layer in sorted(n for n in cfg.layers if n >= 2):

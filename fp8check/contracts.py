@@ -61,6 +61,15 @@ class KernelSpec:
         and the dtype of x it is handed.
     backend: where it actually runs ("cpu", "interpret", "native"); fidelity_fixes: the
         interpreter fixes that were active (recorded in the results).
+    native_fn: for a JAX kernel whose `fn` runs Pallas in interpret mode, the same kernel
+        compiled natively (interpret=False); gate layer 0 compiles it for the TPU chips
+        (default: `fn` itself, which for an interpret-mode Pallas kernel is plain XLA, with
+        no Mosaic kernel to inspect: the results then show `llo_missing`).
+    hopper_jobs: for a Triton kernel, (m, k, n, g) -> the `fp8check.native.hopper.HopperJob`s
+        (its @triton.jit function, signature, constexprs, num_warps) its launch compiles at
+        that problem; gate layer 0 compiles them for sm_90a.  A JAX kernel needs nothing:
+        layer 0 compiles `fn` itself for the TPU chips.  Without it a torch kernel's layer 0
+        is skipped, saying why.
     """
 
     name: str
@@ -80,6 +89,8 @@ class KernelSpec:
     fidelity_fixes: tuple[str, ...] = ()
     description: str = ""
     tags: tuple[str, ...] = field(default_factory=tuple)
+    native_fn: Callable[..., Any] | None = None
+    hopper_jobs: Callable[[int, int, int, int], Sequence[Any]] | None = None
 
     def __post_init__(self) -> None:
         if not self.name:

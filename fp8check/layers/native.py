@@ -21,11 +21,15 @@ hardware says that).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from fp8check.cases import SUITE_SHAPES
+from fp8check.contracts import NUMPY_DTYPES, KernelSpec, framework_dtype
 from fp8check.layers.op import CaseResult, Criterion
 from fp8check.native.tpu import TPU_TARGETS, TpuBuild
 from fp8check.profiles import NATIVE_LIMITS
@@ -189,6 +193,95 @@ def _triton(shapes: Sequence[NativeShape], gpus: Sequence[str]) -> Iterator[Case
                               b.seconds)
 
 
+def contract_args(spec: KernelSpec, shape: NativeShape) -> list[tuple[tuple[int, ...], Any]]:
+    """(shape, dtype) of the arguments `spec`'s contract hands the kernel at `shape`."""
+    m, k, n, g = shape.m, shape.k, shape.n, shape.g
+    f32, bf16, fp8 = (NUMPY_DTYPES[d] for d in ("f32", "bf16", "e4m3fn"))
+    i32 = np.dtype(np.int32)
+    if spec.contract == "gmm-fp8":
+        return [((m, k), fp8), ((m, k // 128), f32), ((g, k, n), fp8),
+                ((g, k // 128, n // 128), f32), ((g,), i32)]
+    if spec.contract == "gmm":
+        return [((m, k), bf16), ((g, k, n), bf16), ((g,), i32)]
+    if spec.contract == "tgmm":
+        return [((m, k), bf16), ((m, n), bf16), ((g,), i32)]
+    return [((m, k), NUMPY_DTYPES[spec.in_dtype])]  # quantizer
+
+
+def _user_tpu(spec: KernelSpec, shapes: Sequence[NativeShape],
+              chips: Sequence[str]) -> Iterator[CaseResult]:
+    from fp8check.native.tpu import compile_for_tpu
+
+    fn = spec.native_fn or spec.fn
+    if spec.contract != "quantizer" and len(spec.out_dtypes) > 1:
+        fn = functools.partial(fn, out_dtype=framework_dtype("jax", spec.out_dtypes[0]))
+    for shape in shapes:
+        for chip in chips:
+            b = compile_for_tpu(spec.name, fn, contract_args(spec, shape), chip)
+            mosaic = b.llo is not None
+            crit = tpu_criteria(b, fp8_feed="all" if spec.contract == "gmm-fp8" else None,
+                                mosaic=mosaic, budget=None)
+            yield _result(spec.name, f"{spec.contract}-{shape.name}-{chip}", crit,
+                          tpu_metrics(b), b.error, b.seconds)
+
+
+def _user_hopper(spec: KernelSpec, shapes: Sequence[NativeShape],
+                 gpus: Sequence[str]) -> Iterator[CaseResult]:
+    from fp8check.native.hopper import compile_many
+
+    assert spec.hopper_jobs is not None
+    for shape in shapes:
+        jobs = list(spec.hopper_jobs(shape.m, shape.k, shape.n, shape.g))
+        for target in gpus:
+            for job, b in zip(jobs, compile_many(jobs), strict=True):
+                crit = hopper_criteria(b, fp8=spec.contract == "gmm-fp8", claims_tma=False)
+                yield _result(spec.name, f"{job.name}-{shape.name}-{target}", crit,
+                              hopper_metrics(b), b.error, b.seconds)
+
+
+def _skipped(spec: KernelSpec, why: str) -> CaseResult:
+    return CaseResult(kernel=spec.name, layer=LAYER, case="native", passed=None, skipped=why)
+
+
+def iter_user_layer0(specs: Sequence[KernelSpec], suite: str,
+                     targets: Sequence[str] = TARGETS) -> Iterator[CaseResult]:
+    """Layer 0 for user kernels: a JAX kernel compiled for the TPU chips among `targets`
+    from its contract's arguments at each layer-0 shape; a Triton kernel that declares
+    `hopper_jobs` compiled for sm_90a; any other kernel one skipped result saying why
+    (skipped is never passed)."""
+    shapes = layer0_shapes(suite)
+    chips = [t for t in targets if t in TPU_TARGETS]
+    gpus = [t for t in targets if t in HOPPER_TARGETS]
+    for spec in specs:
+        if spec.framework == "jax" and chips:
+            yield from _user_tpu(spec, shapes, chips)
+        elif spec.framework == "torch" and gpus and spec.hopper_jobs is not None:
+            yield from _user_hopper(spec, shapes, gpus)
+        elif spec.framework == "torch" and gpus:
+            yield _skipped(spec, "layer 0: a torch kernel compiles for sm_90a only when its "
+                                 "KernelSpec declares hopper_jobs (docs/API.md)")
+        else:
+            yield _skipped(spec, f"layer 0: no native target among {', '.join(targets)} "
+                                 f"for a {spec.framework} kernel")
+
+
+def user_layer0_size(specs: Sequence[KernelSpec], suite: str, targets: Sequence[str]) -> int:
+    """How many results `iter_user_layer0` yields."""
+    n_shapes = len(layer0_shapes(suite))
+    chips = [t for t in targets if t in TPU_TARGETS]
+    gpus = [t for t in targets if t in HOPPER_TARGETS]
+    total = 0
+    for spec in specs:
+        if spec.framework == "jax" and chips:
+            total += n_shapes * len(chips)
+        elif spec.framework == "torch" and gpus and spec.hopper_jobs is not None:
+            total += sum(len(spec.hopper_jobs(s.m, s.k, s.n, s.g))
+                         for s in layer0_shapes(suite)) * len(gpus)
+        else:
+            total += 1
+    return total
+
+
 def layer0_size(families: Sequence[str], suite: str, targets: Sequence[str]) -> int:
     """How many results `iter_layer0` yields (the progress bar's total)."""
     total = 0
@@ -206,13 +299,18 @@ def layer0_size(families: Sequence[str], suite: str, targets: Sequence[str]) -> 
     return total
 
 
-def check_toolchains(families: Sequence[str], targets: Sequence[str]) -> None:
-    """Raise ToolchainMissing (one line, exit 2) if a compiler the run needs is absent."""
-    if "pallas" in families and any(t in TPU_TARGETS for t in targets):
+def check_toolchains(families: Sequence[str], targets: Sequence[str],
+                     specs: Sequence[KernelSpec] = ()) -> None:
+    """Raise ToolchainMissing (one line, exit 2) if a compiler the run needs is absent:
+    libtpu for the Pallas family or a JAX user kernel with a TPU target, Triton's ptxas for
+    the Triton family or a user kernel with `hopper_jobs` with sm_90a."""
+    chips = any(t in TPU_TARGETS for t in targets)
+    gpus = any(t in HOPPER_TARGETS for t in targets)
+    if chips and ("pallas" in families or any(s.framework == "jax" for s in specs)):
         from fp8check.native import tpu
 
         tpu.check_toolchain()
-    if "triton" in families and any(t in HOPPER_TARGETS for t in targets):
+    if gpus and ("triton" in families or any(s.hopper_jobs is not None for s in specs)):
         from fp8check.native import hopper
 
         hopper.check_toolchain()

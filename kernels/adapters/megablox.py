@@ -9,6 +9,7 @@ padding lies past sum(group_sizes), where the contract compares nothing.  tiling
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 from fp8check.contracts import KernelSpec
@@ -42,17 +43,18 @@ def megablox_bf16(backend: str = "auto") -> KernelSpec:
     resolved = _resolve_backend(backend)
     tm = TILING[0]
 
-    def gmm(lhs, rhs, group_sizes, out_dtype=jnp.float32):
+    def gmm(lhs, rhs, group_sizes, out_dtype=jnp.float32, interpret=resolved == "interpret"):
         m = lhs.shape[0]
         pad = -m % tm
         if pad:
             lhs = jnp.pad(lhs, ((0, pad), (0, 0)))
         out = megablox.gmm(lhs, rhs, group_sizes, preferred_element_type=out_dtype,
-                           tiling=TILING, interpret=resolved == "interpret")
+                           tiling=TILING, interpret=interpret)
         return out[:m]
 
     return KernelSpec(
         name="megablox-bf16", contract="gmm", framework="jax", fn=gmm,
+        native_fn=functools.partial(gmm, interpret=False),
         out_dtypes=("f32", "bf16"), backend=resolved,
         description="jax megablox gmm (third-party, bf16 operands, f32 accumulation)",
     )
