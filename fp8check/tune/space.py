@@ -24,6 +24,7 @@ from fp8check.kernels.pallas.tiling import (
     LANES,
     Tiling,
     resolve_tiling,
+    sublane_multiple,
     vmem_bytes,
 )
 from fp8check.tune.shapes import GmmShape
@@ -44,13 +45,14 @@ def rejection(phase: str, tiling: Tiling, shape: GmmShape) -> str | None:
     for name, tile, dim in (("tk", tiling.tk, k), ("tn", tiling.tn, n)):
         if tile > dim:
             return f"{name}={tile} exceeds its dimension {dim}"
+    align = sublane_multiple(in_dt)
+    rows = -(-m // align) * align  # what the kernel clamps tm to
+    if tiling.tm > rows and tiling.tm % align == 0:
+        return f"tm={tiling.tm} exceeds the {m} rows (the kernel would clamp it to {rows})"
     try:
-        clamped = resolve_tiling(phase, tuple(tiling), m=m, k=k, n=n, in_dtype=in_dt,
-                                 out_dtype=out_dt)
+        resolve_tiling(phase, tuple(tiling), m=m, k=k, n=n, in_dtype=in_dt, out_dtype=out_dt)
     except ValueError as e:
         return str(e)
-    if clamped.tm != tiling.tm:
-        return f"tm={tiling.tm} exceeds the {m} rows (the kernel would clamp it to {clamped.tm})"
     return None
 
 
