@@ -32,6 +32,9 @@ KEY_METRICS = ("bound_ratio_max", "error_ratio", "bias_z", "ulp_max_vs_exact",
                "bit_exact_mismatches", "impact_sqnr_db", "impact_band", "impact_calc_diff")
 LAYER2_KEY_METRICS = ("st_sqnr_db.out", "st_sqnr_db.dx", "sqnr_db.out", "sqnr_db.dx",
                       "sqnr_db.wi.min_expert", "sqnr_db.wo.min_expert")
+LAYER0_KEY_METRICS = ("target", "vmem_bytes", "mxu_formats", "llo_vmatmul", "llo_vector_alu",
+                      "shared_bytes", "registers", "spill_stores_bytes", "wgmma_shapes", "tma",
+                      "max_num_imprecise_acc")
 LAYER_ORDER = (0, "op", 2, 3, 4)
 FIGURES_PER_WORKER = 24
 LAYER_NAMES = {0: "0 · native compile", "op": "1 · op", 2: "2 · MoE layer", 3: "3 · training",
@@ -138,7 +141,7 @@ def figures(results: Sequence[dict[str, Any]], workers: int | None = 1) -> list[
 
 
 def _key_metrics(r: dict[str, Any]) -> list[tuple[str, Any]]:
-    keys = KEY_METRICS if r["layer"] == "op" else LAYER2_KEY_METRICS if r["layer"] == 2 else ()
+    keys = {"op": KEY_METRICS, 2: LAYER2_KEY_METRICS, 0: LAYER0_KEY_METRICS}.get(r["layer"], ())
     m = r.get("metrics", {})
     shown = [(k, m[k]) for k in keys if k in m]
     if not shown:  # other layers: every scalar metric
