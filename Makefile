@@ -37,3 +37,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/padding_memory.py
 	$(BIN)/python benchmarks/gate.py
 	$(BIN)/python benchmarks/native.py
+	$(BIN)/python benchmarks/promotion_interval.py

@@ -8,6 +8,13 @@
 * TPU: the Pallas FP8 and bf16 GMMs natively at the dev shape (M=8192, K=2048, N=512,
   G=32), and the FP8/bf16 speedup beside the seed's observation (1.07x-1.24x for GMM,
   against 1.81x for a bare matmul on v7x).
+* CUDA GPU, `--model-check` (also on a CPU, under the interpreter's Hopper-faithful dot,
+  to exercise the script): the one measurement a GPU settles for the Hopper FP8 MMA model
+  (`references.hopper_mma`, docs/hardware-numerics.md): the shipped FP8 GEMM's output,
+  bit for bit, against `gmm(..., accum="deepgemm-hopper")` at every promotion interval,
+  on data built to separate the model's readings (an outlier channel, cancellation,
+  values near 448, subnormals, one sign).  `hopper_mma.probe_cases` lists the single-step
+  inputs that would then tell the model's candidate readings apart.
 * Neither: says what it needs and exits 0.  Nothing CUDA- or TPU-only is imported then.
 """
 
@@ -64,10 +71,73 @@ def _tpu() -> None:
           f"(seed: 1.07x-1.24x for GMM, 1.81x for a bare matmul)")
 
 
+def _model_datasets(rng):
+    import numpy as np
+
+    m, k, n = 256, 512, 256
+    normal = rng.standard_normal((m, k)), rng.standard_normal((3, k, n))
+    outlier = normal[0].copy(), normal[1]
+    outlier[0][:, 7] *= 500.0
+    cancel = normal[0].copy(), normal[1].copy()
+    cancel[0][:, 64:128], cancel[1][:, 64:128] = -cancel[0][:, :64], cancel[1][:, :64]
+    return {"normal": normal, "outlier-channel": outlier, "cancellation": cancel,
+            "one-sign": (np.abs(normal[0]), np.abs(normal[1])),
+            "near-max-and-tiny": (normal[0] * np.exp(rng.uniform(-9, 0, (m, k))), normal[1])}
+
+
+def model_check() -> int:
+    """Mismatches of the FP8 GEMM against the Hopper model (module docstring); returns the
+    total count, 0 when the model holds on this device."""
+    import contextlib
+
+    import numpy as np
+    import torch
+
+    import fp8check.kernels.triton as tk
+    from fp8check.kernels.triton import interpret
+    from fp8check.references import gmm, quantize
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    where = "CPU (the interpreter: exercises the script only)"
+    if device == "cuda":
+        where = torch.cuda.get_device_name()
+    else:
+        interpret.ensure_fidelity()
+    print(f"Hopper model check on {where}")
+    gs = np.array([100, 0, 156], np.int32)
+    total = 0
+
+    def t(a):
+        return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+
+    for name, (x, w) in _model_datasets(np.random.default_rng(0)).items():
+        lq = quantize(x.astype(np.float32), (1, 128))
+        rq = quantize(w.astype(np.float32), (128, 128))
+        fp8 = [t(q.values.view(np.uint8)).view(torch.float8_e4m3fn) for q in (lq, rq)]
+        for interval in (None, 32, 64, 128):
+            ctx = (contextlib.nullcontext() if device == "cuda"
+                   else interpret.dot_model("hopper"))
+            with ctx:
+                out = tk.gmm_fp8(fp8[0], t(lq.scales), fp8[1], t(rq.scales), t(gs),
+                                 out_dtype=torch.float32, max_num_imprecise_acc=interval)
+            got = out.cpu().numpy()[:256]
+            want = gmm(lq, rq, gs, accum="deepgemm-hopper", interval=interval or 128)[:256]
+            bad = int(np.count_nonzero(got.view(np.uint32) != want.view(np.uint32)))
+            total += bad
+            print(f"  {name:18s} interval {interval or 'default':>7}: {bad} of {got.size} "
+                  f"outputs differ from the model")
+    print(f"model check: {total} mismatches")
+    return total
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="GPU: a corner of the space only")
+    ap.add_argument("--model-check", action="store_true",
+                    help="the Hopper FP8 MMA model against the tensor core, bit for bit")
     opts = ap.parse_args()
+    if opts.model_check:
+        return 1 if model_check() else 0
     ran = False
     try:
         import torch

@@ -35,7 +35,7 @@ import numpy as np
 CONTRACTS = ("gmm-fp8", "gmm", "tgmm", "quantizer")
 FRAMEWORKS = ("numpy", "jax", "torch")
 OUT_DTYPES = ("f32", "bf16")
-ACCUMS = ("deepgemm", "cublas", "tokamax")
+ACCUMS = ("deepgemm", "cublas", "tokamax", "deepgemm-hopper")
 QUANT_BLOCKS = ((1, 128), (128, 1), (128, 128))
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
@@ -61,6 +61,11 @@ class KernelSpec:
         and the dtype of x it is handed.
     backend: where it actually runs ("cpu", "interpret", "native"); fidelity_fixes: the
         interpreter fixes that were active (recorded in the results).
+    accum "deepgemm-hopper" declares the Hopper tensor core as the in-block accumulator
+        (`references.hopper_mma`): bit-exact to that reference on every case, the bound
+        widened by the accumulator's truncation term, bias and error_ratio measured against
+        the model; `hopper_interval` is its promotion interval (Triton's
+        max_num_imprecise_acc: 32, 64 or 128 K elements per tensor-core chain).
     native_fn: for a JAX kernel whose `fn` runs Pallas in interpret mode, the same kernel
         compiled natively (interpret=False); gate layer 0 compiles it for the TPU chips
         (default: `fn` itself, which for an interpret-mode Pallas kernel is plain XLA, with
@@ -89,6 +94,7 @@ class KernelSpec:
     fidelity_fixes: tuple[str, ...] = ()
     description: str = ""
     tags: tuple[str, ...] = field(default_factory=tuple)
+    hopper_interval: int = 128
     native_fn: Callable[..., Any] | None = None
     hopper_jobs: Callable[[int, int, int, int], Sequence[Any]] | None = None
 
@@ -114,6 +120,10 @@ class KernelSpec:
             )
         if self.accum is not None and self.contract != "gmm-fp8":
             raise ValueError(f"kernel {self.name!r}: accum is only meaningful for gmm-fp8")
+        if self.hopper_interval not in (32, 64, 128) or (
+                self.hopper_interval != 128 and self.accum != "deepgemm-hopper"):
+            raise ValueError(f"kernel {self.name!r}: hopper_interval must be 32, 64 or 128, "
+                             f"and only with accum deepgemm-hopper")
         bad = [d for d in self.out_dtypes if d not in OUT_DTYPES]
         if not self.out_dtypes or bad:
             raise ValueError(

@@ -263,6 +263,7 @@ def bound_ratio(
     u: float = 2.0**-24,
     out_dtype=np.float32,
     n: int | None = None,
+    extra: np.ndarray | None = None,
 ) -> np.ndarray:
     """|out - exact| / bound, elementwise (float64); <= 1 for every valid implementation.
 
@@ -290,6 +291,12 @@ def bound_ratio(
     out, abs_ab >= 0.  NaN or Inf in out gives inf.  `u` is the accumulator's unit roundoff
     (2^-24 for float32); n u must be < 1.  `out_dtype` is the output's format: float32,
     bfloat16 or an fp8 format (ValueError for float64, see the code).
+
+    `extra` (float64, >= 0, out's shape) is an absolute error the kernel's declared
+    accumulator may add before the float32 work, e.g. the Hopper tensor core's truncation
+    of each block partial (`references.hopper_bound.truncation_term`, with its proof).  It
+    joins the bound, and the float32 roundings then act on values up to abs_ab + extra:
+    bound = gamma_n (abs_ab + extra) + extra + the rest as above.
     """
     o = _as_f64(out)
     ex, ab = np.asarray(exact), np.asarray(abs_ab)
@@ -316,9 +323,17 @@ def bound_ratio(
         # term would round to 0, and exact == abs_ab == 0 would give 0/0.
         raise ValueError("bound_ratio: out_dtype must be narrower than float64 (f32, bf16, "
                          "fp8)")
+    gamma = n * u / (1 - n * u)
+    if extra is not None:
+        extra = np.asarray(extra)
+        if extra.dtype != np.float64 or extra.shape != o.shape or not (
+                np.all(np.isfinite(extra)) and np.all(extra >= 0)):
+            raise ValueError("bound_ratio: extra must be finite float64 >= 0 of out's shape")
+        # gamma * ab' = gamma (ab + extra) + extra, to float64 rounding (the bound's own
+        # 2^-53 |exact| slack is far larger than the 2^-52 relative error of forming ab').
+        ab = ab + extra + extra / gamma
     flat = [np.ascontiguousarray(v).ravel() for v in (o, ex, ab)]
-    return _ratio_all(*flat, n * u / (1 - n * u), f.min_exponent, f.mantissa_bits).reshape(
-        o.shape)
+    return _ratio_all(*flat, gamma, f.min_exponent, f.mantissa_bits).reshape(o.shape)
 
 
 @numba.njit(cache=True, inline="always")

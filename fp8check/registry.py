@@ -23,6 +23,7 @@ BUILTIN_KERNELS: dict[str, str] = {
     "pallas-tgmm": "fp8check.registry:pallas_tgmm",
     "pallas-quantizer": "fp8check.registry:pallas_quantizer",
     "triton-fp8": "fp8check.registry:triton_fp8",
+    "triton-fp8-hopper": "fp8check.registry:triton_fp8_hopper",
     "triton-fp8-padded": "fp8check.registry:triton_fp8_padded",
     "triton-tgmm": "fp8check.registry:triton_tgmm",
     "triton-quantizer": "fp8check.registry:triton_quantizer",
@@ -92,8 +93,23 @@ def _pallas_quantizer(backend: str) -> KernelSpec:
     )
 
 
-def _triton_spec(key: str, name: str, backend: str) -> KernelSpec:
-    """A Triton kernel from `fp8check.kernels.triton.meta.KERNELS`."""
+def _with_dot_model(fn, model: str):
+    """`fn` run with the Triton interpreter's fp8 tl.dot following `model`."""
+    from fp8check.kernels.triton.interpret import dot_model
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with dot_model(model):
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def _triton_spec(key: str, name: str, backend: str, dot: str = "exact") -> KernelSpec:
+    """A Triton kernel from `fp8check.kernels.triton.meta.KERNELS`.  `dot`: in interpret
+    mode, what fp8 tl.dot computes ("exact" partials, or the "hopper" tensor-core model,
+    `interpret.dot_model`); compiled, the FP8 GEMMs declare the Hopper accumulator their
+    own sm_90a TTGIR shows (`meta.hopper_interval`)."""
     from fp8check.kernels import triton as family
     from fp8check.kernels.triton.interpret import interpret_mode
 
@@ -103,16 +119,24 @@ def _triton_spec(key: str, name: str, backend: str) -> KernelSpec:
                          "when triton is first imported)")
     meta = family.KERNELS[key]
     record = family.ensure_fidelity()
+    fn = getattr(family, meta.attr)
     extra: dict = {}
+    fixes = tuple(record.active_fixes)
     if meta.contract == "quantizer":
         extra = {"recipe": meta.recipe, "block": (1, 128)}
+    elif resolved == "native" or dot == "hopper":
+        interval = meta.hopper_interval() if resolved == "native" else 128
+        extra = {"out_dtypes": _OUT_DTYPES[meta.contract], "accum": "deepgemm-hopper",
+                 "hopper_interval": interval}
+        if resolved == "interpret":
+            fn, fixes = _with_dot_model(fn, "hopper"), fixes + ("dot_hopper_mma",)
     else:
-        extra = {"out_dtypes": _OUT_DTYPES[meta.contract],
-                 "accum": meta.accum_for_backend(resolved == "interpret")}
+        extra = {"out_dtypes": _OUT_DTYPES[meta.contract], "accum": meta.accum}
     return KernelSpec(
-        name=name, contract=meta.contract, framework="torch", fn=getattr(family, meta.attr),
+        name=name, contract=meta.contract, framework="torch", fn=fn,
         m_align=meta.m_align, deterministic=meta.deterministic, backend=resolved,
-        fidelity_fixes=tuple(record.active_fixes), description=key, **extra,
+        fidelity_fixes=fixes, description=key + (" (Hopper tensor-core dot)"
+                                                 if dot == "hopper" else ""), **extra,
     )
 
 
@@ -121,6 +145,8 @@ pallas_bf16 = functools.partial(_pallas_spec, "pallas-gmm-bf16", "pallas-bf16")
 pallas_tgmm = functools.partial(_pallas_spec, "pallas-tgmm", "pallas-tgmm")
 pallas_quantizer = _pallas_quantizer
 triton_fp8 = functools.partial(_triton_spec, "triton-gmm-fp8", "triton-fp8")
+triton_fp8_hopper = functools.partial(_triton_spec, "triton-gmm-fp8", "triton-fp8-hopper",
+                                      dot="hopper")
 triton_fp8_padded = functools.partial(_triton_spec, "triton-gmm-fp8-padded", "triton-fp8-padded")
 triton_tgmm = functools.partial(_triton_spec, "triton-tgmm-bf16", "triton-tgmm")
 triton_quantizer = functools.partial(_triton_spec, "triton-quantize-deepgemm", "triton-quantizer")

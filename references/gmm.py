@@ -14,12 +14,15 @@ with or without fused multiply-adds, is a float64 value, so the float64 matmul o
 once to float32 and then applies the accumulation recipe across K blocks in K order, with
 float32 round-to-nearest-even and an exact float32 fma (`exact.fma_f32`):
 
-=========  ==========================================
-deepgemm   acc = fma(RN(sa*sb), P, acc)
-cublas     acc = fma(RN(P*sa), sb, acc)
-tokamax    acc = RN(RN(RN(P*sa)*sb) + acc)
-exact      sum of P*sa*sb in exact arithmetic, rounded once to out_dtype (the true value)
-=========  ==========================================
+===============  ==========================================
+deepgemm         acc = fma(RN(sa*sb), P, acc)
+cublas           acc = fma(RN(P*sa), sb, acc)
+tokamax          acc = RN(RN(RN(P*sa)*sb) + acc)
+deepgemm-hopper  deepgemm's step on the Hopper tensor core's P instead of the exact one:
+                 P = `hopper_mma.block_partial` (four k32 WGMMA steps from C = 0, the
+                 e8m13 truncating accumulator), bit-exact to that model by construction
+exact            sum of P*sa*sb in exact arithmetic, rounded once to out_dtype (the true value)
+===============  ==========================================
 
 e5m2 values span 2^-16 .. 57344, so their 128-wide partials need up to ~70 bits: the
 reference computes them with the exact superaccumulator instead of float64 BLAS.
@@ -46,7 +49,7 @@ import numba
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from fp8check.references import amx, vnni
+from fp8check.references import amx, hopper_mma, vnni
 from fp8check.references.exact import (
     ACC_SIZE,
     acc_add,
@@ -60,8 +63,9 @@ from fp8check.references.exact import (
 )
 from fp8check.references.quant import QTensor, expand_scales
 
-ACCUMS = ("deepgemm", "cublas", "tokamax", "exact")
-_ACCUM_CODE = {"deepgemm": 0, "cublas": 1, "tokamax": 2}
+ACCUMS = ("deepgemm", "cublas", "tokamax", "deepgemm-hopper", "exact")
+# deepgemm-hopper is deepgemm's promotion on the tensor core's partials (`_hopper_partials`).
+_ACCUM_CODE = {"deepgemm": 0, "cublas": 1, "tokamax": 2, "deepgemm-hopper": 0}
 OUT_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float64))
 PLAIN_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16))
 # Rows of one group handled per step: keeps the float64 partials of a chunk near 8 MiB.
@@ -427,8 +431,11 @@ def _vnni_fits(lhs: QTensor, rhs: QTensor, gs) -> bool:
     return not (has_nan_code(rows) or has_nan_code(rhs.values.view(np.uint8)))
 
 
-def _gmm_blockwise(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec):
-    if lhs.fmt == "e4m3fn" and accum != "exact" and _vnni_fits(lhs, rhs, gs):
+def _gmm_blockwise(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec,
+                   interval: int = 128):
+    if accum == "deepgemm-hopper":  # the model's partials: no exact-partial fast path
+        _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=False, interval=interval)
+    elif lhs.fmt == "e4m3fn" and accum != "exact" and _vnni_fits(lhs, rhs, gs):
         acc = out if out.dtype == np.float32 else np.zeros(out.shape, np.float32)
         vnni.gmm(lhs.values.view(np.uint8), lhs.scales, rhs.values.view(np.uint8), rhs.scales,
                  group_offsets(gs), accum, acc)
@@ -458,8 +465,23 @@ def _gmm_e4m3_group(codes, b_codes, sa, sb, accum: str) -> np.ndarray:
                      _ACCUM_CODE[accum], _FUSED_ROWS)
 
 
+def _hopper_partials(a: np.ndarray, b: np.ndarray, fmt: str, interval: int) -> np.ndarray:
+    """[KB, m, N] float64: each 128-wide K block's P as a Hopper kernel forms it: the
+    tensor core chains `interval` elements from zero (`hopper_mma.block_partial`) and the
+    chains are added in float32 in K order (Triton's promotion of max_num_imprecise_acc;
+    one chain when interval is 128).  Float32 values, exact in float64, so `_accumulate`'s
+    round_pair_f32(P, 0) hands the recipe P itself."""
+    kb = a.shape[1] // 128
+    out = np.zeros((kb, a.shape[0], b.shape[1]), np.float32)
+    for i in range(kb):
+        for k0 in range(i * 128, (i + 1) * 128, interval):
+            out[i] += hopper_mma.block_partial(a[:, k0:k0 + interval], b[k0:k0 + interval],
+                                               fmt=fmt)
+    return out.astype(np.float64)
+
+
 def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec,
-                fused: bool):
+                fused: bool, interval: int = 128):
     n = rhs.values.shape[2]
     kb = lhs.values.shape[1] // 128
     offs = group_offsets(gs)
@@ -478,7 +500,12 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
         b64 = _to_f64(rhs.values[g])
         for r0 in range(offs[g], offs[g + 1], chunk):
             r1 = min(r0 + chunk, offs[g + 1])
-            p_hi, p_lo = _partials(_to_f64(lhs.values[r0:r1]), b64, lhs.fmt)
+            if accum == "deepgemm-hopper":
+                p_hi = _hopper_partials(lhs.values[r0:r1].view(np.uint8),
+                                        rhs.values[g].view(np.uint8), lhs.fmt, interval)
+                p_lo = np.zeros_like(p_hi)
+            else:
+                p_hi, p_lo = _partials(_to_f64(lhs.values[r0:r1]), b64, lhs.fmt)
             s = sa[r0 - offs[g] : r1 - offs[g]]
             if accum == "exact":
                 res = _accumulate_exact(p_hi, p_lo, s, sb, *prec)
@@ -487,13 +514,18 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
             out[r0:r1] = res.astype(out.dtype)
 
 
-def gmm(lhs, rhs, group_sizes, out_dtype=np.float32, accum: str | None = None) -> np.ndarray:
+def gmm(lhs, rhs, group_sizes, out_dtype=np.float32, accum: str | None = None, *,
+        interval: int = 128) -> np.ndarray:
     """Reference grouped matmul out[rows of g] = lhs[rows of g] @ rhs[g].
 
     lhs: QTensor with (1,128) blocks [M, K] or a plain float32/bfloat16 array [M, K].
     rhs: QTensor with (128,128) blocks [G, K, N] or a plain array [G, K, N] (same kind).
-    accum: "deepgemm" (default for QTensors), "cublas", "tokamax" or "exact" (the only
-      recipe, and the default, for plain operands).
+    accum: "deepgemm" (default for QTensors), "cublas", "tokamax", "deepgemm-hopper" (the
+      Hopper tensor core's partials, `hopper_mma`) or "exact" (the only recipe, and the
+      default, for plain operands).
+    interval: deepgemm-hopper only: K elements the tensor core chains from zero before the
+      chain's partial is added in float32 into the block's P (Triton's
+      max_num_imprecise_acc: 32, 64 or 128; 128 is DeepGEMM's one chain per block).
     out_dtype: float32 or bfloat16 (RNE from the float32 accumulator, or once from the exact
       value for "exact"), or float64 with "exact" (the exact value correctly rounded).
     Rows at or past sum(group_sizes) are zero.
@@ -504,6 +536,8 @@ def gmm(lhs, rhs, group_sizes, out_dtype=np.float32, accum: str | None = None) -
         raise ValueError(f"unknown accum {accum!r}; expected one of {ACCUMS}")
     if not blockwise and accum != "exact":
         raise ValueError(f"accum {accum!r} needs blockwise FP8 operands; plain ones use 'exact'")
+    if interval not in (32, 64, 128) or (interval != 128 and accum != "deepgemm-hopper"):
+        raise ValueError(f"interval {interval!r}: 32, 64 or 128, and only with deepgemm-hopper")
     dt = _check_out(out_dtype, accum)
     gs = check_group_sizes(group_sizes, g, m)
     # The exact path rounds once, straight to the output format; the recipes round to
@@ -511,7 +545,7 @@ def gmm(lhs, rhs, group_sizes, out_dtype=np.float32, accum: str | None = None) -
     prec = precision_of(dt)
     out = np.zeros((m, n), dt)
     if blockwise:
-        _gmm_blockwise(lhs, rhs, gs, out, accum, prec)
+        _gmm_blockwise(lhs, rhs, gs, out, accum, prec, interval)
         return out
     offs = group_offsets(gs)
     a64 = _to_f64(np.asarray(lhs))

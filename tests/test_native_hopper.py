@@ -103,9 +103,11 @@ def test_gemms_use_the_right_wgmma(build, compiled):
     if build.fp8:
         assert h.wgmma_fp8
         assert all(s.endswith(".f32.e4m3.e4m3") for s in h.wgmma_shapes), h.wgmma_shapes
-        # No max_num_imprecise_acc in the kernel: Triton's sm_90 default, no promotion
-        # inside one tl.dot (the kernel promotes per 128-wide K block itself).
-        assert build.dot_max_num_imprecise_acc is None
+        # The wrappers' default leaves the kernel's MAX_IMPRECISE_ACC constexpr at None:
+        # Triton's sm_90 default, no promotion inside one tl.dot (the kernel promotes per
+        # 128-wide K block itself).
+        assert build.dot_max_num_imprecise_acc == "MAX_IMPRECISE_ACC"
+        assert build.constexprs.get("MAX_IMPRECISE_ACC") is None
         assert h.max_num_imprecise_acc == 2**30
     else:
         assert not h.wgmma_fp8
@@ -150,3 +152,18 @@ def test_missing_toolchain_raises(tmp_path, monkeypatch):
     with pytest.raises(ToolchainMissing, match="no triton here") as info:
         compile_for_hopper("probe", _fp8_dot_kernel, _FP8_SIG, {"BLOCK": 64})
     assert "\n" not in str(info.value)
+
+
+def test_promotion_interval_reaches_the_ttgir():
+    """gmm_fp8(max_num_imprecise_acc=32) compiles to warp_group_dot with
+    maxNumImpreciseAcc = 32 (Triton's split of the FP8 dot into promoted k32 chains), and
+    the gate reads the default build's interval from the TTGIR (capped at the block)."""
+    from dataclasses import replace
+
+    from fp8check.kernels.triton.meta import KERNELS
+
+    [gemm] = [b for b in BUILDS if b.kernel == "triton-gmm-fp8"]
+    every32 = replace(gemm, constexprs={**gemm.constexprs, "MAX_IMPRECISE_ACC": 32})
+    [h] = compile_many([every32.job()])
+    assert h.ok and h.max_num_imprecise_acc == 32 and h.wgmma_fp8
+    assert KERNELS["triton-gmm-fp8"].hopper_interval() == 128

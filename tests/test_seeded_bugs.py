@@ -28,6 +28,8 @@ EXPECTED = {
     "bug-random-k-order": "deterministic",
     "bug-reused-accumulator": "bound_ratio",
     "bug-dropped-last-k-block": "bound_ratio",
+    "bug-hopper-declared-f32": "bound_ratio",
+    "bug-hopper-truncating-bf16-cast": "bias_z",
     "bug-tgmm-empty-group-nan": "finite",
     "bug-quantizer-no-amax-guard": "quantizer_bit_exact",
 }

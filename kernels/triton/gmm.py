@@ -61,7 +61,8 @@ NUM_WARPS = 8
 def _gmm_fp8_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr,
                     group_sizes_ptr, row_ends_ptr, tile_ends_ptr, G, N,
                     K: tl.constexpr, G_POW2: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    MAX_IMPRECISE_ACC: tl.constexpr = None):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     g, row0, size, m0 = locate_tile(pid_m, group_sizes_ptr, row_ends_ptr, tile_ends_ptr, G,
@@ -84,7 +85,7 @@ def _gmm_fp8_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr,
             b = b_desc.load([kb * BLOCK_K, n0])
             sa = tl.load(a_scale_rows + kb, mask=rows < size, other=0.0)
             sb = tl.load(b_scale + kb * tl.cdiv(N, 128))
-            part = tl.dot(a, b)
+            part = tl.dot(a, b, max_num_imprecise_acc=MAX_IMPRECISE_ACC)
             acc = tl.fma((sa * sb)[:, None], part, acc)
         c_desc.store([m0, n0], acc.to(c_ptr.dtype.element_ty))
 
@@ -126,10 +127,12 @@ def check_gmm_fp8_inputs(lhs_q: torch.Tensor, lhs_scale: torch.Tensor, rhs_q: to
 
 def gmm_fp8_launch(lhs_q: torch.Tensor, lhs_scale: torch.Tensor, rhs_q: torch.Tensor,
                    rhs_scale: torch.Tensor, group_sizes: torch.Tensor, out: torch.Tensor,
-                   block_m: int, block_n: int) -> tuple[tuple[int, ...], tuple, dict]:
+                   block_m: int, block_n: int, max_num_imprecise_acc: int | None = None,
+                   ) -> tuple[tuple[int, ...], tuple, dict]:
     """(grid, positional arguments, constexpr keywords) of the `_gmm_fp8_kernel` launch on
     checked inputs: the one source of the launch for `launch_gmm_fp8` and for the native
     builds (`native.native_builds`, which passes meta tensors)."""
+    check_imprecise_acc(max_num_imprecise_acc)
     m, k = lhs_q.shape
     g, _, n = rhs_q.shape
     row_ends, tile_ends = group_schedule(group_sizes, block_m)
@@ -137,16 +140,28 @@ def gmm_fp8_launch(lhs_q: torch.Tensor, lhs_scale: torch.Tensor, rhs_q: torch.Te
     args = (lhs_q, lhs_scale, rhs_q, rhs_scale, out, group_sizes, row_ends, tile_ends, g, n)
     constexprs = dict(K=k, G_POW2=triton.next_power_of_2(g), BLOCK_M=block_m,
                       BLOCK_N=block_n, BLOCK_K=QBLOCK)
+    if max_num_imprecise_acc is not None:
+        constexprs["MAX_IMPRECISE_ACC"] = max_num_imprecise_acc
     return grid, args, constexprs
+
+
+def check_imprecise_acc(max_num_imprecise_acc: int | None) -> None:
+    """ValueError unless None (Triton's target default: 2**30 on sm_90, the tensor core
+    never promotes inside one 128-wide block) or a positive multiple of 32 (a k32 WGMMA
+    step) up to 128 (the block: DeepGEMM's promotion interval)."""
+    v = max_num_imprecise_acc
+    if v is not None and (not isinstance(v, int) or v <= 0 or v % 32 or v > QBLOCK):
+        raise ValueError(f"max_num_imprecise_acc must be None or 32, 64, 96 or 128, got {v!r}")
 
 
 def launch_gmm_fp8(lhs_q: torch.Tensor, lhs_scale: torch.Tensor, rhs_q: torch.Tensor,
                    rhs_scale: torch.Tensor, group_sizes: torch.Tensor, out: torch.Tensor,
-                   block_m: int, block_n: int) -> torch.Tensor:
+                   block_m: int, block_n: int,
+                   max_num_imprecise_acc: int | None = None) -> torch.Tensor:
     """Run the kernel on checked inputs into `out` [M, N]; shared with the padded path."""
     prepare_backend(lhs_q.device)
     grid, args, constexprs = gmm_fp8_launch(lhs_q, lhs_scale, rhs_q, rhs_scale, group_sizes,
-                                            out, block_m, block_n)
+                                            out, block_m, block_n, max_num_imprecise_acc)
     _gmm_fp8_kernel[grid](*args, **constexprs, num_warps=NUM_WARPS)
     return out
 
@@ -154,19 +169,25 @@ def launch_gmm_fp8(lhs_q: torch.Tensor, lhs_scale: torch.Tensor, rhs_q: torch.Te
 def gmm_fp8(lhs_q: torch.Tensor, lhs_scale: torch.Tensor, rhs_q: torch.Tensor,
             rhs_scale: torch.Tensor, group_sizes: torch.Tensor, *,
             out_dtype: torch.dtype = torch.bfloat16, block_m: int = 128, block_n: int = 128,
-            out: torch.Tensor | None = None) -> torch.Tensor:
+            out: torch.Tensor | None = None,
+            max_num_imprecise_acc: int | None = None) -> torch.Tensor:
     """Padding-free grouped GEMM, contract ``gmm-fp8``.
 
     lhs_q [M,K] e4m3fn with lhs_scale [M,K/128] f32 (1x128 blocks), rhs_q [G,K,N] e4m3fn
     with rhs_scale [G,K/128,N/128] f32 (128x128 blocks per expert), group_sizes [G] int32
     (sum <= M).  Returns [M,N] `out_dtype`; rows at or past sum(group_sizes) are left as
     they were in `out` (uninitialised when `out` is None).  K must be a multiple of 128,
-    N of block_n (64 or 128).
+    N of block_n (64 or 128).  `max_num_imprecise_acc` is Triton's knob for the FP8 dot of
+    each 128-wide block: how many K elements the tensor core accumulates in its truncating
+    accumulator before the partial is added into float32 (None: the target's default, the
+    whole block on sm_90; 32: every k32 step promoted).  The per-block `tl.fma` promotion
+    is the kernel's own and stays.
     """
     check_gmm_fp8_inputs(lhs_q, lhs_scale, rhs_q, rhs_scale, group_sizes, out_dtype,
                          block_m, block_n)
+    check_imprecise_acc(max_num_imprecise_acc)
     m, n = lhs_q.shape[0], rhs_q.shape[2]
     out = output_buffer(out, (m, n), out_dtype, lhs_q.device)
     check_tma_operand("out", out)
     return launch_gmm_fp8(lhs_q, lhs_scale, rhs_q, rhs_scale, group_sizes, out, block_m,
-                          block_n)
+                          block_n, max_num_imprecise_acc)

@@ -29,6 +29,15 @@ recorded under its own name:
   scale/accumulation logic can be checked bit for bit.  On the GPU only the error bound
   applies (see `fp8check.kernels.triton.meta`).
 
+* ``dot_hopper_mma`` (a second model choice, selected per call with `dot_model("hopper")`):
+  ``tl.dot`` with fp8 operands computes what the Hopper tensor core computes, by the
+  bit-accurate model `fp8check.references.hopper_mma` (k32 WGMMA steps into the e8m13
+  truncating accumulator, the dot's ``acc`` operand aligned with the products), honouring
+  ``max_num_imprecise_acc`` as Triton lowers it on sm_90: every that many K elements the
+  tensor core's partial (started from zero) is added in float32 (RNE) into the separate
+  accumulator that starts as ``acc``; the sm_90 default (None here) is 2**30, never.
+  Under it the FP8 GEMM is bit-exact to ``references.gmm(..., accum="deepgemm-hopper")``.
+
 `ensure_fidelity()` runs the self-test on the unpatched interpreter, applies the fix,
 reruns the self-test and returns a `FidelityRecord` for the gate's results.  It is a
 no-op record (``interpreter=False``) when kernels run compiled.
@@ -39,7 +48,9 @@ is imported; ``fp8check.kernels.triton``'s ``__init__`` sets it when torch has n
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 import ml_dtypes
@@ -50,6 +61,10 @@ import triton.language as tl
 
 FIDELITY_FIXES = ("fp8_downcast", "fp8_upcast", "dot_operands", "bf16_downcast")
 MODEL_CHOICES = ("dot_exact_partial",)
+DOT_MODELS = ("exact", "hopper")  # the exact partial (default) or the Hopper tensor core
+# sm_90's default max_num_imprecise_acc for fp8 dots (Triton): the tensor core never promotes.
+SM90_DEFAULT_IMPRECISE_ACC = 2**30
+_DOT_MODEL = ["exact"]
 
 # Hardware conversions: ml_dtypes dtype and saturation bound of each narrow Triton type.
 _NARROW = {
@@ -122,10 +137,44 @@ def _fixed_cast_impl(self, src, dst_type):
     return _ORIGINALS["cast_impl"](self, src, dst_type)
 
 
+@contextlib.contextmanager
+def dot_model(name: str) -> Iterator[None]:
+    """Within the block, fp8 ``tl.dot`` in the interpreter follows `name` ("exact": the
+    exact partial rounded once; "hopper": the Hopper tensor-core model, module docstring)."""
+    if name not in DOT_MODELS:
+        raise ValueError(f"unknown dot model {name!r}; expected one of {DOT_MODELS}")
+    old, _DOT_MODEL[0] = _DOT_MODEL[0], name
+    try:
+        yield
+    finally:
+        _DOT_MODEL[0] = old
+
+
+def _hopper_dot(a_codes: np.ndarray, b_codes: np.ndarray, fmt: str, d: np.ndarray,
+                max_num_imprecise_acc: int | None) -> np.ndarray:
+    """D [M, N] float32 of an fp8 tl.dot on sm_90 (module docstring, ``dot_hopper_mma``)."""
+    from fp8check.references.hopper_mma import mma_block
+
+    k = a_codes.shape[1]
+    every = max_num_imprecise_acc or SM90_DEFAULT_IMPRECISE_ACC
+    if every >= k:  # one tensor-core chain, acc aligned with the products in every step
+        return mma_block(a_codes, b_codes, d.astype(np.float32), fmt=fmt)
+    acc = d.astype(np.float32)
+    for k0 in range(0, k, every):
+        part = mma_block(a_codes[:, k0:k0 + every], b_codes[k0:k0 + every], None, fmt=fmt)
+        acc = acc + part  # float32 add, RNE: Triton's promotion into the fp32 accumulator
+    return acc
+
+
 def _fixed_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
     handle_cls = _builder_cls()[1]
     a_t, b_t = a.dtype.scalar, b.dtype.scalar
     narrow = {"fp8e4nv", "fp8e5", "bf16"}
+    fp8 = {"fp8e4nv": "e4m3fn", "fp8e5": "e5m2"}
+    if _DOT_MODEL[0] == "hopper" and a_t.name in fp8 and a_t.name == b_t.name:
+        out = _hopper_dot(a.data.view(np.uint8), b.data.view(np.uint8), fp8[a_t.name],
+                          d.data, max_num_imprecise_acc)
+        return handle_cls(out.astype(d.data.dtype), d.dtype.scalar)
     if a_t.name in narrow or b_t.name in narrow:
         a64, b64 = _decode(a.data, a_t), _decode(b.data, b_t)
         # Products of two e4m3 values are exact in float64 and so is any sum of < 2^17 of

@@ -17,10 +17,12 @@ import numpy as np
 
 from fp8check.contracts import KernelSpec
 from fp8check.references.exact import fma_f32
+from fp8check.references.hopper_mma import block_partial
 
 TM = 128  # rows per M tile
 QB = 128  # quantization block (K and N)
 BF16 = np.dtype(ml_dtypes.bfloat16)
+F8 = np.dtype(ml_dtypes.float8_e4m3fn)
 
 
 class BlockwiseGmm:
@@ -125,6 +127,24 @@ class Float64Accumulator(BlockwiseGmm):
         return acc + s.astype(np.float64) * p.astype(np.float64)
 
 
+class HopperTensorCore(BlockwiseGmm):
+    """Correct when it declares accum "deepgemm-hopper": each block's P is what the Hopper
+    tensor core leaves (`hopper_mma`, chains of `interval` K elements from zero, the chains
+    added in float32), then DeepGEMM's fma promotion, as DeepGEMM and the Triton kernel
+    compute on sm_90."""
+
+    def __init__(self, interval: int = 128) -> None:
+        self.interval = interval
+
+    def partial(self, a_blk, b_blk):
+        a = np.ascontiguousarray(a_blk).astype(F8).view(np.uint8)  # exact: fp8 values
+        b = np.ascontiguousarray(b_blk).astype(F8).view(np.uint8)
+        p = np.zeros((a.shape[0], b.shape[1]), np.float32)
+        for k0 in range(0, QB, self.interval):
+            p += block_partial(a[:, k0:k0 + self.interval], b[k0:k0 + self.interval])
+        return p
+
+
 def naive_dequantized(lhs_q, lhs_scale, rhs_q, rhs_scale, group_sizes, out_dtype=np.float32):
     """Correct: dequantize both operands to float32, one float32 matmul per group."""
     a = lhs_q.astype(np.float32) * np.repeat(lhs_scale, QB, axis=1)
@@ -220,6 +240,10 @@ class TruncatingBf16Cast(BlockwiseGmm):
         if dtype != BF16:
             return out.astype(dtype)
         return (out.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32).astype(BF16)
+
+
+class HopperTruncatingBf16Cast(HopperTensorCore, TruncatingBf16Cast):
+    """A Hopper kernel (declares the tensor core) whose bf16 output cast truncates."""
 
 
 class RandomKOrder(BlockwiseGmm):
@@ -325,6 +349,7 @@ CORRECT: dict[str, KernelSpec] = {
         spec("numpy-fp8-pairwise", PairwiseOverK()),
         spec("numpy-fp8-f64acc", Float64Accumulator()),
         spec("numpy-fp8-naive", naive_dequantized),
+        spec("numpy-fp8-hopper", HopperTensorCore(), accum="deepgemm-hopper"),
         tgmm_spec("numpy-tgmm", tgmm_f32),
         quantizer_spec("numpy-quantizer", quantize_deepgemm),
     )
@@ -345,6 +370,10 @@ BUGGY: dict[str, KernelSpec] = {
         spec("bug-random-k-order", RandomKOrder()),
         spec("bug-reused-accumulator", ReusedAccumulator()),
         spec("bug-dropped-last-k-block", DroppedLastKBlock()),
+        # The tensor core's truncating partials, declared as float32 accumulation.
+        spec("bug-hopper-declared-f32", HopperTensorCore()),
+        spec("bug-hopper-truncating-bf16-cast", HopperTruncatingBf16Cast(),
+             accum="deepgemm-hopper"),
         tgmm_spec("bug-tgmm-empty-group-nan", tgmm_amax_normalised),
         quantizer_spec("bug-quantizer-no-amax-guard", quantize_no_amax_guard),
     )
