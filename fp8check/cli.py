@@ -409,13 +409,12 @@ def run_gate(args: argparse.Namespace) -> int:
             bar.set_description("layer 0 native compile")
             for res in native.iter_layer0(native_families, cfg.suite, targets):
                 sink(res, _native_repro(res.kernel.split("-")[0], cfg, res))
-            origins = {s.name: o for s, o in native_users}
+            by_name = {s.name: (s, o) for s, o in native_users}
             for res in native.iter_user_layer0([s for s, _ in native_users], cfg.suite,
                                                targets):
-                spec = next(s for s, _ in native_users if s.name == res.kernel)
-                sink(res, _repro(spec, origins[res.kernel], cfg, args,
-                                 ["--layers", "0", "--targets",
-                                  str(res.metrics.get("target", ",".join(targets)))]))
+                target = str(res.metrics.get("target", ",".join(targets)))
+                sink(res, _repro(*by_name[res.kernel], cfg, args,
+                                 ["--layers", "0", "--targets", target]))
         if 1 in cfg.layers:
             _run_layer1(loaded, suite_cases, profile, cfg, args, sink)
         for layer in sorted(n for n in cfg.layers if n >= 2):
