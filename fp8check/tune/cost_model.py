@@ -173,5 +173,5 @@ def phase_cost(phase: str, tiling: Tiling, shape: GmmShape,
     overhead_us = steps * machine.step_overhead_s * 1e6
     return Cost(steps=int(steps), mxu_us=mxu_us, vpu_us=vpu_us, hbm_bytes=int(hbm),
                 hbm_us=hbm_us, overhead_us=overhead_us,
-                vmem_bytes=footprint_bytes(phase, tiling, shape),
+                vmem_bytes=footprint_bytes(phase, tiling),
                 total_us=max(mxu_us, vpu_us, hbm_us) + overhead_us)

@@ -56,8 +56,9 @@ def rejection(phase: str, tiling: Tiling, shape: GmmShape) -> str | None:
     return None
 
 
-def footprint_bytes(phase: str, tiling: Tiling, shape: GmmShape) -> int:
-    """VMEM estimate of one grid step (the kernels' `vmem_bytes`), in bytes."""
+def footprint_bytes(phase: str, tiling: Tiling) -> int:
+    """VMEM estimate of one grid step (the kernels' `vmem_bytes`), in bytes: it depends on
+    the tiles only (the scale blocks are per K tile)."""
     in_dt, out_dt = PHASE_DTYPES[phase]
     return vmem_bytes(phase, tiling, in_dt.itemsize, out_dt.itemsize)
 
