@@ -230,3 +230,44 @@ def test_libtpu_missing_is_a_one_line_usage_error(tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "libtpu" in lines[0], proc.stderr
     assert not out.exists()
+
+
+FWD_TILINGS = [Tiling(tm, tk, tn) for tm in (32, 256) for tk in (128, 512, 2048)
+               for tn in (128, 512)]
+
+
+def test_gmm_fp8_compiles_at_every_tiling_kind_the_tests_and_tuner_use():
+    """The subchannel loop at 1, 4 and 16 subchannels per K tile, with one and several K
+    tiles, narrow and wide tm/tn: every tiling compiles for v5e, and the VMEM estimate the
+    tilings and the tuner budget with is Mosaic's figure."""
+    m, k, n, g = 512, 2048, 512, 4
+    args = [((m, k), FP8), ((m, k // 128), np.dtype(np.float32)), ((g, k, n), FP8),
+            ((g, k // 128, n // 128), np.dtype(np.float32)), ((g,), np.dtype(np.int32))]
+    for t in FWD_TILINGS:
+        fn = functools.partial(pallas_gmm.gmm_fp8, tiling=tuple(t), interpret=False)
+        b = compile_for_tpu("gmm_fp8", fn, args, "v5e")
+        assert b.ok, (t, b.error)
+        assert b.vmem_bytes == vmem_bytes("fwd", t, 1, 2), t
+
+
+@pytest.mark.parametrize("phase, tiling", [("tgmm", (16, 128, 128)), ("tgmm", (128, 1024, 512)),
+                                           ("dgrad", (16, 128, 128)), ("dgrad", (256, 512, 1024))])
+def test_backward_kernels_compile_at_small_and_default_tilings(phase, tiling):
+    from fp8check.kernels.pallas.gmm import dgrad
+    from fp8check.kernels.pallas.tgmm import tgmm
+
+    m, k, n, g = 512, 2048, 512, 4
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    if phase == "tgmm":
+        fn = functools.partial(tgmm, tiling=tiling, interpret=False)
+        args = [((m, k), bf16), ((m, n), bf16), ((g,), np.dtype(np.int32))]
+    else:
+        fn = functools.partial(dgrad, tiling=tiling, interpret=False)
+        args = [((m, n), bf16), ((g, k, n), bf16), ((g,), np.dtype(np.int32))]
+    b = compile_for_tpu(phase, fn, args, "v6e")
+    assert b.ok, b.error
+    t = Tiling(*tiling)
+    # Mosaic's block operands and scratch; the tgmm estimate also budgets the f32
+    # transposed lhs copy, a Mosaic-internal value that is not a kernel operand.
+    internal = t.tk * t.tm * 4 if phase == "tgmm" else 0
+    assert b.vmem_bytes == vmem_bytes(phase, t, 2, 4 if phase == "tgmm" else 2) - internal

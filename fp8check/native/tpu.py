@@ -11,7 +11,9 @@ What a `TpuBuild` records, per (kernel, chip):
 * XLA's memory analysis of the compiled program (HBM bytes: arguments, outputs, temps);
 * the VMEM a Pallas kernel needs, from Mosaic's own view of it (the `original` dump: the
   kernel's VMEM block operands, double-buffered when pipelined, plus its scratch), against
-  the chip's VMEM (jax's `tpu_info`) and the project's 16 MiB budget;
+  the chip's VMEM (jax's `tpu_info`) and the project's 16 MiB budget.  Values Mosaic keeps
+  in VMEM of its own accord (a transposed copy, spilled temporaries) are not operands and
+  are not counted; the compile itself fails when everything exceeds the scoped limit;
 * op counts of the final LLO (`post-finalize-llo` dump): MXU pushes (`vmatmul`) against
   vector ALU, load and store ops; the MXU data formats (how an FP8 operand enters the
   MXU: e.g. `e4m3b_to_bf16` is a conversion to bf16 on the way in); whether any fused
