@@ -144,6 +144,11 @@ pallas_fp8 = functools.partial(_pallas_spec, "pallas-gmm-fp8", "pallas-fp8")
 pallas_bf16 = functools.partial(_pallas_spec, "pallas-gmm-bf16", "pallas-bf16")
 pallas_tgmm = functools.partial(_pallas_spec, "pallas-tgmm", "pallas-tgmm")
 pallas_quantizer = _pallas_quantizer
+# The Triton family's kernels (`kernels.triton.meta.KERNELS`) by their gate names; layer 0
+# reports its builds under the same names.
+TRITON_GATE_NAMES = {"triton-gmm-fp8": "triton-fp8", "triton-gmm-fp8-padded": "triton-fp8-padded",
+                     "triton-tgmm-bf16": "triton-tgmm",
+                     "triton-quantize-deepgemm": "triton-quantizer"}
 triton_fp8 = functools.partial(_triton_spec, "triton-gmm-fp8", "triton-fp8")
 triton_fp8_hopper = functools.partial(_triton_spec, "triton-gmm-fp8", "triton-fp8-hopper",
                                       dot="hopper")

@@ -33,6 +33,7 @@ from fp8check.contracts import NUMPY_DTYPES, KernelSpec, framework_dtype
 from fp8check.layers.op import CaseResult, Criterion
 from fp8check.native.tpu import TPU_TARGETS, TpuBuild
 from fp8check.profiles import NATIVE_LIMITS
+from fp8check.registry import TRITON_GATE_NAMES
 
 LAYER = 0
 HOPPER_TARGETS = ("sm_90a",)  # Triton's name for capability 9.0 (wgmma, TMA)
@@ -188,7 +189,8 @@ def _triton(shapes: Sequence[NativeShape], gpus: Sequence[str]) -> Iterator[Case
                                                   capability=capability[target]):
                 crit = hopper_criteria(b, fp8=build.fp8, claims_tma=build.claims_tma)
                 phase = build.phase + (f"-{build.variant.split()[0]}" if build.variant else "")
-                yield _result(build.kernel, f"{phase}-{shape.name}-{target}", crit,
+                name = TRITON_GATE_NAMES.get(build.kernel, build.kernel)
+                yield _result(name, f"{phase}-{shape.name}-{target}", crit,
                               {"phase": build.phase, **hopper_metrics(b)}, b.error,
                               b.seconds)
 
