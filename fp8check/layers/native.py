@@ -31,6 +31,7 @@ import numpy as np
 from fp8check.cases import SUITE_SHAPES
 from fp8check.contracts import NUMPY_DTYPES, KernelSpec, framework_dtype
 from fp8check.layers.op import CaseResult, Criterion
+from fp8check.native.hopper import HopperBuild
 from fp8check.native.tpu import TPU_TARGETS, TpuBuild
 from fp8check.profiles import NATIVE_LIMITS
 from fp8check.registry import TRITON_GATE_NAMES
@@ -148,8 +149,8 @@ def _pallas(shapes: Sequence[NativeShape], chips: Sequence[str]) -> Iterator[Cas
                               {"phase": build.phase, **tpu_metrics(b)}, b.error, b.seconds)
 
 
-def hopper_criteria(b: Any, *, fp8: bool, claims_tma: bool) -> list[Criterion]:
-    """Layer 0's criteria for one Hopper build (`fp8check.native.hopper.HopperBuild`)."""
+def hopper_criteria(b: HopperBuild, *, fp8: bool, claims_tma: bool) -> list[Criterion]:
+    """Layer 0's criteria for one Hopper build (module docstring)."""
     crit = [_criterion("compiles", b.ok, True, b.ok)]
     if not b.ok:
         return crit
@@ -168,7 +169,7 @@ def hopper_criteria(b: Any, *, fp8: bool, claims_tma: bool) -> list[Criterion]:
     return crit
 
 
-def hopper_metrics(b: Any) -> dict[str, Any]:
+def hopper_metrics(b: HopperBuild) -> dict[str, Any]:
     """A Hopper build's figures as flat scalars."""
     keys = ("target", "shared_bytes", "registers", "spill_stores_bytes", "spill_loads_bytes",
             "global_scratch_bytes", "wgmma", "wgmma_fp8", "mma_sync", "tma",
