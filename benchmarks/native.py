@@ -13,8 +13,9 @@
   (`references.hopper_mma`, docs/hardware-numerics.md): the shipped FP8 GEMM's output,
   bit for bit, against `gmm(..., accum="deepgemm-hopper")` at every promotion interval,
   on data built to separate the model's readings (an outlier channel, cancellation,
-  values near 448, subnormals, one sign).  `hopper_mma.probe_cases` lists the single-step
-  inputs that would then tell the model's candidate readings apart.
+  values near 448, subnormals, one sign); then each of `hopper_mma.probe_cases` through a
+  one-step `tl.dot(a, b, acc)` kernel (wgmma m64n64k32 with the accumulator as C, chained
+  `chain` times), printed beside what each candidate reading of the model predicts.
 * Neither: says what it needs and exits 0.  Nothing CUDA- or TPU-only is imported then.
 """
 
@@ -85,7 +86,43 @@ def _model_datasets(rng):
             "near-max-and-tiny": (normal[0] * np.exp(rng.uniform(-9, 0, (m, k))), normal[1])}
 
 
+def probe_check(device: str) -> None:
+    """Each probe case on the device (element [0, 0] of a 64x64 tile; the rest zero),
+    beside the candidate readings' predictions (`hopper_mma.mma_block`)."""
+    import numpy as np
+    import torch
+    from wgmma_probe import probe
+
+    from fp8check.kernels.triton import interpret
+    from fp8check.references.hopper_mma import HOPPER_FP8, MmaModel, mma_block, probe_cases
+
+    readings = {"model": HOPPER_FP8, "C after": MmaModel(c_in_alignment=False),
+                "floor": MmaModel(align_rounding="floor"), "14 bits": MmaModel(frac_bits=14),
+                "group 16": MmaModel(group=16),
+                "exact": MmaModel(frac_bits=40, rounding="rne")}
+    print("probe cases (D[0,0] as float32 hex; * marks the readings the device matches)")
+    for case in probe_cases():
+        a = np.zeros((64, 32), np.uint8)
+        b = np.zeros((32, 64), np.uint8)
+        c = np.zeros((64, 64), np.float32)
+        a[0], b[:, 0], c[0, 0] = case["a"][0], case["b"][:, 0], case["c"][0, 0]
+        d = torch.empty((64, 64), dtype=torch.float32, device=device)
+        fp8 = [torch.from_numpy(x).to(device).view(torch.float8_e4m3fn) for x in (a, b)]
+        with interpret.dot_model("hopper"):  # a no-op when the kernel runs compiled
+            probe[(1,)](*fp8, torch.from_numpy(c).to(device), d, CHAIN=case["chain"])
+        got = d.cpu().numpy()[0, 0]
+        cells = []
+        for name, model in readings.items():
+            want = case["c"]
+            for _ in range(case["chain"]):
+                want = mma_block(case["a"], case["b"], want, model=model)
+            mark = "*" if want[0, 0].view(np.uint32) == got.view(np.uint32) else " "
+            cells.append(f"{name} {float(want[0, 0]).hex()}{mark}")
+        print(f"  {case['name']:18s} device {float(got).hex():22s} " + "  ".join(cells))
+
+
 def model_check() -> int:
+    sys.path.insert(0, str(Path(__file__).parent))
     """Mismatches of the FP8 GEMM against the Hopper model (module docstring); returns the
     total count, 0 when the model holds on this device."""
     import contextlib
@@ -127,6 +164,7 @@ def model_check() -> int:
             print(f"  {name:18s} interval {interval or 'default':>7}: {bad} of {got.size} "
                   f"outputs differ from the model")
     print(f"model check: {total} mismatches")
+    probe_check(device)
     return total
 
 
@@ -147,6 +185,9 @@ def main() -> int:
             ran = True
     except ImportError:
         pass
+    import fp8check  # noqa: F401  (fills in jax's environment before jax starts: jaxenv)
+
+    # isort: split
     import jax
 
     if jax.default_backend() == "tpu":

@@ -167,3 +167,19 @@ def test_promotion_interval_reaches_the_ttgir():
     [h] = compile_many([every32.job()])
     assert h.ok and h.max_num_imprecise_acc == 32 and h.wgmma_fp8
     assert KERNELS["triton-gmm-fp8"].hopper_interval() == 128
+
+
+def test_wgmma_probe_is_one_k32_step_with_c():
+    """benchmarks/wgmma_probe.py (the GPU model check's probe) compiles to one FP8 wgmma
+    m64n64k32 per step, accumulating into its C operand (no promotion split)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from wgmma_probe import probe
+
+    sig = {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "c_ptr": "*fp32", "d_ptr": "*fp32"}
+    [h] = compile_many([HopperJob("wgmma-probe", probe, sig, {"CHAIN": 4})])
+    assert h.ok, h.error
+    assert h.wgmma_shapes == ("m64n64k32.f32.e4m3.e4m3",)
+    assert h.max_num_imprecise_acc == 2**30 and not h.mma_sync
