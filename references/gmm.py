@@ -466,18 +466,14 @@ def _gmm_e4m3_group(codes, b_codes, sa, sb, accum: str) -> np.ndarray:
 
 
 def _hopper_partials(a: np.ndarray, b: np.ndarray, fmt: str, interval: int) -> np.ndarray:
-    """[KB, m, N] float64: each 128-wide K block's P as a Hopper kernel forms it: the
-    tensor core chains `interval` elements from zero (`hopper_mma.block_partial`) and the
-    chains are added in float32 in K order (Triton's promotion of max_num_imprecise_acc;
-    one chain when interval is 128).  Float32 values, exact in float64, so `_accumulate`'s
-    round_pair_f32(P, 0) hands the recipe P itself."""
+    """[KB, m, N] float64: each 128-wide K block's P as a Hopper kernel forms it from zero
+    (`hopper_mma.promoted_partial`: tensor-core chains of `interval` elements added in
+    float32).  Float32 values, exact in float64, so `_accumulate`'s round_pair_f32(P, 0)
+    hands the recipe P itself."""
     kb = a.shape[1] // 128
-    out = np.zeros((kb, a.shape[0], b.shape[1]), np.float32)
-    for i in range(kb):
-        for k0 in range(i * 128, (i + 1) * 128, interval):
-            out[i] += hopper_mma.block_partial(a[:, k0:k0 + interval], b[k0:k0 + interval],
-                                               fmt=fmt)
-    return out.astype(np.float64)
+    return np.stack([hopper_mma.promoted_partial(a[:, i * 128:(i + 1) * 128],
+                                                 b[i * 128:(i + 1) * 128], interval, fmt=fmt)
+                     for i in range(kb)]).astype(np.float64)
 
 
 def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec,

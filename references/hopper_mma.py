@@ -118,7 +118,8 @@ from numba.cpython.unsafe.numbers import leading_zeros
 
 from fp8check.bits import bits_f32, pow2
 
-__all__ = ["HOPPER_FP8", "MmaModel", "block_partial", "mma_block", "probe_cases"]
+__all__ = ["HOPPER_FP8", "MmaModel", "block_partial", "mma_block", "probe_cases",
+           "promoted_partial"]
 
 _ROUNDINGS = ("rz", "rne")
 _ALIGN_ROUNDINGS = ("rz", "floor", "rne")
@@ -553,6 +554,24 @@ def block_partial(a_codes, b_codes, model: MmaModel = HOPPER_FP8, fmt=None) -> n
     steps: DeepGEMM's Kb = 128 (4 k32 WGMMAs, the first with scale-d = 0) before promoting
     P to its float32 accumulator; Triton's `max_num_imprecise_acc` = Kb likewise."""
     return mma_block(a_codes, b_codes, None, model, fmt)
+
+
+def promoted_partial(a_codes, b_codes, interval: int, c=None, model: MmaModel = HOPPER_FP8,
+                     fmt=None) -> np.ndarray:
+    """D [M, N] float32 of an FP8 dot (a_codes [M, K], b_codes [K, N]) whose tensor-core
+    chain is promoted every `interval` K elements, as Triton lowers `max_num_imprecise_acc`
+    on sm_90: K <= interval is one chain from C (`mma_block`); otherwise each `interval`
+    elements chain from zero and their partial is added in float32 (RNE), in K order, to
+    an accumulator that starts at C (zeros when None)."""
+    k = np.shape(a_codes)[1]
+    if k <= interval:
+        return mma_block(a_codes, b_codes, c, model, fmt)
+    acc = (np.zeros((np.shape(a_codes)[0], np.shape(b_codes)[1]), np.float32) if c is None
+           else np.asarray(c, np.float32))
+    for k0 in range(0, k, interval):
+        acc = acc + mma_block(a_codes[:, k0:k0 + interval], b_codes[k0:k0 + interval], None,
+                              model, fmt)
+    return acc
 
 
 def probe_cases(fmt: str = "e4m3fn") -> list[dict]:

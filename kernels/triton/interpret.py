@@ -150,30 +150,17 @@ def dot_model(name: str) -> Iterator[None]:
         _DOT_MODEL[0] = old
 
 
-def _hopper_dot(a_codes: np.ndarray, b_codes: np.ndarray, fmt: str, d: np.ndarray,
-                max_num_imprecise_acc: int | None) -> np.ndarray:
-    """D [M, N] float32 of an fp8 tl.dot on sm_90 (module docstring, ``dot_hopper_mma``)."""
-    from fp8check.references.hopper_mma import mma_block
-
-    k = a_codes.shape[1]
-    every = max_num_imprecise_acc or SM90_DEFAULT_IMPRECISE_ACC
-    if every >= k:  # one tensor-core chain, acc aligned with the products in every step
-        return mma_block(a_codes, b_codes, d.astype(np.float32), fmt=fmt)
-    acc = d.astype(np.float32)
-    for k0 in range(0, k, every):
-        part = mma_block(a_codes[:, k0:k0 + every], b_codes[k0:k0 + every], None, fmt=fmt)
-        acc = acc + part  # float32 add, RNE: Triton's promotion into the fp32 accumulator
-    return acc
-
-
 def _fixed_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
     handle_cls = _builder_cls()[1]
     a_t, b_t = a.dtype.scalar, b.dtype.scalar
     narrow = {"fp8e4nv", "fp8e5", "bf16"}
     fp8 = {"fp8e4nv": "e4m3fn", "fp8e5": "e5m2"}
     if _DOT_MODEL[0] == "hopper" and a_t.name in fp8 and a_t.name == b_t.name:
-        out = _hopper_dot(a.data.view(np.uint8), b.data.view(np.uint8), fp8[a_t.name],
-                          d.data, max_num_imprecise_acc)
+        from fp8check.references.hopper_mma import promoted_partial
+
+        every = max_num_imprecise_acc or SM90_DEFAULT_IMPRECISE_ACC
+        out = promoted_partial(a.data.view(np.uint8), b.data.view(np.uint8), every,
+                               d.data.astype(np.float32), fmt=fp8[a_t.name])
         return handle_cls(out.astype(d.data.dtype), d.dtype.scalar)
     if a_t.name in narrow or b_t.name in narrow:
         a64, b64 = _decode(a.data, a_t), _decode(b.data, b_t)
