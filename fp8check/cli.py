@@ -387,17 +387,16 @@ def run_gate(args: argparse.Namespace) -> int:
     env["layers_skipped"] = dropped
     env["families"] = families
     env["shard"] = f"{shard[0]}/{shard[1]}"
+    # Exit 2 before anything is reported when a needed compiler is missing.
+    native_plan = (native.plan_layer0(native_families, cfg.suite, targets,
+                                      [s for s, _ in native_users])
+                   if 0 in cfg.layers else [])
     if 0 in cfg.layers:
-        # Exit 2 before anything is reported when a needed compiler is missing.
-        native.check_toolchains(native_families, targets, [s for s, _ in native_users])
         env["native_targets"] = list(targets)
     for name, err in load_errors.items():
         print(f"fp8check: kernel {name} not loaded: {err}", file=sys.stderr)
 
-    total = 0
-    if 0 in cfg.layers:
-        total += native.layer0_size(native_families, cfg.suite, targets)
-        total += native.user_layer0_size([s for s, _ in native_users], cfg.suite, targets)
+    total = sum(batch.size for batch in native_plan)
     total += len(specs) * len(suite_cases) + sum(
         _family_size(layer, fam, cfg, args) for layer in cfg.layers if layer >= 2
         for fam in families)
@@ -405,16 +404,18 @@ def run_gate(args: argparse.Namespace) -> int:
             _progress(total, not args.no_progress) as bar:
         stream.write({"event": "start", "environment": env})
         sink = _Sink(stream, bar)
-        if 0 in cfg.layers:
+        if native_plan:
             bar.set_description("layer 0 native compile")
-            for res in native.iter_layer0(native_families, cfg.suite, targets):
-                sink(res, _native_repro(res.kernel.split("-")[0], cfg, res))
-            by_name = {s.name: (s, o) for s, o in native_users}
-            for res in native.iter_user_layer0([s for s, _ in native_users], cfg.suite,
-                                               targets):
-                target = str(res.metrics.get("target", ",".join(targets)))
-                sink(res, _repro(*by_name[res.kernel], cfg, args,
-                                 ["--layers", "0", "--targets", target]))
+        by_name = {s.name: (s, o) for s, o in native_users}
+        for batch in native_plan:
+            for res in batch.run():
+                if res.kernel in by_name:  # a user's kernel: rerun it by its --kernel target
+                    target = str(res.metrics.get("target", ",".join(targets)))
+                    repro = _repro(*by_name[res.kernel], cfg, args,
+                                   ["--layers", "0", "--targets", target])
+                else:
+                    repro = _native_repro(res.kernel.split("-")[0], cfg, res)
+                sink(res, repro)
         if 1 in cfg.layers:
             _run_layer1(loaded, suite_cases, profile, cfg, args, sink)
         for layer in sorted(n for n in cfg.layers if n >= 2):

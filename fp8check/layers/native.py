@@ -22,7 +22,7 @@ hardware says that).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,19 +134,19 @@ def _result(kernel: str, case: str, crit: list[Criterion], metrics: dict[str, An
                       error=error, seconds=seconds)
 
 
-def _pallas(shapes: Sequence[NativeShape], chips: Sequence[str]) -> Iterator[CaseResult]:
-    from fp8check.kernels.pallas.native import native_builds
+def _pallas(builds: Sequence[Any], shape: NativeShape,
+            chips: Sequence[str]) -> Iterator[CaseResult]:
+    """Each of one shape's Pallas builds (`kernels.pallas.native`) on each chip."""
     from fp8check.kernels.pallas.tiling import VMEM_BUDGET_BYTES
     from fp8check.native.tpu import compile_for_tpu
 
-    for shape in shapes:
-        for build in native_builds(shape.m, shape.k, shape.n, shape.g):
-            for chip in chips:
-                b = compile_for_tpu(build.kernel, build.fn, build.args, chip)
-                crit = tpu_criteria(b, fp8_feed=build.fp8_feed, mosaic=build.mosaic,
-                                    budget=VMEM_BUDGET_BYTES)
-                yield _result(build.kernel, f"{build.label}-{shape.name}-{chip}", crit,
-                              {"phase": build.phase, **tpu_metrics(b)}, b.error, b.seconds)
+    for build in builds:
+        for chip in chips:
+            b = compile_for_tpu(build.kernel, build.fn, build.args, chip)
+            crit = tpu_criteria(b, fp8_feed=build.fp8_feed, mosaic=build.mosaic,
+                                budget=VMEM_BUDGET_BYTES)
+            yield _result(build.kernel, f"{build.label}-{shape.name}-{chip}", crit,
+                          {"phase": build.phase, **tpu_metrics(b)}, b.error, b.seconds)
 
 
 def hopper_criteria(b: HopperBuild, *, fp8: bool, claims_tma: bool) -> list[Criterion]:
@@ -180,20 +180,18 @@ def hopper_metrics(b: HopperBuild) -> dict[str, Any]:
     return m
 
 
-def _triton(shapes: Sequence[NativeShape], gpus: Sequence[str]) -> Iterator[CaseResult]:
-    from fp8check.kernels.triton.native import compile_native_builds
+def _triton(builds: Sequence[Any], shape: NativeShape, target: str) -> Iterator[CaseResult]:
+    """One shape's Triton builds (`kernels.triton.native`) compiled for `target` in one
+    compile process."""
+    from fp8check.native.hopper import compile_many
 
-    capability = {"sm_90a": 90}
-    for shape in shapes:
-        for target in gpus:
-            for build, b in compile_native_builds(shape.m, shape.k, shape.n, shape.g,
-                                                  capability=capability[target]):
-                crit = hopper_criteria(b, fp8=build.fp8, claims_tma=build.claims_tma)
-                phase = build.phase + (f"-{build.variant.split()[0]}" if build.variant else "")
-                name = TRITON_GATE_NAMES.get(build.kernel, build.kernel)
-                yield _result(name, f"{phase}-{shape.name}-{target}", crit,
-                              {"phase": build.phase, **hopper_metrics(b)}, b.error,
-                              b.seconds)
+    capability = {"sm_90a": 90}[target]
+    for build, b in zip(builds, compile_many(b.job(capability) for b in builds), strict=True):
+        crit = hopper_criteria(b, fp8=build.fp8, claims_tma=build.claims_tma)
+        phase = build.phase + (f"-{build.variant.split()[0]}" if build.variant else "")
+        name = TRITON_GATE_NAMES.get(build.kernel, build.kernel)
+        yield _result(name, f"{phase}-{shape.name}-{target}", crit,
+                      {"phase": build.phase, **hopper_metrics(b)}, b.error, b.seconds)
 
 
 def contract_args(spec: KernelSpec, shape: NativeShape) -> list[tuple[tuple[int, ...], Any]]:
@@ -211,95 +209,33 @@ def contract_args(spec: KernelSpec, shape: NativeShape) -> list[tuple[tuple[int,
     return [((m, k), NUMPY_DTYPES[spec.in_dtype])]  # quantizer
 
 
-def _user_tpu(spec: KernelSpec, shapes: Sequence[NativeShape],
+def _user_tpu(spec: KernelSpec, shape: NativeShape,
               chips: Sequence[str]) -> Iterator[CaseResult]:
     from fp8check.native.tpu import compile_for_tpu
 
     fn = spec.native_fn or spec.fn
     if spec.contract != "quantizer" and len(spec.out_dtypes) > 1:
         fn = functools.partial(fn, out_dtype=framework_dtype("jax", spec.out_dtypes[0]))
-    for shape in shapes:
-        for chip in chips:
-            b = compile_for_tpu(spec.name, fn, contract_args(spec, shape), chip)
-            mosaic = b.llo is not None
-            crit = tpu_criteria(b, fp8_feed="all" if spec.contract == "gmm-fp8" else None,
-                                mosaic=mosaic, budget=None)
-            yield _result(spec.name, f"{spec.contract}-{shape.name}-{chip}", crit,
-                          tpu_metrics(b), b.error, b.seconds)
+    for chip in chips:
+        b = compile_for_tpu(spec.name, fn, contract_args(spec, shape), chip)
+        crit = tpu_criteria(b, fp8_feed="all" if spec.contract == "gmm-fp8" else None,
+                            mosaic=b.llo is not None, budget=None)
+        yield _result(spec.name, f"{spec.contract}-{shape.name}-{chip}", crit,
+                      tpu_metrics(b), b.error, b.seconds)
 
 
-def _user_hopper(spec: KernelSpec, shapes: Sequence[NativeShape],
-                 gpus: Sequence[str]) -> Iterator[CaseResult]:
+def _user_hopper(spec: KernelSpec, jobs: Sequence[Any], shape: NativeShape,
+                 target: str) -> Iterator[CaseResult]:
     from fp8check.native.hopper import compile_many
 
-    assert spec.hopper_jobs is not None
-    for shape in shapes:
-        jobs = list(spec.hopper_jobs(shape.m, shape.k, shape.n, shape.g))
-        for target in gpus:
-            for job, b in zip(jobs, compile_many(jobs), strict=True):
-                crit = hopper_criteria(b, fp8=spec.contract == "gmm-fp8", claims_tma=False)
-                yield _result(spec.name, f"{job.name}-{shape.name}-{target}", crit,
-                              hopper_metrics(b), b.error, b.seconds)
+    for job, b in zip(jobs, compile_many(jobs), strict=True):
+        crit = hopper_criteria(b, fp8=spec.contract == "gmm-fp8", claims_tma=False)
+        yield _result(spec.name, f"{job.name}-{shape.name}-{target}", crit,
+                      hopper_metrics(b), b.error, b.seconds)
 
 
-def _skipped(spec: KernelSpec, why: str) -> CaseResult:
-    return CaseResult(kernel=spec.name, layer=LAYER, case="native", passed=None, skipped=why)
-
-
-def iter_user_layer0(specs: Sequence[KernelSpec], suite: str,
-                     targets: Sequence[str] = TARGETS) -> Iterator[CaseResult]:
-    """Layer 0 for user kernels: a JAX kernel compiled for the TPU chips among `targets`
-    from its contract's arguments at each layer-0 shape; a Triton kernel that declares
-    `hopper_jobs` compiled for sm_90a; any other kernel one skipped result saying why
-    (skipped is never passed)."""
-    shapes = layer0_shapes(suite)
-    chips = [t for t in targets if t in TPU_TARGETS]
-    gpus = [t for t in targets if t in HOPPER_TARGETS]
-    for spec in specs:
-        if spec.framework == "jax" and chips:
-            yield from _user_tpu(spec, shapes, chips)
-        elif spec.framework == "torch" and gpus and spec.hopper_jobs is not None:
-            yield from _user_hopper(spec, shapes, gpus)
-        elif spec.framework == "torch" and gpus:
-            yield _skipped(spec, "layer 0: a torch kernel compiles for sm_90a only when its "
-                                 "KernelSpec declares hopper_jobs (docs/API.md)")
-        else:
-            yield _skipped(spec, f"layer 0: no native target among {', '.join(targets)} "
-                                 f"for a {spec.framework} kernel")
-
-
-def user_layer0_size(specs: Sequence[KernelSpec], suite: str, targets: Sequence[str]) -> int:
-    """How many results `iter_user_layer0` yields."""
-    n_shapes = len(layer0_shapes(suite))
-    chips = [t for t in targets if t in TPU_TARGETS]
-    gpus = [t for t in targets if t in HOPPER_TARGETS]
-    total = 0
-    for spec in specs:
-        if spec.framework == "jax" and chips:
-            total += n_shapes * len(chips)
-        elif spec.framework == "torch" and gpus and spec.hopper_jobs is not None:
-            total += sum(len(spec.hopper_jobs(s.m, s.k, s.n, s.g))
-                         for s in layer0_shapes(suite)) * len(gpus)
-        else:
-            total += 1
-    return total
-
-
-def layer0_size(families: Sequence[str], suite: str, targets: Sequence[str]) -> int:
-    """How many results `iter_layer0` yields (the progress bar's total)."""
-    total = 0
-    shapes = layer0_shapes(suite)
-    chips = [t for t in targets if t in TPU_TARGETS]
-    gpus = [t for t in targets if t in HOPPER_TARGETS]
-    if "pallas" in families and chips:
-        from fp8check.kernels.pallas.native import native_builds
-
-        total += sum(len(native_builds(s.m, s.k, s.n, s.g)) for s in shapes) * len(chips)
-    if "triton" in families and gpus:
-        from fp8check.kernels.triton.native import native_builds as triton_builds
-
-        total += sum(len(triton_builds(s.m, s.k, s.n, s.g)) for s in shapes) * len(gpus)
-    return total
+def _skipped(spec: KernelSpec, why: str) -> Iterator[CaseResult]:
+    yield CaseResult(kernel=spec.name, layer=LAYER, case="native", passed=None, skipped=why)
 
 
 def check_toolchains(families: Sequence[str], targets: Sequence[str],
@@ -319,16 +255,64 @@ def check_toolchains(families: Sequence[str], targets: Sequence[str],
         hopper.check_toolchain()
 
 
-def iter_layer0(families: Sequence[str], suite: str,
-                targets: Sequence[str] = TARGETS) -> Iterator[CaseResult]:
-    """Layer 0 for the named kernel families, one result per build x target, yielded as
-    each compile finishes.  Raises ToolchainMissing before compiling anything if a needed
-    compiler is absent."""
-    check_toolchains(families, targets)
+@dataclass(frozen=True)
+class Batch:
+    """Layer-0 results that are compiled together: `size` of them, yielded by `run()`."""
+
+    size: int
+    run: Callable[[], Iterator[CaseResult]]
+
+
+def plan_layer0(families: Sequence[str], suite: str, targets: Sequence[str] = TARGETS,
+                specs: Sequence[KernelSpec] = ()) -> list[Batch]:
+    """Layer 0 of the named kernel families and of other kernels `specs` (a user's, an
+    adapter), as batches whose sizes are known before anything compiles (the progress
+    bar's total); each build list is made once.  Raises ToolchainMissing first when a
+    compiler the plan needs is absent.
+
+    Other kernels: a JAX kernel is compiled for the TPU chips from its contract's
+    arguments at each shape; a torch kernel that declares `hopper_jobs` for sm_90a; any
+    other gives one skipped result saying why (skipped is never passed)."""
+    check_toolchains(families, targets, specs)
     shapes = layer0_shapes(suite)
     chips = [t for t in targets if t in TPU_TARGETS]
     gpus = [t for t in targets if t in HOPPER_TARGETS]
-    if "pallas" in families and chips:
-        yield from _pallas(shapes, chips)
-    if "triton" in families and gpus:
-        yield from _triton(shapes, gpus)
+    plan: list[Batch] = []
+    for shape in shapes:
+        if "pallas" in families and chips:
+            from fp8check.kernels.pallas.native import native_builds
+
+            builds = native_builds(shape.m, shape.k, shape.n, shape.g)
+            plan.append(Batch(len(builds) * len(chips),
+                              functools.partial(_pallas, builds, shape, chips)))
+        if "triton" in families and gpus:
+            from fp8check.kernels.triton.native import native_builds as triton_builds
+
+            builds = triton_builds(shape.m, shape.k, shape.n, shape.g)
+            plan += [Batch(len(builds), functools.partial(_triton, builds, shape, t))
+                     for t in gpus]
+    for spec in specs:
+        if spec.framework == "jax" and chips:
+            plan += [Batch(len(chips), functools.partial(_user_tpu, spec, shape, chips))
+                     for shape in shapes]
+        elif spec.framework == "torch" and gpus and spec.hopper_jobs is not None:
+            for shape in shapes:
+                jobs = list(spec.hopper_jobs(shape.m, shape.k, shape.n, shape.g))
+                plan += [Batch(len(jobs), functools.partial(_user_hopper, spec, jobs, shape, t))
+                         for t in gpus]
+        elif spec.framework == "torch" and gpus:
+            plan.append(Batch(1, functools.partial(
+                _skipped, spec, "layer 0: a torch kernel compiles for sm_90a only when its "
+                                "KernelSpec declares hopper_jobs (docs/native.md)")))
+        else:
+            plan.append(Batch(1, functools.partial(
+                _skipped, spec, f"layer 0: no native target among {', '.join(targets)} for "
+                                f"a {spec.framework} kernel")))
+    return plan
+
+
+def iter_layer0(families: Sequence[str], suite: str, targets: Sequence[str] = TARGETS,
+                specs: Sequence[KernelSpec] = ()) -> Iterator[CaseResult]:
+    """Every result of `plan_layer0`, yielded as each compile finishes."""
+    for batch in plan_layer0(families, suite, targets, specs):
+        yield from batch.run()
