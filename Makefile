@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 gate: $(STAMP)
-	$(BIN)/fp8check gate  # [tool.fp8check] in pyproject.toml: reports/out/gate.html, .json, .xml
+	$(BIN)/fp8check gate  # [tool.fp8check] in pyproject.toml: fp8check-out/gate.html, .json, .xml
 
 # The report's browser test needs Debian's chromium (the machines run as root).
 browser:

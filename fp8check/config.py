@@ -24,7 +24,7 @@ class GateConfig:
     json: str | None = None
     junit: str | None = None
     report: str | None = None
-    jsonl: str | None = None  # streaming log; defaults to <json stem>.jsonl or ./fp8check.jsonl
+    jsonl: str | None = None  # streaming log (None: gate.plan.jsonl_path decides)
     kernels: tuple[str, ...] = ()
 
 

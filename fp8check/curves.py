@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from fp8check.results.model import Criterion
+
 EMA_BETA = 0.9
 FINAL_FRAC = 0.1
 SPIKE_WINDOW = 10
@@ -219,22 +221,27 @@ def final_window(n: int) -> int:
 
 
 @dataclass
-class Comparison:
-    """Metrics (JSON-ready) and gated checks of a candidate curve against a baseline.
-    `checks` maps a criterion name to (value, limit, passed)."""
+class CurveComparison:
+    """Metrics (JSON-ready) and gated criteria (question "training") of a candidate
+    curve against a baseline."""
 
     metrics: dict[str, Any] = field(default_factory=dict)
-    checks: dict[str, tuple[Any, Any, bool]] = field(default_factory=dict)
+    criteria: list[Criterion] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return all(ok for _, _, ok in self.checks.values())
+        return all(c.passed for c in self.criteria)
+
+    @property
+    def named(self) -> dict[str, Criterion]:
+        """The criteria by name."""
+        return {c.name: c for c in self.criteria}
 
 
-def compare(cand: Curve, base: Curve, limits: CurveLimits) -> Comparison:
+def compare(cand: Curve, base: Curve, limits: CurveLimits) -> CurveComparison:
     """The loss-curve metrics and checks of `cand` against `base` (module docstring)."""
     al = align(cand, base)
-    res = Comparison()
+    res = CurveComparison()
     m = res.metrics
     n = len(al.steps)
     m.update(steps_compared=n, first_step=int(al.steps[0]), last_step=int(al.steps[-1]),
@@ -243,12 +250,15 @@ def compare(cand: Curve, base: Curve, limits: CurveLimits) -> Comparison:
     div_c, div_b = first_nonfinite(al.cand), first_nonfinite(al.base)
     m["candidate_nonfinite_step"] = None if div_c is None else int(al.steps[div_c])
     m["baseline_nonfinite_step"] = None if div_b is None else int(al.steps[div_b])
-    res.checks["finite"] = (m["candidate_nonfinite_step"], None, div_c is None)
+    res.criteria.append(Criterion.check(
+        "finite", "training", m["candidate_nonfinite_step"], "==", None,
+        meaning="first step where the candidate's loss is not finite (None: none)"))
     sp_c, sp_b, sp_new = new_spikes(al.cand, al.base, limits.spike_k)
     new = [int(al.steps[i]) for i in sp_new]
     m.update(candidate_spikes=[int(al.steps[i]) for i in sp_c],
              baseline_spikes=[int(al.steps[i]) for i in sp_b], new_spikes=new)
-    res.checks["new_spikes"] = (len(new), 0, not new)
+    res.criteria.append(Criterion.check("new_spikes", "training", len(new), "==", 0,
+                                        meaning="loss spikes the baseline does not have"))
     gap = rel_gap(al.cand, al.base)
     gap_ema = rel_gap(ema(al.cand), ema(al.base))
     m["gap"], m["gap_ema"] = gap.tolist(), gap_ema.tolist()
@@ -260,11 +270,15 @@ def compare(cand: Curve, base: Curve, limits: CurveLimits) -> Comparison:
     w = final_window(n)
     final_gap = float(rel_gap(np.mean(al.cand[-w:]), np.mean(al.base[-w:])))
     m.update(auc_gap=auc_gap, final_gap=final_gap, final_window=w)
-    for name, value, limit in (("auc_gap", auc_gap, limits.max_auc_gap),
-                               ("final_gap", final_gap, limits.max_final_gap),
-                               ("max_abs_gap_ema", max_ema, limits.max_ema_gap)):
-        ok = bool(np.isfinite(value) and abs(value) <= limit)
-        res.checks[name] = (value, limit, ok)
+    for name, value, limit, meaning in (
+            ("auc_gap", auc_gap, limits.max_auc_gap, "relative gap of the areas under the "
+                                                     "loss curves"),
+            ("final_gap", final_gap, limits.max_final_gap, "relative gap of the final losses"),
+            ("max_abs_gap_ema", max_ema, limits.max_ema_gap, "largest relative gap of the "
+                                                             "smoothed losses")):
+        # abs(inf) <= limit is false and abs(nan) <= limit too: a diverged run fails
+        res.criteria.append(Criterion.check(name, "training", value, "|x|<=", limit,
+                                            meaning=meaning))
     return res
 
 

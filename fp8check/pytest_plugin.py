@@ -154,16 +154,17 @@ class _Collector:
         testing.set_failure_dir((self.report or self.json).parent / "fp8check-failures")
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from fp8check import results, testing
+        from fp8check import testing
+        from fp8check.results import documents
 
         testing.remove_listener(self.results.append)
         testing.set_failure_dir(None)
-        env = results.environment([], suite=self.config.getoption("--fp8check-suite") or "",
+        env = documents.environment([], suite=self.config.getoption("--fp8check-suite") or "",
                                   seed=0, profile="per assertion", backend="pytest",
                                   load_errors={})
         env["source"] = "pytest " + " ".join(self.config.invocation_params.args)
-        doc = results.document(self.results, results.summarize(self.results, {}), env)
-        results.write_json(self.json, doc)
+        doc = documents.document(self.results, documents.tally(self.results, {}), env)
+        documents.write_json(self.json, doc)
         if self.report is not None:
             from fp8check.reports.html import write_html
 

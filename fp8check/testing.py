@@ -43,12 +43,11 @@ import numpy as np
 
 from fp8check.cases import Case, CaseInputs, case_inputs, supported
 from fp8check.contracts import NUMPY_DTYPES, framework_dtype, to_framework, to_numpy
+from fp8check.gate.repro import PlainDeclarations, gate_command
 from fp8check.layers.op import (
     LAYER,
-    CaseResult,
-    Criterion,
     Problem,
-    build_problem,
+    ProblemCache,
     gmm_fp8_problem,
     output_criteria,
     plain_gmm_problem,
@@ -56,6 +55,7 @@ from fp8check.layers.op import (
     tgmm_problem,
 )
 from fp8check.profiles import get_profile
+from fp8check.results import CaseResult, Criterion
 
 __all__ = [
     "GateCase",
@@ -72,34 +72,6 @@ __all__ = [
 BLOCK = 128
 FAILURE_DIR_ENV = "FP8CHECK_FAILURE_DIR"
 F32_SIGNIFICAND_BITS = 24
-
-# What each criterion asks, for the failure message.
-MEANING = {
-    "finite": "NaN/Inf where the exact reference is finite (or the reverse)",
-    "bound_ratio": "|out - exact| over Higham's bound for any valid float32 summation order",
-    "error_ratio": "rms error over that of a naive same-precision implementation",
-    "bias_z": "t-statistic of the signed error (truncation instead of rounding is one-signed)",
-    "bit_exact": "bit-for-bit equal to the declared accumulation recipe",
-    "deterministic": "two runs give the same bits",
-    "quantizer_bit_exact": "values and scales bit-for-bit equal to the recipe",
-    "impact_sqnr_db": "SQNR (dB) vs the unquantized float64 reference, row-normalised",
-    "impact_calc_diff": "calc_diff vs the unquantized float64 reference, row-normalised",
-    "impact_allclose": "fraction outside allclose vs the unquantized reference",
-}
-# What Criterion.n_bad counts, per criterion.
-_BAD_MEANS = {
-    "error_ratio": "elements not correctly rounded",
-    "bias_z": "elements not correctly rounded",
-    "impact_sqnr_db": "elements outside allclose(atol, rtol)",
-    "impact_calc_diff": "elements outside allclose(atol, rtol)",
-    "impact_allclose": "elements outside allclose(atol, rtol)",
-    "bound_ratio": "elements over the bound",
-    "finite": "elements non-finite on one side only",
-    "quantizer_bit_exact": "values and scales that differ",
-}
-_AT_LEAST = {"impact_sqnr_db"}  # criteria whose value must be >= the limit
-_ABS = {"bias_z"}  # |value| <= limit
-
 
 # --- who hears about results, and in which test/case they were made ------------------------
 
@@ -365,8 +337,9 @@ def assert_bitexact(a: Any, b: Any) -> CaseResult:
         idx = np.unravel_index(np.argmax(ulps), ulps.shape)
         worst = {"index": [int(i) for i in idx], "out": float(x[idx]), "ref": float(y[idx]),
                  "ulp": int(ulps[idx]), "bound": None}
-    crit = [Criterion("bit_exact", "correctness", n_bad, 0, n_bad == 0, n_bad=n_bad,
-                      worst=worst)]
+    crit = [Criterion.check("bit_exact", "correctness", n_bad, "==", 0,
+                            meaning="a and b bit for bit equal", n_bad=n_bad,
+                            bad_means="elements whose bits differ", worst=worst)]
     return _finish("bitexact", crit, {"n_compared": int(x.size)}, {"a": x, "b": y}, {},
                    lambda idx: "")
 
@@ -390,7 +363,10 @@ def _check_matmul(kind: str, out: np.ndarray, prob: Problem, saved: dict[str, np
     m: dict[str, Any] = {"group_sizes": gs.tolist(), "out_dtype": prob.out_dtype,
                          "exact_partials": prob.exact_partials,
                          "n_compared": int(out[:prob.rows].size)}
-    crit = output_criteria(out, prob, prof, m, accum=options["accum"],
+    from fp8check.reports.plotdata import plot_data
+
+    crit = output_criteria(out, prob, prof, m, plots=plot_data,
+                           accum=options["accum"],
                            acc_unit_roundoff=options["acc_unit_roundoff"])
     if options["accum"] is not None and not prob.exact_partials:
         m["bit_exact_note"] = ("partials not provably exact in float32 on this data: "
@@ -411,8 +387,9 @@ def _finish(kind: str, crit: list[Criterion], m: dict[str, Any], saved: dict[str
     case = gate.case.id if gate is not None else _shape_label(kind, saved)
     if ctx is not None and ctx.count > 1:
         case += f" #{ctx.count}"
-    res = CaseResult(kernel=label, layer=LAYER, case=case, passed=all(c.passed for c in crit),
-                     metrics=m, criteria=crit)
+    res = CaseResult(kernel=label, layer=LAYER, case=case, passed=None, metrics=m,
+                     criteria=crit)
+    res.decide()
     if not res.passed:
         path = _save(kind, saved, options)
         res.repro = _replay_command(path)
@@ -471,16 +448,6 @@ def _where_quantizer(block: tuple[int, int]) -> Callable[[list[int]], str]:
     return where
 
 
-def _verdict(c: Criterion) -> str:
-    def fmt(v: Any) -> str:
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
-    if isinstance(c.limit, bool):
-        return f"{fmt(c.value)} (must be {c.limit})"
-    op = ">=" if c.name in _AT_LEAST else "<="
-    val = f"|{fmt(c.value)}|" if c.name in _ABS else fmt(c.value)
-    return f"{val}, must be {op} {fmt(c.limit)}"
-
-
 def _message(kind: str, res: CaseResult, where: Callable[[list[int]], str],
              options: dict[str, Any], gate_line: str | None) -> str:
     failed = [c for c in res.criteria if not c.passed]
@@ -491,11 +458,10 @@ def _message(kind: str, res: CaseResult, where: Callable[[list[int]], str],
     shown = None  # the worst element printed last: repeated ones say so instead
     for c in failed:
         lines.append("")
-        lines.append(f"{c.name}: {_verdict(c)}  [{MEANING.get(c.name, c.question)}]")
+        lines.append(f"{c.name}: {c.verdict()}  [{c.meaning or c.question}]")
         if c.n_bad is not None:
             pct = f" ({100.0 * c.n_bad / total:.3g}%)" if total else ""
-            lines.append(f"  {_BAD_MEANS.get(c.name, 'mismatched elements')}: "
-                         f"{c.n_bad} / {total}{pct}")
+            lines.append(f"  {c.bad_means or 'mismatched elements'}: {c.n_bad} / {total}{pct}")
         w = c.worst
         if not w:
             continue
@@ -600,7 +566,8 @@ class GateCase:
     framework: str = "numpy"
     out_dtypes: tuple[str, ...] = ("f32", "bf16")
     m_align: int = 1
-    _problem: Problem | None = field(default=None, repr=False)
+    _problems: ProblemCache = field(default_factory=lambda: ProblemCache(capacity=1),
+                                    repr=False)
 
     def __post_init__(self) -> None:
         if self.contract not in ("gmm-fp8", "gmm", "tgmm"):
@@ -615,9 +582,7 @@ class GateCase:
 
     @property
     def problem(self) -> Problem:
-        if self._problem is None:
-            self._problem = build_problem(self.contract, self.case)
-        return self._problem
+        return self._problems.get(self.contract, self.case)[0]
 
     @property
     def args(self) -> tuple[np.ndarray, ...]:
@@ -647,12 +612,11 @@ class GateCase:
 
     def gate_command(self) -> str:
         """The gate command that reruns this case on the kernel (module:attr)."""
-        kernel = self.kernel or "<module:attr of your kernel>"
-        return shlex.join(["fp8check", "gate", "--kernel", kernel, "--contract", self.contract,
-                           "--framework", self.framework, "--out-dtypes",
-                           ",".join(self.out_dtypes), "--m-align", str(self.m_align),
-                           "--suite", self.suite, "--seed", str(self.seed), "--profile",
-                           self.profile, "--layers", "1", "--case", self.case.id])
+        plain = PlainDeclarations(contract=self.contract, framework=self.framework,
+                                  out_dtypes=",".join(self.out_dtypes), m_align=self.m_align)
+        return gate_command(self.kernel or "<module:attr of your kernel>", LAYER,
+                            suite=self.suite, seed=self.seed, profile=self.profile,
+                            case=self.case.id, plain=plain)
 
     def assert_matches(self, out: Any, *, accum: str | None = None,
                        acc_unit_roundoff: float = 2.0**-24) -> CaseResult:

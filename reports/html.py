@@ -35,10 +35,10 @@ LAYER2_KEY_METRICS = ("st_sqnr_db.out", "st_sqnr_db.dx", "sqnr_db.out", "sqnr_db
 LAYER0_KEY_METRICS = ("target", "vmem_bytes", "mxu_formats", "llo_vmatmul", "llo_vector_alu",
                       "shared_bytes", "registers", "spill_stores_bytes", "wgmma_shapes", "tma",
                       "max_num_imprecise_acc")
-LAYER_ORDER = (0, "op", 2, 3, 4)
+LAYER_ORDER = (0, 1, 2, 3, 4)
 FIGURES_PER_WORKER = 24
-LAYER_NAMES = {0: "0 · native compile", "op": "1 · op", 2: "2 · MoE layer", 3: "3 · training",
-               4: "4 · logs"}
+LAYER_NAMES = {0: "0 · native compile", 1: "1 · single op", 2: "2 · MoE layer",
+               3: "3 · training", 4: "4 · logs"}
 
 
 def _fmt(v: Any) -> str:
@@ -54,19 +54,22 @@ def layer_name(layer: Any) -> str:
 
 
 def _margin(c: dict[str, Any]) -> float:
-    """How far a numeric criterion is from its limit, relative to the limit (< 0: failed).
+    """How far a criterion is from its limit, relative to the limit (< 0: failed).
 
-    The direction (upper or lower limit) follows from value, limit and passed; boolean
-    criteria and count limits of 0 that pass are never the tight ones (inf)."""
-    v, lim = c.get("value"), c.get("limit")
-    if isinstance(v, bool | str) or isinstance(lim, bool | str) or v is None or lim is None:
+    Only the ordered relations ("<=", ">=", "|x|<=") with a nonzero limit have a margin;
+    any other passing check (a flag, a count that must be 0) is never the tight one (inf),
+    a failing one -inf."""
+    v, lim, rel = c.get("value"), c.get("limit"), c.get("relation")
+    ordered = rel in ("<=", ">=", "|x|<=")
+    if not ordered or isinstance(v, bool | str) or v is None or isinstance(lim, bool | str):
         return -math.inf if not c["passed"] else math.inf
     v, lim = float(v), float(lim)
-    if not c["passed"]:
-        return -math.inf if not math.isfinite(v) else -abs(v - lim) / max(abs(lim), 1e-300)
-    if lim == 0 or v == lim:
-        return math.inf if lim == 0 else 0.0
-    return abs(v - lim) / abs(lim)
+    if rel == "|x|<=":
+        v = abs(v)
+    if not math.isfinite(v) or lim == 0:  # a zero limit has no relative margin
+        return -math.inf if not c["passed"] else math.inf
+    room = (lim - v) if rel != ">=" else (v - lim)
+    return room / max(abs(lim), 1e-300)
 
 
 def worst_criterion(results: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -118,7 +121,7 @@ def summary_matrix(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def _figure(r: dict[str, Any]) -> str | None:
     """The inline PNG of a result's figure (by layer), None when it has no plot data."""
-    builder = {"op": plots.case_figure, 2: plots.layer2_figure, 3: plots.layer3_figure}
+    builder = {1: plots.case_figure, 2: plots.layer2_figure, 3: plots.layer3_figure}
     fig = builder.get(r["layer"], plots.layer3_figure)(r)
     return None if fig is None else plots.to_data_uri(fig)
 
@@ -141,7 +144,7 @@ def figures(results: Sequence[dict[str, Any]], workers: int | None = 1) -> list[
 
 
 def _key_metrics(r: dict[str, Any]) -> list[tuple[str, Any]]:
-    keys = {"op": KEY_METRICS, 2: LAYER2_KEY_METRICS, 0: LAYER0_KEY_METRICS}.get(r["layer"], ())
+    keys = {1: KEY_METRICS, 2: LAYER2_KEY_METRICS, 0: LAYER0_KEY_METRICS}.get(r["layer"], ())
     m = r.get("metrics", {})
     shown = [(k, m[k]) for k in keys if k in m]
     if not shown:  # other layers: every scalar metric

@@ -36,7 +36,7 @@ import numpy as np
 from fp8check import metrics
 
 if TYPE_CHECKING:
-    from fp8check.layers.op import Problem
+    from fp8check.layers.op.problem import Problem
 
 MAX_POINTS = 256
 N_WORST = 32
@@ -149,7 +149,7 @@ def _sqnr(ref: np.ndarray, out: np.ndarray) -> float:
     return _sig4(float(metrics.sqnr_db(ref, out)))
 
 
-def plot_summary(out: np.ndarray, prob: Problem, u: float, ulps: np.ndarray,
+def plot_data(out: np.ndarray, prob: Problem, u: float, ulps: np.ndarray,
                  ratio: np.ndarray) -> dict[str, Any]:
     """The bounded plot data of a layer-1 result (see the module docstring).
 
@@ -157,8 +157,8 @@ def plot_summary(out: np.ndarray, prob: Problem, u: float, ulps: np.ndarray,
     `prob` the case's Problem (exact / abs_ab / unquantized references, k and n for the
     bound), `u` the kernel's declared accumulator unit roundoff, `ulps` and `ratio` the
     elementwise ULP distance to RN(exact) and bound ratio that the criteria computed
-    (`fp8check.layers.op.output_criteria` is the caller).  gmm outputs are [M, N] with
-    groups along the rows; tgmm outputs [G, K, N] are shown as G*K rows, one group per K
+    (`fp8check.layers.op.output_criteria` calls it as its `plots` hook).  gmm outputs are
+    [M, N] with groups along the rows; tgmm outputs [G, K, N] are shown as G*K rows, one group per K
     rows.
     """
     sl = slice(0, prob.rows)

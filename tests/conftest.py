@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from fp8check.cli import _jsonl_path
 from fp8check.config import load_config
+from fp8check.gate.plan import jsonl_path
 from fp8check.hypothesis_profiles import CI_PROFILE
 
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", CI_PROFILE))
@@ -30,7 +30,7 @@ def _gate_outputs() -> dict[Path, int | None]:
     root = Path(__file__).resolve().parents[1]
     cfg = load_config(root)
     paths = [root / p for p in (cfg.json, cfg.junit, cfg.report) if p]
-    paths.append(root / _jsonl_path(cfg))
+    paths.append(root / jsonl_path(cfg))
     return {p: p.stat().st_mtime_ns if p.exists() else None for p in paths}
 
 

@@ -1,6 +1,6 @@
 """The report in a real browser: headless Chromium (Debian's `chromium` package) loads it
 with no console errors, and its screenshot is saved as a test artifact under
-reports/out/ (git-ignored).  Without chromium the test fails under CI=true and skips with
+fp8check-out/ (git-ignored).  Without chromium the test fails under CI=true and skips with
 the reason elsewhere."""
 
 from __future__ import annotations

@@ -17,6 +17,11 @@ STRICT = get_limits("strict")
 DATA = Path(__file__).resolve().parent / "data"
 
 
+def _vlp(c):
+    """(value, limit, passed) of a criterion."""
+    return c.value, c.limit, c.passed
+
+
 def _noisy_decay(rng, n=200, noise=0.003):
     s = np.arange(n)
     return 2.5 + 2.0 * np.exp(-s / 40) + noise * rng.standard_normal(n)
@@ -45,8 +50,8 @@ def test_uniform_relative_offset_gives_that_gap_everywhere():
     m = cmp.metrics
     assert np.allclose(m["gap"], c) and np.allclose(m["gap_ema"], c)
     assert m["auc_gap"] == pytest.approx(c) and m["final_gap"] == pytest.approx(c)
-    assert cmp.checks["auc_gap"][2] is (c <= 0.01)
-    assert cmp.checks["final_gap"][2] is (c <= 0.02)
+    assert cmp.named["auc_gap"].passed is (c <= 0.01)
+    assert cmp.named["final_gap"].passed is (c <= 0.02)
 
 
 def test_ema_is_bias_corrected_and_smooths():
@@ -75,10 +80,10 @@ def test_injected_spike_is_found_and_nothing_else():
     spiked[at] += 0.2  # ~65 noise sigmas
     assert _spikes(spiked) == [at]
     cmp = compare(Curve.of(spiked), Curve.of(base), STRICT)
-    assert cmp.checks["new_spikes"] == (1, 0, False) and cmp.metrics["new_spikes"] == [at]
+    assert _vlp(cmp.named["new_spikes"]) == (1, 0, False) and cmp.metrics["new_spikes"] == [at]
     # The same spike in the baseline is the data's, not the candidate's.
     both = compare(Curve.of(spiked), Curve.of(spiked * 1.001), STRICT)
-    assert both.checks["new_spikes"][2] and both.metrics["baseline_spikes"] == [at]
+    assert both.named["new_spikes"].passed and both.metrics["baseline_spikes"] == [at]
 
 
 def test_a_spike_is_shared_when_the_baseline_rises_with_it():
@@ -129,7 +134,7 @@ def test_correct_1000_step_runs_have_no_new_spikes():
     for pair in pairs:
         cand, base = data[pair + "_cand"], data[pair + "_base"]
         cmp = compare(Curve.of(cand), Curve.of(base), STRICT)
-        assert cmp.checks["new_spikes"] == (0, 0, True), (pair, cmp.metrics["new_spikes"])
+        assert _vlp(cmp.named["new_spikes"]) == (0, 0, True), (pair, cmp.metrics["new_spikes"])
         near = {j + d for j in cmp.metrics["baseline_spikes"] for d in (-1, 0, 1)}
         missed += bool(set(cmp.metrics["candidate_spikes"]) - near)
         at = 500 + int(np.argmin(np.abs(np.diff(base[500:520]))))  # a quiet step
@@ -146,8 +151,8 @@ def test_nan_is_divergence_at_its_step():
     at = int(rng.integers(1, 200))
     cand[at:] = np.nan
     cmp = compare(Curve.of(cand), Curve.of(base), STRICT)
-    assert cmp.checks["finite"] == (at, None, False)
-    assert not cmp.passed and not cmp.checks["auc_gap"][2]
+    assert _vlp(cmp.named["finite"]) == (at, None, False)
+    assert not cmp.passed and not cmp.named["auc_gap"].passed
 
 
 def test_misaligned_steps_are_compared_on_the_common_ones_and_reported():

@@ -50,7 +50,7 @@ def test_pass_and_fail_with_all_outputs(kernels, tmp_path, capsys):
     assert rc == 1
     err = capsys.readouterr().err
     doc = json.loads((out / "g.json").read_text())
-    assert doc["version"] == 1
+    assert doc["version"] == 2
     results = doc["results"]
     good = [r for r in results if r["kernel"] == "numpy-fp8-deepgemm"]
     bad = [r for r in results if r["kernel"] == "bug-truncating-bf16-cast"]
@@ -60,7 +60,9 @@ def test_pass_and_fail_with_all_outputs(kernels, tmp_path, capsys):
     assert failing and all("-bf16-" in r["case"] for r in failing)
     for r in results:
         assert {"kernel", "layer", "case", "passed", "metrics", "repro"} <= set(r)
-        assert r["layer"] == "op"
+        assert r["layer"] == 1
+        assert all(c["relation"] in ("<=", ">=", "|x|<=", "==") and c["meaning"]
+                   for c in r["criteria"].values())
         # where the time went: the phases are parts of the result's own seconds
         assert r["skipped"] is None
         assert {"kernel", "metrics"} <= set(r["timing"]) <= {"reference", "kernel", "metrics"}
@@ -163,3 +165,52 @@ def test_jsonl_lines_are_on_disk_before_the_stream_closes(tmp_path):
     # a crash now would lose nothing: the line is already in the file
     assert json.loads((tmp_path / "s.jsonl").read_text()) == {"case": "a", "passed": True}
     stream.close()
+
+
+def test_internal_error_exits_3_with_the_traceback_in_a_named_file(monkeypatch, tmp_path,
+                                                                   capsys):
+    """A ValueError from a bug inside fp8check is not the user's bad input: exit 3, one
+    line naming the file that holds the traceback (never 0, 1 or 2)."""
+    from fp8check.gate import session
+
+    def broken_tally(*args, **kwargs):
+        raise ValueError("a bug in the tally")
+
+    monkeypatch.setattr(session.documents, "tally", broken_tally)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    rc = main(["gate", "--no-progress", "--suite", "smoke", "--kernel", "pallas-quantizer",
+               "--layers", "1", "--jsonl", str(tmp_path / "s.jsonl")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 3
+    line = err[-1]
+    assert line.startswith("fp8check: internal error: ValueError: a bug in the tally")
+    path = line.rsplit("traceback in ", 1)[1].rstrip(")")
+    text = open(path).read()
+    assert "Traceback" in text and "broken_tally" in text and path.startswith(str(tmp_path))
+
+
+def test_results_of_a_version_1_document_are_read_as_version_2(tmp_path):
+    """`fp8check report` and `merge` read documents written before layer ids were
+    integers: layer "op" is layer 1 and criteria have no recorded relation."""
+    from fp8check.results import read_json, results_of
+
+    v1 = {"version": 1, "summary": {}, "environment": {}, "results": [
+        {"kernel": "k", "layer": "op", "case": "c", "passed": False, "metrics": {},
+         "criteria": {"bound_ratio": {"question": "correctness", "value": 2.0, "limit": 1.0,
+                                      "passed": False}},
+         "failed": ["bound_ratio"], "skipped": None, "error": None, "repro": "x",
+         "seconds": 0.5}]}
+    p = tmp_path / "v1.json"
+    p.write_text(json.dumps(v1))
+    doc = read_json(p)
+    assert doc["version"] == 2 and doc["results"][0]["layer"] == 1
+    (res,) = results_of(doc)
+    crit = res.criteria[0]
+    assert res.layer == 1 and crit.relation is None and crit.passed is False
+    assert crit.verdict() == "2 (limit 1)"
+    p.write_text(json.dumps({**v1, "version": 7}))
+    with pytest.raises(ValueError, match="version 7"):
+        read_json(p)

@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from fp8check.cli import UsageError, main, parse_shard
+from fp8check.cli import main
 from fp8check.commands.merge import merge_documents
+from fp8check.errors import UsageError
+from fp8check.gate.plan import parse_shard
 from tests.test_gate_cli import KERNELS_FILE
 
 

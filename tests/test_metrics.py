@@ -511,8 +511,8 @@ def test_error_ratio_known_answers():
 def test_error_ratio_of_valid_block_orders_stays_below_two():
     """Every valid float32 order of a blockwise kernel is no worse than twice the naive
     dequantize-then-matmul path, on every one of many random orders (the gate's <= 2)."""
-    from fp8check.layers.op import naive_matmul
     from fp8check.references import dequantize, gmm, quantize
+    from fp8check.references.baselines import naive_matmul
 
     rng = np.random.default_rng(21)
     x = rng.standard_normal((64, 1024)).astype(F32)
@@ -536,7 +536,7 @@ def test_naive_matmul_is_the_float32_sum_in_k_order():
     """The error_ratio baseline, bit for bit against Python float32 scalars: each product
     rounded, then added in K order (no fma, no BLAS blocking), on rows of very different
     magnitudes and with cancellation."""
-    from fp8check.layers.op import naive_matmul
+    from fp8check.references.baselines import naive_matmul
 
     rng = np.random.default_rng()
     a = (rng.standard_normal((5, 300)) * np.exp(rng.normal(0, 6, (5, 1)))).astype(F32)
@@ -557,7 +557,7 @@ def test_bias_z_clustered_has_no_false_alarm_where_scale_roundings_are_shared():
     """A bit-exact deepgemm-recipe output with one K block: every element of a (row, N tile)
     shares the rounding of RN(sa*sb).  Per element that looks like bias; per cluster it is
     not, and truncation is still caught."""
-    from fp8check.layers.op import _bias_clusters
+    from fp8check.layers.op.criteria import bias_clusters as _bias_clusters
     from fp8check.references import gmm, quantize
 
     rng = np.random.default_rng(8)
@@ -586,7 +586,7 @@ def test_bias_z_clustered_has_no_false_alarm_where_scale_roundings_are_shared():
 def test_bias_clusters_are_row_by_n_tile_and_counted():
     """The gate's labels: one per (leading index, 128-wide N tile), dense in C order, and
     the count it checks instead of sorting the labels, against a brute-force labelling."""
-    from fp8check.layers.op import _bias_clusters
+    from fp8check.layers.op.criteria import bias_clusters as _bias_clusters
 
     for shape in [(1, 1), (3, 128), (5, 129), (7, 300), (2, 4, 257), (4, 0, 256), (0, 384)]:
         labels, count = _bias_clusters(np.zeros(shape, F32))

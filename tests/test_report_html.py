@@ -22,6 +22,7 @@ from fp8check.cli import main
 from fp8check.layers.op import build_problem, validate_case
 from fp8check.profiles import get_profile
 from fp8check.reports import html as report_html
+from fp8check.reports.plotdata import plot_data
 
 CASE = build_suite("smoke", 0)[1]
 KERNELS = ("numpy-fp8-deepgemm", "bug-dropped-residual-tile", "bug-truncating-bf16-cast")
@@ -81,7 +82,7 @@ def _layer1_results() -> tuple:
     prob = build_problem("gmm-fp8", CASE)
     out = []
     for name in KERNELS:
-        res = validate_case(specs[name], CASE, get_profile("strict"), prob)
+        res = validate_case(specs[name], CASE, get_profile("strict"), prob, plots=plot_data)
         if res.passed is False:
             res.repro = f"fp8check gate --kernel {name} --case {CASE.id}"
         out.append(res)
@@ -170,7 +171,7 @@ def test_failures_come_first_with_their_repro():
 def test_summary_matrix_covers_kernels_and_layers():
     doc, page = _rendered()
     matrix = report_html.summary_matrix(doc["results"])
-    assert matrix["layers"] == ["op", 2, 3]
+    assert matrix["layers"] == [1, 2, 3]
     assert {r["kernel"] for r in matrix["rows"]} == {r["kernel"] for r in doc["results"]}
     cells = {(row["kernel"], lay): c for row in matrix["rows"] for lay, c in row["cells"].items()}
     for r in doc["results"]:
@@ -180,19 +181,20 @@ def test_summary_matrix_covers_kernels_and_layers():
         assert c["seconds"] == pytest.approx(r["seconds"])
         if r["failed"]:
             assert c["worst"]["passed"] is False and c["worst"]["name"] in r["failed"]
-    for lay in ("1 · op", "2 · MoE layer", "3 · training"):
+    for lay in ("1 · single op", "2 · MoE layer", "3 · training"):
         assert f"layer {lay}" in page
 
 
 def test_worst_criterion_follows_the_limit_direction():
     rng = np.random.default_rng(11)
     for _ in range(50):
-        upper = {"value": float(rng.uniform(0, 1)), "limit": 1.0}  # <= 1, ratio-like
-        lower = {"value": float(rng.uniform(20, 60)), "limit": 20.0}  # >= 20 dB, SQNR-like
+        upper = {"value": float(rng.uniform(0, 1)), "relation": "<=", "limit": 1.0}  # ratio
+        lower = {"value": float(rng.uniform(20, 60)), "relation": ">=", "limit": 20.0}  # SQNR
         for c in (upper, lower):
             c["passed"] = bool(c["value"] <= 1.0) if c is upper else bool(c["value"] >= 20)
         r = {"case": "c", "criteria": {"ratio": upper, "sqnr": lower,
-                                       "exact": {"value": 0, "limit": 0, "passed": True}}}
+                                       "exact": {"value": 0, "relation": "==", "limit": 0,
+                                                 "passed": True}}}
         want = "ratio" if (1 - upper["value"]) < (lower["value"] - 20) / 20 else "sqnr"
         assert report_html.worst_criterion([r])["name"] == want
         lower.update(value=19.0, passed=False)
@@ -246,7 +248,7 @@ def test_report_command_bad_input_is_one_line_exit_2(tmp_path, capsys, content, 
 
 def test_gate_writes_the_report(tmp_path, monkeypatch):
     # away from the repository's [tool.fp8check], whose json and junit defaults would
-    # overwrite reports/out/ (the `make gate` run's)
+    # overwrite fp8check-out/ (the `make gate` run's)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "gate.html"
     kernels = Path(__file__).parent / "seeded_bugs" / "kernels.py"

@@ -16,6 +16,7 @@ from fp8check.cases import build_suite
 from fp8check.layers.op import build_problem, validate_case
 from fp8check.profiles import get_profile
 from fp8check.reports import plotdata
+from fp8check.reports.plotdata import plot_data
 
 SMOKE = build_suite("smoke", 0)
 RESIDUES = SMOKE[1]  # group sizes (1, 64, 64, 127): every group ends in a partial tile
@@ -26,7 +27,8 @@ ZERO_MIDDLE = SMOKE[0]  # an empty group between two others
 def _result(kernel: str, case_index: int) -> dict:
     spec = {**CORRECT, **BUGGY}[kernel]
     case = SMOKE[case_index]
-    res = validate_case(spec, case, get_profile("strict"), build_problem(spec.contract, case))
+    res = validate_case(spec, case, get_profile("strict"), build_problem(spec.contract, case),
+                         plots=plot_data)
     return json.loads(json.dumps(res.to_dict()))  # exactly what the report reads
 
 
@@ -197,7 +199,8 @@ def test_an_output_with_every_group_empty_still_gets_its_figure():
     prob = gmm_fp8_problem(quantize(x), quantize(w, (128, 128)), np.zeros(2, np.int32), "f32",
                            unquantized=(x, w))
     m: dict = {}
-    output_criteria(np.zeros((8, 128), np.float32), prob, get_profile("strict"), m)
+    output_criteria(np.zeros((8, 128), np.float32), prob, get_profile("strict"), m,
+                    plots=plot_data)
     plots = m["plots"]
     assert plots["bound_tiles"]["rows"] == 0 and plots["group_sqnr"]["impact"] == [None, None]
     fig = case_figure({"layer": "op", "metrics": {"plots": plots}, "criteria": {}})

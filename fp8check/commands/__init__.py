@@ -1,16 +1,19 @@
-"""Sub-commands beyond `gate` and `list`, discovered at start-up.
+"""The sub-commands of `fp8check`, one module each, discovered at start-up.
 
-Each module here exposes `register(subparsers) -> None`, which adds its parser and sets
-`func=<callable(args) -> int exit status>` with `set_defaults`.  Raising `ValueError` (or
-the CLI's UsageError) from `func` is reported as one line with exit status 2.
+Each module exposes `register(subparsers) -> None`, which adds its parser and sets
+`func=<callable(args) -> exit status>` with `set_defaults`.  A command raises
+`fp8check.errors.UsageError` for bad usage or input (exit 2, one line; wrap the code that
+reads the user's input in `fp8check.errors.usage_errors()`); anything else it raises is an
+internal error (exit 3).
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import pkgutil
 
 
-def register_all(subparsers) -> None:
+def register_all(subparsers: argparse._SubParsersAction) -> None:
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         importlib.import_module(f"{__name__}.{info.name}").register(subparsers)

@@ -14,10 +14,11 @@ import json
 from pathlib import Path
 
 from fp8check.curves import compare, get_limits, load_curve
-from fp8check.layers.op import jsonable
+from fp8check.errors import usage_errors
+from fp8check.results.model import jsonable
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "curves", help="compare two loss curves (layer 4): candidate A vs baseline B",
         description=__doc__.split("\n\n", 1)[1],
@@ -32,10 +33,11 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    limits = get_limits(args.profile)
     la, lb = args.label or (args.candidate, args.baseline)
-    cand, base = load_curve(args.candidate, la), load_curve(args.baseline, lb)
-    cmp = compare(cand, base, limits)
+    with usage_errors():
+        limits = get_limits(args.profile)
+        cand, base = load_curve(args.candidate, la), load_curve(args.baseline, lb)
+        cmp = compare(cand, base, limits)  # two curves with no common step are bad input
     m = cmp.metrics
     print(f"fp8check curves: {la} vs {lb} (profile {args.profile}): "
           f"{m['steps_compared']} common steps {m['first_step']}..{m['last_step']}")
@@ -44,20 +46,18 @@ def run(args: argparse.Namespace) -> int:
               f"{len(m['only_baseline_steps'])} only in {lb}")
     for note in m["notes"]:
         print(f"  note: {note}")
-    for name, (value, limit, ok) in cmp.checks.items():
-        if name == "finite":
-            value = "all finite" if ok else f"non-finite from step {value}"
-        elif name == "new_spikes":
-            value = f"{value} {m['new_spikes']}"
-        shown = f"{value:+.4%}" if isinstance(value, float) else value
-        bound = f"|.| <= {limit:.2%}" if isinstance(limit, float) else limit
-        print(f"  {'ok  ' if ok else 'FAIL'} {name}: {shown}" + (
-            f" (limit {bound})" if limit is not None else ""))
+    for c in cmp.criteria:
+        if c.name == "finite":
+            shown = "all finite" if c.passed else f"non-finite from step {c.value}"
+        elif c.name == "new_spikes":
+            shown = f"{c.value} {m['new_spikes']}"
+        else:  # the relative gaps
+            shown = f"{c.value:+.4%} (limit |.| <= {c.limit:.2%})"
+        print(f"  {'ok  ' if c.passed else 'FAIL'} {c.name}: {shown}")
     if args.json:
         doc = {"candidate": args.candidate, "baseline": args.baseline, "labels": [la, lb],
                "profile": args.profile, "passed": cmp.passed, "metrics": m,
-               "checks": {k: {"value": v, "limit": lim, "passed": ok}
-                          for k, (v, lim, ok) in cmp.checks.items()}}
+               "criteria": {c.name: c.to_dict() for c in cmp.criteria}}
         Path(args.json).write_text(json.dumps(jsonable(doc), indent=1))
     print(f"fp8check curves: {'PASS' if cmp.passed else 'FAIL'}")
     return 0 if cmp.passed else 1

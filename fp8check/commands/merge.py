@@ -1,7 +1,7 @@
 """`fp8check merge A.json B.json ... -o merged.json`: join the JSON documents of gate shards
 (`fp8check gate --shard i/n`) into one result, one JUnit file and one report.
 
-The shards must come from the same suite, seed, profile and layers (else ValueError); a
+The shards must come from the same suite, seed, profile and layers (else bad input); a
 (kernel, layer, case) present in two shards is an error too, since the shards of one run
 are disjoint.  The merged summary is recomputed from the results.
 """
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from fp8check import results
+from fp8check.errors import usage_errors
+from fp8check.results import CaseResult, documents
 
 _SAME = ("suite", "seed", "profile", "layers")
 
@@ -34,17 +35,18 @@ def merge_documents(docs: list[dict]) -> dict:
             if key in seen:
                 raise ValueError(f"result {key} appears in two shards")
             seen.add(key)
-            merged.append(results.result_from_dict(r))
+            merged.append(CaseResult.from_dict(r))
     env["shard"] = f"merged from {len(docs)} documents"
-    summary = results.summarize(merged, env.get("load_errors", {}))
-    return results.document(merged, summary, env)
+    summary = documents.tally(merged, env.get("load_errors", {}))
+    return documents.document(merged, summary, env)
 
 
 def run(args: argparse.Namespace) -> int:
-    doc = merge_documents([results.read_json(p) for p in args.inputs])
-    results.write_json(args.output, doc)
+    with usage_errors():
+        doc = merge_documents([documents.read_json(p) for p in args.inputs])
+    documents.write_json(args.output, doc)
     if args.junit:
-        results.write_junit(args.junit, [results.result_from_dict(r) for r in doc["results"]])
+        documents.write_junit(args.junit, documents.results_of(doc))
     if args.report:
         from fp8check.reports.html import write_html
 
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if s["passed"] else 1
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("merge", help="join gate shards' JSON into one result and report")
     p.add_argument("inputs", nargs="+", help="results JSON documents of the shards")
     p.add_argument("-o", "--output", required=True, help="merged JSON document")

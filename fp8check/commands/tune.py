@@ -21,8 +21,10 @@ import re
 import sys
 from pathlib import Path
 
-from fp8check import registry, results
+from fp8check import registry
+from fp8check.errors import UsageError, usage_errors
 from fp8check.kernels.pallas.tiling import PHASES, Tiling
+from fp8check.results import documents
 from fp8check.tune.accuracy import AccuracyChecker, PallasKernels, proxy_note
 from fp8check.tune.cost_model import FITNESS_LABEL
 from fp8check.tune.measure import (
@@ -40,7 +42,7 @@ KERNELS = ("pallas-fp8",)
 _SEED_TILING = re.compile(r"^(fwd|tgmm|dgrad)=(\d+)x(\d+)x(\d+)$")
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("tune", help="accuracy-gated tiling search (Pallas FP8 GMM)",
                               description=__doc__.splitlines()[0])
     p.add_argument("--kernel", default="pallas-fp8", help=f"one of {', '.join(KERNELS)}")
@@ -78,13 +80,16 @@ def _start_tilings(items: list[str]) -> dict[str, list[Tiling]]:
 
 def run(args: argparse.Namespace) -> int:
     if args.kernel not in KERNELS:
-        raise ValueError(f"--kernel {args.kernel!r}: the search supports {', '.join(KERNELS)}")
-    shape = parse_shape(args.shape)
-    phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
-    measured = args.fitness == "measured" or (args.fitness == "auto" and native_available())
-    if measured:
-        require_native()
-    kernels = PallasKernels(args.backend)
+        raise UsageError(f"--kernel {args.kernel!r}: the search supports {', '.join(KERNELS)}")
+    with usage_errors():
+        shape = parse_shape(args.shape)
+        phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
+        measured = args.fitness == "measured" or (args.fitness == "auto" and native_available())
+        if measured:
+            require_native()
+        kernels = PallasKernels(args.backend)
+        starts = _start_tilings(args.start)
+        native_check = NativeCheck(shape, args.chip)
     checker = AccuracyChecker(shape, kernels)
     label = MEASURED_LABEL if measured else FITNESS_LABEL
     print(f"fp8check tune: {args.kernel} at {shape.label()}, phases {','.join(phases)}, "
@@ -94,24 +99,23 @@ def run(args: argparse.Namespace) -> int:
         shape, checker, rounds=args.rounds, population=args.population, seed=args.seed,
         finalists=args.finalists, phases=phases, fitness_label=label,
         fitness=(lambda ph, t: measure_us(ph, t, shape)) if measured else None,
-        extra_seeds=_start_tilings(args.start),
-        native_check=NativeCheck(shape, args.chip),
+        extra_seeds=starts, native_check=native_check,
         on_round=lambda r, states: print(round_table(r, states, label), flush=True))
     try:
         res = search.run()
     except registry.KernelLoadError as e:
-        raise ValueError(f"kernel {e}") from e
+        raise UsageError(f"kernel {e}") from e
     print(finalists_table(res))
     print(snippet(res))
     best = {ph: None if s.best is None else list(s.best.tiling) for ph, s in res.phases.items()}
     strict = [r for s in res.phases.values() for c in s.finalists for r in c.strict.results]
-    env = results.environment(kernels.loaded, suite="tune", seed=args.seed,
+    env = documents.environment(kernels.loaded, suite="tune", seed=args.seed,
                               profile="explore (search), strict (finalists)",
                               backend=args.backend, load_errors={})
-    doc = results.document(strict, results.summarize(strict, {}), env)
+    doc = documents.document(strict, documents.tally(strict, {}), env)
     doc["tune"] = tune_section(res)
     if args.json:
-        results.write_json(args.json, doc)
+        documents.write_json(args.json, doc)
     if args.report:
         from fp8check.reports.html import write_html
 

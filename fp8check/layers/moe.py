@@ -45,9 +45,9 @@ from typing import Any
 import numpy as np
 
 from fp8check import metrics, registry
-from fp8check.layers.op import CaseResult, Criterion
 from fp8check.profiles import get_profile
 from fp8check.references.moe import MoEInputs, MoEOutputs, moe_reference, route_numpy
+from fp8check.results.model import CaseResult, Criterion
 
 LAYER = 2
 VARIANTS = ("fp8", "bf16")
@@ -157,14 +157,15 @@ def _sqnr_criteria(
                                 "the router gradient is zero in exact arithmetic; not gated")
             m[f"max_abs.{prefix}.router"] = float(np.max(np.abs(o[name])))
             continue
-        crit.append(Criterion(f"{prefix}.{name}", question, s, limits[name], s >= limits[name]))
+        crit.append(Criterion.check(f"{prefix}.{name}", question, s, ">=", limits[name],
+                                    meaning=f"SQNR (dB) of {name}"))
     for name in ("wi", "wo"):
         per = _per_expert_sqnr(r[name], o[name], live)
         worst = min((v for v in per if v is not None), default=float("inf"))
         m[f"{prefix}.{name}.expert"] = per
         m[f"{prefix}.{name}.min_expert"] = worst
-        crit.append(Criterion(f"{prefix}.{name}.min_expert", question, worst, limits[name],
-                              worst >= limits[name]))
+        crit.append(Criterion.check(f"{prefix}.{name}.min_expert", question, worst, ">=",
+                                    limits[name], meaning=f"worst expert's SQNR (dB) of {name}"))
     return crit
 
 
@@ -182,8 +183,10 @@ def _structure_criteria(ref: MoEOutputs, got: MoEOutputs, m: dict[str, Any]) -> 
     dead = ref.group_sizes == 0
     leaked = int(np.count_nonzero(got.d_wi[dead]) + np.count_nonzero(got.d_wo[dead]))
     m["dead_expert_nonzero_grads"] = leaked
-    return [Criterion("st_routing", "correctness", same_routing, True, same_routing),
-            Criterion("st_dead_experts_zero", "correctness", leaked, 0, leaked == 0)]
+    return [Criterion.check("st_routing", "correctness", same_routing, "==", True,
+                            meaning="the kernel's layer routes as the reference does"),
+            Criterion.check("st_dead_experts_zero", "correctness", leaked, "==", 0,
+                            meaning="nonzero gradient entries of experts with no tokens")]
 
 
 def _limits(variant: str, profile: str) -> dict[str, float]:
@@ -216,7 +219,7 @@ def validate_scenario(
                              _limits(variant, profile), sc.top_k, m))
     except Exception as e:  # the layer under test may raise anything: report, don't crash
         res.error = f"{type(e).__name__}: {e}"
-    res.passed = res.error is None and all(c.passed for c in res.criteria)
+    res.decide()
     res.seconds = time.perf_counter() - t0
     return res
 

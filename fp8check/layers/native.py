@@ -30,11 +30,11 @@ import numpy as np
 
 from fp8check.cases import SUITE_SHAPES
 from fp8check.contracts import NUMPY_DTYPES, KernelSpec, framework_dtype
-from fp8check.layers.op import CaseResult, Criterion
 from fp8check.native.hopper import HopperBuild
 from fp8check.native.tpu import TPU_TARGETS, TpuBuild
 from fp8check.profiles import NATIVE_LIMITS
 from fp8check.registry import TRITON_GATE_NAMES
+from fp8check.results.model import CaseResult, Criterion
 
 LAYER = 0
 HOPPER_TARGETS = ("sm_90a",)  # Triton's name for capability 9.0 (wgmma, TMA)
@@ -78,13 +78,14 @@ def parse_targets(text: str | None) -> tuple[str, ...]:
     return names
 
 
-def _criterion(name: str, value: Any, limit: Any, passed: bool) -> Criterion:
-    return Criterion(name=name, question="native", value=value, limit=limit, passed=passed)
+def _holds(name: str, value: Any, meaning: str) -> Criterion:
+    """A yes/no fact of the build that must hold."""
+    return Criterion.check(name, "native", bool(value), "==", True, meaning=meaning)
 
 
-def _at_most(name: str, value: int | None, limit: int) -> Criterion:
+def _at_most(name: str, value: int | None, limit: int, meaning: str) -> Criterion:
     """value <= limit; a missing value fails."""
-    return _criterion(name, value, limit, value is not None and value <= limit)
+    return Criterion.check(name, "native", value, "<=", limit, meaning=meaning)
 
 
 def tpu_criteria(b: TpuBuild, *, fp8_feed: str | None, mosaic: bool,
@@ -93,18 +94,20 @@ def tpu_criteria(b: TpuBuild, *, fp8_feed: str | None, mosaic: bool,
     MXU data format must be e4m3/e5m2), "any" (at least one: a program that also holds
     bf16 kernels) or None; `budget` the project's VMEM budget for its own kernels (None: a
     user kernel, only the chip's VMEM applies)."""
-    crit = [_criterion("compiles", b.ok, True, b.ok)]
+    crit = [_holds("compiles", b.ok, f"the program compiles for {b.target}")]
     if not b.ok or not mosaic:
         return crit
-    crit.append(_at_most("vmem_within_chip", b.vmem_bytes, b.vmem_capacity_bytes or 0))
+    crit.append(_at_most("vmem_within_chip", b.vmem_bytes, b.vmem_capacity_bytes or 0,
+                         "VMEM bytes Mosaic allocates, against the chip's VMEM"))
     if budget is not None:
-        crit.append(_at_most("vmem_within_budget", b.vmem_bytes, budget))
+        crit.append(_at_most("vmem_within_budget", b.vmem_bytes, budget,
+                             "VMEM bytes Mosaic allocates, against the project's budget"))
     if fp8_feed is not None:
         formats = b.llo.matmul_formats if b.llo else ()
         fp8 = [f.startswith(("e4m3", "e5m2")) for f in formats]
         ok = bool(fp8) and (all(fp8) if fp8_feed == "all" else any(fp8))
-        crit.append(_criterion("fp8_mxu_feed", ",".join(formats) or None,
-                               f"{fp8_feed}: e4m3*/e5m2*", ok))
+        crit.append(_holds("fp8_mxu_feed", ok, f"{fp8_feed} of the MXU data formats "
+                           f"({','.join(formats) or 'none'}) e4m3*/e5m2*"))
     return crit
 
 
@@ -129,9 +132,10 @@ def tpu_metrics(b: TpuBuild) -> dict[str, Any]:
 
 def _result(kernel: str, case: str, crit: list[Criterion], metrics: dict[str, Any],
             error: str | None, seconds: float) -> CaseResult:
-    return CaseResult(kernel=kernel, layer=LAYER, case=case,
-                      passed=all(c.passed for c in crit), metrics=metrics, criteria=crit,
-                      error=error, seconds=seconds)
+    res = CaseResult(kernel=kernel, layer=LAYER, case=case, passed=None, metrics=metrics,
+                     criteria=crit, error=error, seconds=seconds)
+    res.decide()
+    return res
 
 
 def _pallas(builds: Sequence[Any], shape: NativeShape,
@@ -151,21 +155,23 @@ def _pallas(builds: Sequence[Any], shape: NativeShape,
 
 def hopper_criteria(b: HopperBuild, *, fp8: bool, claims_tma: bool) -> list[Criterion]:
     """Layer 0's criteria for one Hopper build (module docstring)."""
-    crit = [_criterion("compiles", b.ok, True, b.ok)]
+    crit = [_holds("compiles", b.ok, f"the kernel compiles for {b.target}")]
     if not b.ok:
         return crit
     lim = NATIVE_LIMITS
     spills = (None if b.spill_stores_bytes is None or b.spill_loads_bytes is None
               else b.spill_stores_bytes + b.spill_loads_bytes)
-    crit += [_at_most("smem_within_limit", b.shared_bytes, lim.smem_bytes),
-             _at_most("registers_within_limit", b.registers, lim.registers),
-             _at_most("no_spills", spills, lim.spill_bytes)]
+    crit += [_at_most("smem_within_limit", b.shared_bytes, lim.smem_bytes,
+                      "shared-memory bytes per block"),
+             _at_most("registers_within_limit", b.registers, lim.registers,
+                      "registers per thread"),
+             _at_most("no_spills", spills, lim.spill_bytes, "spill store + load bytes")]
     if fp8:
-        crit += [_criterion("wgmma_fp8", ",".join(b.wgmma_shapes) or None,
-                            "wgmma.mma_async e4m3/e5m2", b.wgmma_fp8),
-                 _criterion("no_mma_sync", b.mma_sync, False, not b.mma_sync)]
+        crit += [_holds("wgmma_fp8", b.wgmma_fp8, "the FP8 dot is wgmma.mma_async e4m3/e5m2 "
+                        f"({','.join(b.wgmma_shapes) or 'no wgmma'})"),
+                 _holds("no_mma_sync", not b.mma_sync, "no mma.sync fallback in the SASS")]
     if claims_tma:
-        crit.append(_criterion("tma", b.tma, True, b.tma))
+        crit.append(_holds("tma", b.tma, "the kernel loads through TMA, as it claims"))
     return crit
 
 

@@ -41,7 +41,6 @@ import numpy as np
 
 from fp8check import registry
 from fp8check.curves import Curve, compare, get_limits, seed_test, trend
-from fp8check.layers.op import CaseResult, Criterion
 from fp8check.references.trainer import (
     GradFn,
     MarkovTask,
@@ -52,6 +51,7 @@ from fp8check.references.trainer import (
     make_task,
     train,
 )
+from fp8check.results.model import CaseResult, Criterion
 
 LAYER = 3
 VARIANTS = ("fp8", "bf16")
@@ -160,8 +160,7 @@ def _seed_result(family: str, variant: str, tc: TrainCase, seed: int, profile: s
              curves={v: logs[v].loss for v in ("fp8", "bf16", "f32")},
              diverged_at={v: logs[v].diverged_at for v in ("fp8", "bf16", "f32")})
     m.update(cmp.metrics)
-    crit = [Criterion(name, "training", value, limit, ok)
-            for name, (value, limit, ok) in cmp.checks.items()]
+    crit = list(cmp.criteria)
     log = logs[variant]
     snr = np.asarray(log.snr_db, np.float64)
     med = float(np.median(snr)) if snr.size else math.nan
@@ -169,22 +168,24 @@ def _seed_result(family: str, variant: str, tc: TrainCase, seed: int, profile: s
     m.update(grad_snr=log.snr_db, grad_snr_steps=log.snr_steps, grad_snr_median_db=med)
     m["grad_snr_trend"] = {"slope_db_per_100_steps": tr.slope_per_100, "p_value": tr.p_value,
                            "fitted_change_db": tr.fitted_change}
-    crit.append(Criterion("grad_snr_median_db", "training", med, limits.min_grad_snr_db,
-                          bool(med >= limits.min_grad_snr_db)))
-    drop = -tr.fitted_change
-    # Fewer than 3 samples fit no trend (smoke); a NaN drop otherwise is a -inf SNR.
-    drop_ok = snr.size < 3 or bool(drop <= limits.max_snr_drop_db)
-    crit.append(Criterion("grad_snr_drop_db", "training", drop, limits.max_snr_drop_db,
-                          drop_ok))
+    crit.append(Criterion.check("grad_snr_median_db", "training", med, ">=",
+                                limits.min_grad_snr_db,
+                                meaning="median gradient SNR (dB) of the FP8 run"))
+    if snr.size < 3:  # smoke: fewer than 3 samples fit no trend
+        m["grad_snr_drop_note"] = "fewer than 3 gradient-SNR samples: no trend, not gated"
+    else:  # a NaN drop is a -inf SNR: it fails
+        crit.append(Criterion.check("grad_snr_drop_db", "training", -tr.fitted_change, "<=",
+                                    limits.max_snr_drop_db,
+                                    meaning="fitted fall of the gradient SNR (dB) over the run"))
     learned = _learned(log.loss, task.entropy_rate)
     m["learned_fraction"] = learned
     if tc.gate_learning:
-        crit.append(Criterion("learned_fraction", "sanity", learned, MIN_LEARNED,
-                              bool(learned >= MIN_LEARNED)))
+        crit.append(Criterion.check("learned_fraction", "sanity", learned, ">=", MIN_LEARNED,
+                                    meaning="fraction of the learnable loss the run learned"))
     else:
         m["learned_note"] = f"{s.steps} steps is a wiring check: learning is not gated"
     res.criteria = crit
-    res.passed = all(c.passed for c in crit)
+    res.decide()
     res.seconds = seconds
     return res
 
@@ -211,8 +212,9 @@ def _seeds_result(family: str, tc: TrainCase, seed: int, profile: str,
                        test="one-sided one-sample t-test of per-seed AUC gaps (paired by "
                             "seed), H0: mean gap <= 0")
     worse = v.verdict == "fp8-worse"
-    res.criteria = [Criterion("seed_test_fp8_worse", "training", worse, False, not worse)]
-    res.passed = not worse
+    res.criteria = [Criterion.check("seed_test_fp8_worse", "training", worse, "==", False,
+                                    meaning="the seeds show FP8 training worse than bf16")]
+    res.decide()
     return res
 
 

@@ -35,8 +35,9 @@ from fp8check import registry
 from fp8check.cases import DEFAULT_RECIPE, EXACT_RECIPE, Case, case_id
 from fp8check.contracts import NUMPY_DTYPES, KernelSpec
 from fp8check.kernels.pallas.tiling import Tiling
-from fp8check.layers.op import CaseResult, Problem, build_problem, validate_case
+from fp8check.layers.op import ProblemCache, validate_case
 from fp8check.profiles import get_profile
+from fp8check.results import CaseResult
 from fp8check.tune.shapes import GmmShape
 from fp8check.tune.space import PHASE_DTYPES
 
@@ -163,7 +164,7 @@ class AccuracyChecker:
         self.shape = shape
         self.kernel_for = kernel_for if kernel_for is not None else PallasKernels(backend)
         self._verdicts: dict[tuple[str, Tiling, str], Verdict] = {}
-        self._problems: dict[tuple[str, str], Problem] = {}
+        self._problems = ProblemCache(capacity=64)  # proxies repeat across tilings
 
     def cases(self, phase: str, tiling: Tiling, profile: str) -> list[Case]:
         """The proxy cases `profile` runs for (phase, tiling)."""
@@ -192,12 +193,11 @@ class AccuracyChecker:
             if spec.contract != contract:
                 raise ValueError(f"kernel for {phase} has contract {spec.contract!r}, "
                                  f"expected {contract!r}")
-            results = []
-            for case in self.cases(phase, tiling, profile):
-                pkey = (contract, case.id)
-                if pkey not in self._problems:
-                    self._problems[pkey] = build_problem(contract, case)
-                results.append(validate_case(spec, case, prof, self._problems[pkey]))
+            from fp8check.reports.plotdata import plot_data
+
+            results = [validate_case(spec, case, prof, self._problems.get(contract, case)[0],
+                                     plots=plot_data)
+                       for case in self.cases(phase, tiling, profile)]
             passed = bool(results) and all(r.passed is True for r in results)
             self._verdicts[key] = Verdict(phase, tiling, profile, passed,
                                           proxy_for(phase, tiling, self.shape), results)

@@ -1,12 +1,14 @@
-"""Writers of the gate's results: streaming JSONL, the final JSON document, JUnit XML.
+"""The gate's result documents: the streaming JSONL log, the final JSON document, JUnit
+XML, and the run's environment and tally that the JSON document carries.
 
-JSON document (version 1):
-`{"version": 1, "summary": {...}, "environment": {...}, "results": [{"kernel", "layer",
-"case", "passed", "metrics", "criteria", "failed", "skipped", "error", "repro", "seconds"}]}`;
-layer-1 results also carry "timing" (seconds spent on references, kernel and metrics).
-`passed` is null for a skipped case.  The JSONL stream has one line per result as it
-completes (written and flushed immediately, so a crash loses nothing) and a first line
-`{"event": "start", "environment": ...}`.
+JSON document (version 2):
+`{"version": 2, "summary": {...}, "environment": {...}, "results": [{"kernel", "layer",
+"case", "passed", "metrics", "criteria", "failed", "skipped", "error", "repro", "seconds"}]}`
+(`CaseResult.to_dict`); `layer` is an integer 0-4, each criterion records its
+`relation` to its limit.  `passed` is null for a skipped case.  Version 1 named layer 1
+"op" and recorded no relation; `read_json` reads it as version 2 (relation null).
+The JSONL stream has one line per result as it completes (written and flushed at once,
+so a crash loses nothing) and a first line `{"event": "start", "environment": ...}`.
 """
 
 from __future__ import annotations
@@ -20,13 +22,16 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from fp8check.contracts import KernelSpec
-from fp8check.layers.op import CaseResult, Criterion
-from fp8check.references.gmm import PARTIALS as REFERENCE_PARTIALS
+from fp8check.results.model import CaseResult
 
-RESULTS_VERSION = 1
+if TYPE_CHECKING:
+    from fp8check.contracts import KernelSpec
+
+RESULTS_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
+_REQUIRED_KEYS = ("version", "summary", "environment", "results")
 _PACKAGES = ("fp8check", "numpy", "ml_dtypes", "jax", "jaxlib", "torch", "triton",
              "hypothesis", "numba", "scipy")
 
@@ -48,12 +53,14 @@ def environment(
 ) -> dict[str, Any]:
     """What a reader needs to reproduce the run: versions, per-kernel backend and the
     interpreter fidelity fixes that were active, suite, seed, profile."""
+    from fp8check.references.gmm import PARTIALS
+
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "packages": package_versions(),
         "triton_interpret": os.environ.get("TRITON_INTERPRET"),
-        "reference_partials": REFERENCE_PARTIALS,  # how the e4m3 gmm reference forms partials
+        "reference_partials": PARTIALS,  # how the e4m3 gmm reference forms partials
         "suite": suite, "seed": seed, "profile": profile, "backend_requested": backend,
         "kernels": {
             s.name: {"contract": s.contract, "framework": s.framework, "backend": s.backend,
@@ -65,8 +72,10 @@ def environment(
     }
 
 
-def summarize(results: list[CaseResult], load_errors: dict[str, str]) -> dict[str, Any]:
-    """Counts overall and per kernel, failing criteria by name, skip reasons by reason."""
+def tally(results: list[CaseResult], load_errors: dict[str, str]) -> dict[str, Any]:
+    """The document's "summary": counts overall and per kernel, failing criteria by name,
+    skip reasons by reason.  "passed" is true only with no failed result and every
+    kernel loaded."""
     per_kernel: dict[str, Counter] = {}
     failed_criteria: Counter = Counter()
     skip_reasons: Counter = Counter()
@@ -80,7 +89,7 @@ def summarize(results: list[CaseResult], load_errors: dict[str, str]) -> dict[st
         failed_criteria.update(r.failed_criteria)
         if r.skipped:
             skip_reasons[f"{r.kernel}: {r.skipped}"] += 1
-    total = Counter()
+    total: Counter = Counter()
     for c in per_kernel.values():
         total.update(c)
     return {
@@ -120,29 +129,35 @@ class JsonlStream:
 def document(
     results: list[CaseResult], summary: dict[str, Any], env: dict[str, Any]
 ) -> dict[str, Any]:
+    """The JSON document (module docstring) of `results`."""
     return {"version": RESULTS_VERSION, "summary": summary, "environment": env,
             "results": [r.to_dict() for r in results]}
 
 
-def result_from_dict(d: dict[str, Any]) -> CaseResult:
-    """Inverse of `CaseResult.to_dict` (as read back from a results document)."""
-    crit = [Criterion(name, c["question"], c["value"], c["limit"], c["passed"],
-                      n_bad=c.get("n_bad"), worst=c.get("worst"))
-            for name, c in d.get("criteria", {}).items()]
-    return CaseResult(kernel=d["kernel"], layer=d["layer"], case=d["case"], passed=d["passed"],
-                      metrics=d.get("metrics", {}), criteria=crit, skipped=d.get("skipped"),
-                      error=d.get("error"), repro=d.get("repro"), seconds=d.get("seconds", 0.0),
-                      timing=d.get("timing", {}))
+def results_of(doc: dict[str, Any]) -> list[CaseResult]:
+    """The CaseResults of a document read by `read_json`."""
+    return [CaseResult.from_dict(r) for r in doc["results"]]
 
 
 def read_json(path: str | Path) -> dict[str, Any]:
-    """A results document; ValueError (one line) if it is not one."""
+    """The results document at `path`, version 1 read as version 2.  ValueError (one
+    line) when the file is missing, not JSON, or not a results document."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"results file {str(p)!r} does not exist")
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"cannot read results {path}: {e}") from e
-    if not isinstance(doc, dict) or doc.get("version") != RESULTS_VERSION or "results" not in doc:
-        raise ValueError(f"{path} is not an fp8check results document (version {RESULTS_VERSION})")
+        doc = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p}: not JSON ({e.msg} at line {e.lineno})") from e
+    if not isinstance(doc, dict) or any(k not in doc for k in _REQUIRED_KEYS):
+        raise ValueError(f"{p}: not a gate results document (needs keys "
+                         f"{', '.join(_REQUIRED_KEYS)}; a .jsonl stream is not one)")
+    if doc["version"] not in _READABLE_VERSIONS:
+        raise ValueError(f"{p}: results document version {doc['version']!r}; this fp8check "
+                         f"reads versions {', '.join(map(str, _READABLE_VERSIONS))}")
+    if doc["version"] == 1:
+        doc["results"] = [CaseResult.from_dict(r).to_dict() for r in doc["results"]]
+        doc["version"] = RESULTS_VERSION
     return doc
 
 
@@ -168,8 +183,8 @@ def write_junit(path: str | Path, results: list[CaseResult]) -> None:
             time=f"{sum(r.seconds for r in rs):.3f}",
         )
         for r in rs:
-            tc = ET.SubElement(suite, "testcase", classname=f"{kernel}.{r.layer}", name=r.case,
-                               time=f"{r.seconds:.3f}")
+            tc = ET.SubElement(suite, "testcase", classname=f"{kernel}.layer{r.layer}",
+                               name=r.case, time=f"{r.seconds:.3f}")
             if r.passed is None:
                 ET.SubElement(tc, "skipped", message=r.skipped or "")
             elif r.error:

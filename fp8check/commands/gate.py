@@ -1,0 +1,64 @@
+"""`fp8check gate`: the accuracy gate (`fp8check.gate`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fp8check import cases as cases_mod
+from fp8check import registry
+from fp8check.contracts import CONTRACTS, FRAMEWORKS, OUT_DTYPES
+from fp8check.gate.plan import GateOptions
+from fp8check.gate.repro import PlainDeclarations
+from fp8check.profiles import PROFILES
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    g = subparsers.add_parser("gate", help="run the accuracy gate")
+    g.add_argument("--kernel", action="append", default=None,
+                   help="built-in name, family, module:attr or file.py:attr (repeatable; "
+                        "default: every built-in kernel)")
+    g.add_argument("--contract", choices=CONTRACTS, help="contract of a plain function")
+    g.add_argument("--framework", choices=FRAMEWORKS, help="framework of a plain function")
+    g.add_argument("--accum", help="accumulation recipe a plain gmm-fp8 function follows")
+    g.add_argument("--out-dtypes", help=f"comma list of {OUT_DTYPES} a plain function supports")
+    g.add_argument("--m-align", type=int, help="group-size alignment a plain function needs")
+    g.add_argument("--suite", choices=cases_mod.SUITES)
+    g.add_argument("--profile", help=f"one of {', '.join(PROFILES)} (never off)")
+    g.add_argument("--layers", help="comma list of layers to run (e.g. 1,2)")
+    g.add_argument("--seed", type=int)
+    g.add_argument("--backend", choices=registry.BACKENDS)
+    g.add_argument("--targets", help="layer 0: comma list of v5e, v6e, v5p, sm_90a "
+                                     "(default: all)")
+    g.add_argument("--case", action="append", default=None, help="run only this case id")
+    g.add_argument("--json", help="write the JSON results document here")
+    g.add_argument("--jsonl", help="stream results here (default: beside --json, or "
+                                   "./fp8check-out/gate.jsonl)")
+    g.add_argument("--junit", help="write JUnit XML here")
+    g.add_argument("--report", help="write the HTML report here")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--shard", help="run only shard i of n (i/n, 1-based): case k of layers "
+                                   "1-2 (family k of layers 0 and 3) goes to shard k mod n + "
+                                   "1; join with `fp8check merge`")
+    g.add_argument("--jobs", type=int, default=1,
+                   help="worker processes for layer 1 (results identical to --jobs 1)")
+    g.set_defaults(func=run)
+
+
+def options(args: argparse.Namespace) -> GateOptions:
+    """The parsed command line as GateOptions."""
+    return GateOptions(
+        kernels=tuple(args.kernel or ()),
+        plain=PlainDeclarations(args.contract, args.framework, args.accum, args.out_dtypes,
+                                args.m_align),
+        suite=args.suite, profile=args.profile, layers=args.layers, seed=args.seed,
+        backend=args.backend, targets=args.targets, cases=tuple(args.case or ()),
+        json=args.json, jsonl=args.jsonl, junit=args.junit, report=args.report,
+        shard=args.shard, jobs=args.jobs, progress=not args.no_progress,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from fp8check.gate.session import run_gate
+
+    return run_gate(options(args), Path.cwd())

@@ -1,0 +1,25 @@
+"""`fp8check list`: the built-in kernels and the case ids of a suite."""
+
+from __future__ import annotations
+
+import argparse
+
+from fp8check import cases as cases_mod
+from fp8check import registry
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    ls = subparsers.add_parser("list", help="list built-in kernels and the case ids of a suite")
+    ls.add_argument("--suite", choices=cases_mod.SUITES, default="ci")
+    ls.add_argument("--seed", type=int, default=0)
+    ls.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    print("built-in kernels:")
+    for name, target in registry.BUILTIN_KERNELS.items():
+        print(f"  {name:20s} {target}")
+    print(f"cases of suite {args.suite} (seed {args.seed}):")
+    for case in cases_mod.build_suite(args.suite, args.seed):
+        print(f"  {case.id}  groups={list(case.group_sizes)}")
+    return 0

@@ -1,0 +1,167 @@
+"""The gate's plan: the command line merged over `[tool.fp8check]`, checked and frozen
+before anything runs.  Every check of the user's input happens here (`UsageError`);
+what the plan then runs (`fp8check.gate.runner`) can fail only as results or as an
+internal error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from fp8check import cases as cases_mod
+from fp8check import registry
+from fp8check.config import GateConfig
+from fp8check.errors import UsageError, usage_errors
+from fp8check.gate.repro import PlainDeclarations
+from fp8check.profiles import get_profile
+
+# Where the gate writes what no option places: the working directory's fp8check-out/.
+OUT_DIR = Path("fp8check-out")
+LAYERS = (0, 1, 2, 3)  # layers the gate runs; layer 4 is `fp8check curves`
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """What the command line gave (None: not given, the config or default decides)."""
+
+    kernels: tuple[str, ...] = ()
+    plain: PlainDeclarations = PlainDeclarations()
+    suite: str | None = None
+    profile: str | None = None
+    layers: str | None = None  # comma list, as typed
+    seed: int | None = None
+    backend: str | None = None
+    targets: str | None = None
+    cases: tuple[str, ...] = ()
+    json: str | None = None
+    jsonl: str | None = None
+    junit: str | None = None
+    report: str | None = None
+    shard: str | None = None
+    jobs: int = 1
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class GatePlan:
+    """A checked, frozen gate run.
+
+    `config`: the merged settings (its `layers` are the layers that run); `dropped`: layers
+    the config asked for that need a kernel family none of the kernels has; `families`:
+    the kernel families layers 0, 2 and 3 run; `cases`: `--case` ids (empty: the suite,
+    this shard's part); `shard` (i, n), 1-based; `jsonl`: the streaming log.
+    """
+
+    config: GateConfig
+    options: GateOptions
+    dropped: tuple[int, ...]
+    families: tuple[str, ...]
+    targets: tuple[str, ...]
+    shard: tuple[int, int]
+    jsonl: Path
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        return self.config.layers
+
+    @property
+    def cases(self) -> tuple[str, ...]:
+        return self.options.cases
+
+    def in_shard(self, items: list) -> list:
+        """This shard's part of `items`: item k goes to shard k mod n + 1."""
+        i, n = self.shard
+        return [x for k, x in enumerate(items) if k % n == i - 1]
+
+
+def parse_shard(text: str | None) -> tuple[int, int]:
+    """"i/n" -> (i, n) with 1 <= i <= n; None -> (1, 1)."""
+    if text is None:
+        return 1, 1
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError as e:
+        raise UsageError(f"--shard must look like i/n, got {text!r}") from e
+    if not 1 <= i <= n:
+        raise UsageError(f"--shard {text}: need 1 <= i <= n")
+    return i, n
+
+
+def _merged(opts: GateOptions, cfg: GateConfig) -> GateConfig:
+    layers = cfg.layers
+    if opts.layers is not None:
+        try:
+            layers = tuple(int(v) for v in opts.layers.split(",") if v.strip())
+        except ValueError as e:
+            raise UsageError(f"--layers must be comma-separated integers: {opts.layers!r}") from e
+    return GateConfig(
+        suite=opts.suite or cfg.suite, profile=opts.profile or cfg.profile, layers=layers,
+        seed=cfg.seed if opts.seed is None else opts.seed, backend=opts.backend or cfg.backend,
+        json=opts.json or cfg.json, junit=opts.junit or cfg.junit,
+        report=opts.report or cfg.report, jsonl=opts.jsonl or cfg.jsonl,
+        kernels=opts.kernels or cfg.kernels,
+    )
+
+
+def families_of(kernels: tuple[str, ...]) -> tuple[str, ...]:
+    """Kernel families (their MoE layers) that layers 0, 2 and 3 run: all without kernels,
+    else those named by a family name or one of the family's built-in kernels."""
+    if not kernels:
+        return registry.FAMILIES
+    fams: list[str] = []
+    for name in kernels:
+        fam = name.split("-")[0]
+        if fam in registry.FAMILIES and fam not in fams and (
+                name == fam or name in registry.BUILTIN_KERNELS):
+            fams.append(fam)
+    return tuple(fams)
+
+
+def jsonl_path(cfg: GateConfig) -> Path:
+    """The streaming log: --jsonl, else beside --json, else fp8check-out/gate.jsonl."""
+    if cfg.jsonl:
+        return Path(cfg.jsonl)
+    if cfg.json:
+        return Path(cfg.json).with_suffix(".jsonl")
+    return OUT_DIR / "gate.jsonl"
+
+
+def make_plan(opts: GateOptions, cfg: GateConfig) -> tuple[GatePlan, str | None]:
+    """The plan of `opts` over `cfg`, and a notice for stderr (None: nothing to say).
+    UsageError for bad usage or input."""
+    from fp8check.layers.native import parse_targets
+
+    cfg = _merged(opts, cfg)
+    if not cfg.layers or any(n not in LAYERS for n in cfg.layers):
+        raise UsageError(f"--layers {cfg.layers}: this build has layers {list(LAYERS)}")
+    if cfg.backend not in registry.BACKENDS:
+        raise UsageError(f"unknown backend {cfg.backend!r}")
+    if cfg.suite not in cases_mod.SUITES:
+        raise UsageError(f"unknown suite {cfg.suite!r}; expected one of "
+                         f"{', '.join(cases_mod.SUITES)}")
+    if opts.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {opts.jobs}")
+    shard = parse_shard(opts.shard)
+    with usage_errors():
+        get_profile(cfg.profile)
+        targets = parse_targets(opts.targets) if 0 in cfg.layers else ()
+        if 1 in cfg.layers:
+            for cid in opts.cases:
+                cases_mod.find_case(cfg.suite, cfg.seed, cid)
+    families = families_of(cfg.kernels) if any(n != 1 for n in cfg.layers) else ()
+    dropped: tuple[int, ...] = ()
+    notice = None
+    if any(n >= 2 for n in cfg.layers) and not families:
+        # Layers 2 and 3 run a family's MoE layer and training; a user's kernel has none.
+        # Asked for on the command line that is bad usage; from the config's default it
+        # narrows the run to layers 0-1, said on stderr and in the results.
+        if opts.layers is not None or not {0, 1} & set(cfg.layers):
+            raise UsageError(f"layers {cfg.layers} need a kernel family "
+                             f"({', '.join(registry.FAMILIES)}); --kernel names none")
+        dropped = tuple(n for n in cfg.layers if n >= 2)
+        cfg = replace(cfg, layers=tuple(n for n in cfg.layers if n < 2))
+        notice = (f"fp8check: layers {list(dropped)} skipped: they need a kernel family "
+                  f"({', '.join(registry.FAMILIES)}) and --kernel names none")
+    plan = GatePlan(config=cfg, options=opts, dropped=dropped, families=families,
+                    targets=targets, shard=shard, jsonl=jsonl_path(cfg))
+    return plan, notice

@@ -1,0 +1,55 @@
+"""The one builder of `fp8check gate` command lines that rerun a result: the gate's
+failure lines and JSON `repro`, `fp8check.testing`'s "Reproduce in the gate" line."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PlainDeclarations:
+    """What a plain function (not a KernelSpec) is declared to be on the command line:
+    `--contract`, `--framework`, `--accum`, `--out-dtypes` (comma list), `--m-align`."""
+
+    contract: str | None = None
+    framework: str | None = None
+    accum: str | None = None
+    out_dtypes: str | None = None
+    m_align: int | None = None
+
+    def arguments(self) -> list[str]:
+        """The declarations as gate arguments (only those given)."""
+        parts: list[str] = []
+        for flag, value in (("--contract", self.contract), ("--framework", self.framework),
+                            ("--accum", self.accum), ("--out-dtypes", self.out_dtypes),
+                            ("--m-align", self.m_align)):
+            if value is not None:
+                parts += [flag, str(value)]
+        return parts
+
+
+def gate_command(kernel: str, layer: int, *, suite: str, seed: int | None = None,
+                 profile: str | None = None, backend: str | None = None,
+                 case: str | None = None, target: str | None = None,
+                 plain: PlainDeclarations | None = None) -> str:
+    """The shell command that reruns one result.
+
+    Args:
+        kernel: what `--kernel` takes: a built-in name, a family or a module:attr target.
+        layer: the result's layer (0-3).
+        suite, seed, profile, backend: the run's settings (None: not part of the result's
+            identity, e.g. a compile has no seed).
+        case: the case id (`--case`), layers 1-3.
+        target: layer 0's compile target (`--targets`).
+        plain: declarations of a plain function, repeated so it loads the same way.
+    """
+    parts = ["fp8check", "gate", "--kernel", kernel]
+    if plain is not None:
+        parts += plain.arguments()
+    parts += ["--layers", str(layer), "--suite", suite]
+    for flag, value in (("--seed", seed), ("--profile", profile), ("--backend", backend),
+                        ("--targets", target), ("--case", case)):
+        if value is not None:
+            parts += [flag, str(value)]
+    return shlex.join(parts)

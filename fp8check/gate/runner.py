@@ -1,0 +1,242 @@
+"""Runs a gate plan: each layer's batches through one table, every result into one sink.
+
+A batch is a group of results whose count is known before it runs (the progress bar's
+total), produced by `results()` and given their repro commands by `repro`.  Layer 1 runs
+serially or in a pool of spawned processes (jax and torch do not survive fork); the
+pool hands results back in case order, so its output equals a serial run's.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from fp8check import cases as cases_mod
+from fp8check import registry
+from fp8check.cases import Case
+from fp8check.gate.kernels import LoadedKernel, LoadedKernels, load_kernels
+from fp8check.gate.plan import GatePlan
+from fp8check.gate.repro import gate_command
+from fp8check.layers.op import LAYER as OP_LAYER
+from fp8check.layers.op import ProblemCache, skipped_result, validate_case
+from fp8check.profiles import Profile, get_profile
+from fp8check.results import CaseResult, JsonlStream
+
+
+@dataclass(frozen=True)
+class Batch:
+    """`size` results of one layer, produced by `results()`; `label` names it in the
+    progress bar; `repro(result)` is the command that reruns a result."""
+
+    size: int
+    label: str
+    results: Callable[[], Iterator[CaseResult]]
+    repro: Callable[[CaseResult], str]
+
+
+class Sink:
+    """Where every result goes as it completes: the JSONL stream, the progress bar, the
+    list for the final documents, and a FAIL line with its repro on stderr."""
+
+    def __init__(self, stream: JsonlStream, bar: Any) -> None:
+        self.stream, self.bar = stream, bar
+        self.done: list[CaseResult] = []
+
+    def __call__(self, res: CaseResult, repro: str) -> None:
+        if res.passed is False:
+            res.repro = repro
+            why = res.error or ", ".join(res.failed_criteria)
+            self.bar.write(f"FAIL {res.kernel} {res.case}: {why}\n  repro: {repro}",
+                           file=sys.stderr)
+        elif res.passed is None and res.layer == 0:  # one per kernel: say why
+            self.bar.write(f"SKIP {res.kernel} {res.case}: {res.skipped}", file=sys.stderr)
+        self.stream.write(res.to_dict())
+        self.done.append(res)
+        self.bar.update(1)
+
+
+def _settings(plan: GatePlan) -> dict[str, Any]:
+    c = plan.config
+    return {"suite": c.suite, "seed": c.seed, "profile": c.profile, "backend": c.backend}
+
+
+def _kernel_repro(plan: GatePlan, k: LoadedKernel, layer: int, **where: str) -> str:
+    """Rerun of one of `k`'s results; a plain function repeats its declarations."""
+    plain = None if k.builtin else plan.options.plain
+    settings = _settings(plan)
+    if layer == 0:  # a compile has no seed, profile or backend
+        settings = {"suite": settings["suite"]}
+    return gate_command(k.origin, layer, plain=plain, **settings, **where)
+
+
+# --- layer 0 ----------------------------------------------------------------------------------
+
+
+def _layer0(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
+    from fp8check.layers import native
+
+    family_kernels = {n for f in registry.FAMILIES for n in registry.family_kernels(f)}
+    # Layer 0 compiles each family's own builds and every other kernel (a user's, a
+    # third-party adapter) from its contract; it shards by family, the others go with
+    # shard 1.
+    others = ([k for k in kernels.kernels if k.origin not in family_kernels]
+              if plan.shard[0] == 1 else [])
+    by_name = {k.spec.name: k for k in others}
+
+    def repro(res: CaseResult) -> str:
+        target = str(res.metrics.get("target", ",".join(plan.targets)))
+        if res.kernel in by_name:
+            return _kernel_repro(plan, by_name[res.kernel], 0, target=target)
+        return gate_command(res.kernel.split("-")[0], 0, suite=plan.config.suite, target=target)
+
+    batches = native.plan_layer0(plan.in_shard(list(plan.families)), plan.config.suite,
+                                 plan.targets, [k.spec for k in others])
+    return [Batch(b.size, "layer 0 native compile", b.run, repro) for b in batches]
+
+
+# --- layer 1 ----------------------------------------------------------------------------------
+
+
+def _op_result(k: LoadedKernel, case: Case, profile: Profile,
+               problems: ProblemCache) -> CaseResult:
+    """Layer 1 of one kernel on one case; the case's references come from `problems`
+    (built once per contract and case) and their build time goes on the result that
+    built them."""
+    from fp8check.reports.plotdata import plot_data
+
+    spec = k.spec
+    if spec.contract == "quantizer":  # quantizes the case's operand: no output dtype
+        return validate_case(spec, case, profile)
+    reason = cases_mod.supported(case, spec.out_dtypes, spec.m_align)
+    if reason is not None:
+        return skipped_result(spec, case, reason)
+    try:
+        prob, built = problems.get(spec.contract, case)
+    except Exception as e:  # reported per result; the other contracts still run
+        return CaseResult(kernel=spec.name, layer=OP_LAYER, case=case.id, passed=False,
+                          error=f"reference failed: {type(e).__name__}: {e}")
+    res = validate_case(spec, case, profile, prob, plots=plot_data)
+    if built:
+        res.timing["reference"] = built
+        res.seconds += built
+    return res
+
+
+def _case_results(kernels: LoadedKernels, case: Case, profile: Profile,
+                  problems: ProblemCache) -> list[CaseResult]:
+    return [_op_result(k, case, profile, problems) for k in kernels.kernels]
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(plan: GatePlan) -> None:
+    _WORKER.update(kernels=load_kernels(plan), profile=get_profile(plan.config.profile),
+                   problems=ProblemCache())
+
+
+def _worker_case(case: Case) -> list[CaseResult]:
+    w = _WORKER
+    return _case_results(w["kernels"], case, w["profile"], w["problems"])
+
+
+def _layer1_cases(plan: GatePlan) -> list[Case]:
+    c = plan.config
+    if plan.cases:
+        return [cases_mod.find_case(c.suite, c.seed, cid) for cid in plan.cases]
+    return plan.in_shard(cases_mod.build_suite(c.suite, c.seed))
+
+
+def _layer1(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
+    suite_cases = _layer1_cases(plan)
+    by_name = kernels.by_name()
+
+    def repro(res: CaseResult) -> str:
+        return _kernel_repro(plan, by_name[res.kernel], 1, case=res.case)
+
+    n = len(kernels.kernels)
+    if plan.options.jobs > 1:
+        def pooled() -> Iterator[CaseResult]:
+            with ProcessPoolExecutor(plan.options.jobs, initializer=_init_worker,
+                                     mp_context=multiprocessing.get_context("spawn"),
+                                     initargs=(plan,)) as pool:
+                for results in pool.map(_worker_case, suite_cases):
+                    yield from results
+        return [Batch(n * len(suite_cases), "layer 1", pooled, repro)]
+    profile = get_profile(plan.config.profile)
+    # one problem per contract is live at a time: cases run one after another
+    problems = ProblemCache(capacity=4)
+    return [Batch(n, case.id[:60],
+                  lambda case=case: iter(_case_results(kernels, case, profile, problems)),
+                  repro) for case in suite_cases]
+
+
+# --- layers 2 and 3 ---------------------------------------------------------------------------
+
+
+def _family_cases(plan: GatePlan, layer: int, family: str) -> list[str] | None:
+    """Case ids of a layer-2/3 run of `family`: --case, else this shard's (None = all).
+    Layer 2 shards by scenario; layer 3 by family, since its across-seed result needs
+    every seed's run of the family in one process."""
+    if plan.cases:
+        return list(plan.cases)
+    if plan.shard == (1, 1):
+        return None
+    if layer == 3:
+        return None if family in plan.in_shard(list(registry.FAMILIES)) else []
+    from fp8check.layers.moe import SUITES
+
+    return plan.in_shard([s.case_id(plan.config.seed) for s in SUITES[plan.config.suite]])
+
+
+def _family_layer(layer: int) -> Callable[[GatePlan, LoadedKernels], list[Batch]]:
+    """Layer 2 (MoE layer) or 3 (training) of each of the plan's kernel families."""
+    def batches(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
+        c = plan.config
+        if layer == 2:
+            from fp8check.layers.moe import iter_layer2 as run
+            from fp8check.layers.moe import layer2_size
+
+            def size(fam: str, cases: list[str] | None) -> int:
+                return layer2_size(c.suite, cases)
+        else:
+            from fp8check.layers.training import iter_layer3 as run
+            from fp8check.layers.training import layer3_size
+
+            def size(fam: str, cases: list[str] | None) -> int:
+                return layer3_size(c.suite, cases, seed=c.seed, family=fam)
+        out = []
+        for fam in plan.families:
+            cases = _family_cases(plan, layer, fam)
+
+            def results(fam: str = fam, cases: list[str] | None = cases) -> Iterator[CaseResult]:
+                return run(fam, c.suite, c.seed, c.profile, cases=cases)
+
+            def repro(res: CaseResult, fam: str = fam) -> str:
+                return gate_command(fam, layer, **_settings(plan), case=res.case)
+
+            out.append(Batch(size(fam, cases), f"layer {layer} {fam}", results, repro))
+        return out
+    return batches
+
+
+# Layer -> the batches it contributes to a plan (`fp8check.layers` holds the validators).
+LAYER_BATCHES: dict[int, Callable[[GatePlan, LoadedKernels], list[Batch]]] = {
+    0: _layer0, 1: _layer1, 2: _family_layer(2), 3: _family_layer(3)}
+
+
+def plan_batches(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
+    """Every batch of the plan, layer by layer.  Raises ToolchainMissing (before anything
+    runs) when layer 0 needs a compiler this machine lacks."""
+    return [b for layer in sorted(plan.layers) for b in LAYER_BATCHES[layer](plan, kernels)]
+
+
+def run_batches(batches: list[Batch], sink: Sink) -> None:
+    for batch in batches:
+        sink.bar.set_description(batch.label)
+        for res in batch.results():
+            sink(res, batch.repro(res))

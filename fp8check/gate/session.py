@@ -1,0 +1,79 @@
+"""One gate run from options to exit status: plan, kernels, batches, the results stream,
+the final documents.  `fp8check.commands.gate` is its command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from fp8check.config import load_config
+from fp8check.errors import UsageError, usage_errors
+from fp8check.gate.kernels import load_kernels
+from fp8check.gate.plan import GateOptions, GatePlan, make_plan
+from fp8check.gate.runner import Sink, plan_batches, run_batches
+from fp8check.native import ToolchainMissing
+from fp8check.results import CaseResult, JsonlStream, documents
+
+
+def _environment(plan: GatePlan, specs: list, load_errors: dict[str, str]) -> dict[str, Any]:
+    c = plan.config
+    env = documents.environment(specs, suite=c.suite, seed=c.seed, profile=c.profile,
+                                backend=c.backend, load_errors=load_errors)
+    env.update(layers=list(c.layers), layers_skipped=list(plan.dropped),
+               families=list(plan.families), shard=f"{plan.shard[0]}/{plan.shard[1]}")
+    if 0 in c.layers:
+        env["native_targets"] = list(plan.targets)
+    return env
+
+
+def _progress(total: int, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, file=sys.stderr, unit="case", disable=not enabled,
+                dynamic_ncols=True, mininterval=0.5)
+
+
+def _write_documents(plan: GatePlan, done: list[CaseResult], summary: dict[str, Any],
+                     env: dict[str, Any]) -> None:
+    c = plan.config
+    doc = documents.document(done, summary, env)
+    if c.json:
+        documents.write_json(c.json, doc)
+    if c.junit:
+        documents.write_junit(c.junit, done)
+    if c.report:
+        from fp8check.reports.html import write_html
+
+        write_html(c.report, doc, workers=None)  # the command has a main guard
+
+
+def run_gate(opts: GateOptions, cwd: str | Path = ".") -> int:
+    """Run the gate; 0 when every result passed and every kernel loaded, 1 otherwise.
+    UsageError (exit 2) for bad usage or input, raised before any result is written."""
+    with usage_errors():
+        cfg = load_config(cwd)
+    plan, notice = make_plan(opts, cfg)
+    if notice:
+        print(notice, file=sys.stderr)
+    kernels = load_kernels(plan)
+    try:
+        batches = plan_batches(plan, kernels)
+    except ToolchainMissing as e:
+        raise UsageError(str(e)) from e
+    env = _environment(plan, kernels.specs, kernels.errors)
+    for name, err in kernels.errors.items():
+        print(f"fp8check: kernel {name} not loaded: {err}", file=sys.stderr)
+    with JsonlStream(plan.jsonl) as stream, \
+            _progress(sum(b.size for b in batches), opts.progress) as bar:
+        stream.write({"event": "start", "environment": env})
+        sink = Sink(stream, bar)
+        run_batches(batches, sink)
+    summary = documents.tally(sink.done, kernels.errors)
+    _write_documents(plan, sink.done, summary, env)
+    c = plan.config
+    print(f"fp8check gate: suite={c.suite} profile={c.profile} seed={c.seed} "
+          f"layers={','.join(map(str, c.layers))}: "
+          f"{summary['n_passed']} passed, {summary['n_failed']} failed, "
+          f"{summary['n_skipped']} skipped, {len(kernels.errors)} kernels not loaded")
+    return 0 if summary["passed"] else 1

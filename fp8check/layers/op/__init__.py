@@ -1,0 +1,41 @@
+"""Layer 1 (single op): one kernel on one case, every criterion a named, reported metric.
+
+Two questions, never mixed (see `fp8check.profiles`):
+
+* correctness, against the bit-exact reference on the *same* quantized operands:
+  - `finite`: no NaN/Inf unless the exact reference has them at the same place;
+  - `bound_ratio` <= 1 (rigorous: any valid float32 summation order passes);
+  - `error_ratio` <= 2 against a naive same-precision implementation (dequantized
+    operands, a float32 sum in K order per group, `naive_matmul`, rounded to the output
+    dtype);
+  - `bias_z` within the profile's limit (truncation instead of rounding is one-signed);
+  - `deterministic`: two calls give the same bits (kernels that declare it);
+  - `bit_exact` against `gmm(..., accum=<declared>)` on `exact_partials` cases;
+  - `quantizer_bit_exact`: values and scales bit for bit equal to the recipe.
+* quantization impact, FP8 (or bf16) result vs the unquantized float64 reference:
+  SQNR (dB), calc_diff and allclose(atol, rtol) against the profile's thresholds.
+
+Only rows below sum(group_sizes) of a [M,N] output are compared (DESIGN.md).
+"""
+
+from fp8check.layers.op.criteria import (
+    BadOutput,
+    PlotHook,
+    output_criteria,
+    quantizer_output_criteria,
+)
+from fp8check.layers.op.problem import (
+    Problem,
+    ProblemCache,
+    build_problem,
+    gmm_fp8_problem,
+    plain_gmm_problem,
+    tgmm_problem,
+)
+from fp8check.layers.op.validate import LAYER, skipped_result, validate_case
+
+__all__ = [
+    "LAYER", "BadOutput", "PlotHook", "Problem", "ProblemCache", "build_problem",
+    "gmm_fp8_problem", "output_criteria", "plain_gmm_problem", "quantizer_output_criteria",
+    "skipped_result", "tgmm_problem", "validate_case",
+]

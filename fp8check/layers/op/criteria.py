@@ -1,0 +1,343 @@
+"""The layer-1 criteria of one output: correctness against the bit-exact reference on the
+same quantized operands, then quantization impact against the unquantized float64
+reference (module `fp8check.layers.op`).  One implementation behind both the gate and
+`fp8check.testing`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fp8check import metrics
+from fp8check.contracts import NUMPY_DTYPES
+from fp8check.layers.op.problem import Problem
+from fp8check.profiles import Profile, sqnr_band
+from fp8check.results.model import Criterion
+
+# A strict per-element check of an FP8 kernel against its FP8 CPU reference (only the
+# accumulation order may differ).  Reported, not gated: near cancellation a valid order
+# can exceed it, which is why the gate uses the rigorous bound instead.
+REF_ATOL, REF_RTOL = 1e-3, 1e-2
+ULP_BINS = (0, 1, 2, 4, 8, 64)
+
+# What each criterion measures (`Criterion.meaning`) and what its n_bad counts.
+MEANINGS = {
+    "finite": "NaN/Inf where the exact reference is finite (or the reverse)",
+    "bound_ratio": "|out - exact| over Higham's bound for any valid float32 summation order",
+    "error_ratio": "rms error over that of a naive same-precision implementation",
+    "bias_z": "t-statistic of the signed error (truncation instead of rounding is one-signed)",
+    "bit_exact": "bit-for-bit equal to the declared accumulation recipe",
+    "deterministic": "two runs give the same bits",
+    "quantizer_bit_exact": "values and scales bit-for-bit equal to the recipe",
+    "impact_sqnr_db": "SQNR (dB) vs the unquantized float64 reference, row-normalised",
+    "impact_calc_diff": "calc_diff vs the unquantized float64 reference, row-normalised",
+    "impact_allclose": "fraction outside allclose vs the unquantized reference",
+}
+_NOT_ROUNDED = "elements not correctly rounded"
+_OUTSIDE_ALLCLOSE = "elements outside allclose(atol, rtol)"
+
+# Plot data of one output, made by the report stage (`fp8check.reports.plotdata.plot_data`):
+# (compared rows of the output, problem, accumulator unit roundoff, ULP distances to
+# RN(exact), bound ratios) -> JSON-ready dict.  Layers never import the reports.
+PlotHook = Callable[[np.ndarray, Problem, float, np.ndarray, np.ndarray], dict[str, Any]]
+
+
+def criterion(name: str, value: Any, relation: Any, limit: Any, **kw: Any) -> Criterion:
+    """A layer-1 correctness or impact criterion, its meaning from MEANINGS."""
+    question = "impact" if name.startswith("impact_") else "correctness"
+    return Criterion.check(name, question, value, relation, limit,
+                           meaning=MEANINGS[name], **kw)
+
+
+def shape_error(out: Any, expected: tuple[int, ...], out_dtype: str) -> str | None:
+    if not isinstance(out, np.ndarray):
+        return f"returned {type(out).__name__}, expected an array"
+    if out.shape != expected:
+        return f"returned shape {out.shape}, expected {expected}"
+    if out.dtype != NUMPY_DTYPES[out_dtype]:
+        return f"returned dtype {out.dtype}, expected {NUMPY_DTYPES[out_dtype]}"
+    return None
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def _finite_mismatches(out: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """Mask of the elements where the kernel is non-finite and the reference is not, or
+    vice versa, or both are infinite with different signs."""
+    if np.isfinite(out).all() and np.isfinite(exact).all():
+        return np.zeros(out.shape, bool)
+    o, e = out.astype(np.float64), exact
+    nan_bad = np.isnan(o) != np.isnan(e)
+    inf_bad = np.isinf(o) != np.isinf(e)
+    sign_bad = np.isinf(o) & np.isinf(e) & (np.sign(o) != np.sign(e))
+    return nan_bad | inf_bad | sign_bad
+
+
+def _ulp_histogram(ulps: np.ndarray) -> dict[str, int]:
+    hist: dict[str, int] = {}
+    lo = 0
+    for hi in ULP_BINS[1:]:
+        hist[f"{lo}" if hi == lo + 1 else f"{lo}-{hi - 1}"] = int(
+            np.count_nonzero((ulps >= lo) & (ulps < hi)))
+        lo = hi
+    hist[f">={lo}"] = int(np.count_nonzero(ulps >= lo))
+    return hist
+
+
+def _element(idx: tuple[int, ...] | np.ndarray, out: np.ndarray, ref: np.ndarray,
+             ulps: np.ndarray, bound: float | None = None) -> dict[str, Any]:
+    """The description of one element that Criterion.worst holds."""
+    idx = tuple(int(i) for i in idx)
+    return {"index": list(idx), "out": float(out[idx]), "ref": float(ref[idx]),
+            "ulp": int(ulps[idx]), "bound": bound}
+
+
+def _worst_ulp(out: np.ndarray, ref: np.ndarray, ulps: np.ndarray) -> dict[str, Any] | None:
+    """The element furthest (in ulps) from ref, None for an empty output."""
+    if not ulps.size:
+        return None
+    return _element(np.unravel_index(np.argmax(ulps), ulps.shape), out, ref, ulps)
+
+
+def _correctness(
+    prob: Problem, o: np.ndarray, ulps: np.ndarray, ratio: np.ndarray, profile: Profile,
+    m: dict[str, Any], accum: str | None, model_ref: np.ndarray | None = None,
+) -> list[Criterion]:
+    """The correctness criteria of the compared rows `o` of an output, given their ULP
+    distances to RN(exact) and bound ratios.
+
+    `model_ref`: the declared hardware accumulator's result (deepgemm-hopper), when the
+    kernel declares one.  Its truncation is the hardware's, not a bug: error_ratio then
+    compares the kernel's error with the model's own (the naive computation on that
+    hardware), and bias_z measures the kernel's error against the model, not against
+    the exact value.  Why that is the right expectation: a kernel that computes the
+    declared accumulator has error (out - exact) = (model - exact) + (out - model), the
+    first term the declared truncation (one-signed by construction) and the second zero
+    (bit-exact) or the zero-mean float32 rounding of a different promotion order; any
+    further truncation (a narrower accumulator, a truncating cast) is a one-signed part
+    of (out - model) and shows in the statistic as it would against exact."""
+    sl = slice(0, prob.rows)
+    exact = prob.exact[sl]
+    out_np = NUMPY_DTYPES[prob.out_dtype]
+    exact_rounded = exact.astype(out_np)
+    n_off = int(np.count_nonzero(ulps))  # elements not correctly rounded
+    worst_off = _worst_ulp(o, exact, ulps)
+    crit: list[Criterion] = []
+
+    mask = _finite_mismatches(o, exact)
+    bad = int(np.count_nonzero(mask))
+    m["nonfinite_mismatches"] = bad
+    first_bad = _element(np.argwhere(mask)[0], o, exact, ulps) if bad else None
+    crit.append(criterion("finite", bad, "==", 0, n_bad=bad,
+                          bad_means="elements non-finite on one side only", worst=first_bad))
+
+    worst = float(np.max(ratio)) if ratio.size else 0.0
+    m["bound_ratio_max"] = worst
+    worst_el = None
+    if ratio.size:
+        arg = np.unravel_index(np.argmax(ratio), ratio.shape)
+        m["bound_ratio_argmax"] = [int(i) for i in arg]
+        err = abs(float(o[arg]) - float(exact[arg]))
+        # bound = |out - exact| / ratio; unknown where out is not finite or exact equals out
+        bound = err / worst if np.isfinite(worst) and worst > 0 else None
+        worst_el = _element(arg, o, exact, ulps, bound)
+    crit.append(criterion("bound_ratio", worst, "<=", profile.max_bound_ratio,
+                          n_bad=int(np.count_nonzero(ratio > profile.max_bound_ratio)),
+                          bad_means="elements over the bound", worst=worst_el))
+
+    naive = prob.naive[sl] if model_ref is None else model_ref
+    er = float(metrics.error_ratio(o, exact, naive))
+    m["error_ratio"] = er
+    crit.append(criterion("error_ratio", er, "<=", profile.max_error_ratio, n_bad=n_off,
+                          bad_means=_NOT_ROUNDED, worst=worst_off))
+
+    clusters, n_clusters = bias_clusters(o)
+    if n_clusters < 2:  # a t-statistic needs two independent samples
+        m["bias_z_note"] = "fewer than 2 (row, N tile) clusters: bias not testable"
+    else:
+        # Against the correctly rounded exact value: a correct RNE output has zero-mean
+        # error against it whatever the data, while against the unrounded exact value RNE
+        # itself shows a data-determined bias when the data has few distinct values
+        # (near-max blocks, M_g = 1 outer products).  Clustered by (row, N tile): those
+        # elements share their scales' roundings (see metrics.bias_z).
+        z = float(metrics.bias_z(o, exact_rounded if model_ref is None else model_ref,
+                                 clusters=clusters))
+        m["bias_z"] = z
+        crit.append(criterion("bias_z", z, "|x|<=", profile.max_abs_bias_z, n_bad=n_off,
+                              bad_means=_NOT_ROUNDED, worst=worst_off))
+
+    m["ulp_max_vs_exact"] = int(ulps.max(initial=0))
+    m["ulp_histogram_vs_exact"] = _ulp_histogram(ulps)
+    ref_close = metrics.allclose_report(o, exact, REF_ATOL, REF_RTOL)
+    m["ref_allclose_fail_frac"] = float(ref_close.frac_fail)
+
+    # The hardware model is bit-exact by definition on every case; the float32 recipes
+    # only where every partial is exact in float32.
+    if accum is not None and (prob.exact_partials or model_ref is not None):
+        ref = prob.accum_ref(accum, prob.out_dtype)[sl] if model_ref is None else model_ref
+        d = metrics.ulp_distance(o, ref, out_np)
+        mism = int(np.count_nonzero(d))
+        m["bit_exact_mismatches"] = mism
+        m["bit_exact_accum"] = accum
+        crit.append(criterion("bit_exact", mism, "==", 0, n_bad=mism,
+                              bad_means="elements whose bits differ",
+                              worst=_worst_ulp(o, ref, d) if mism else None))
+    return crit
+
+
+def _row_normalised(
+    out: np.ndarray, ref: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """out and ref with each row (last axis) divided by the reference row's RMS; rows whose
+    reference is all zero are dropped (the third array: flat indices of the rows kept).
+    Per-token (1x128) quantization makes the row the unit of quantization error: without
+    this a few large rows (lognormal-rows spans e^+-6) decide a global SQNR alone and it
+    swings by several dB between seeds."""
+    o, r = out.reshape(-1, out.shape[-1]), ref.reshape(-1, ref.shape[-1])
+    rms = np.sqrt(np.mean(np.square(r), axis=1))
+    keep = rms > 0
+    return o[keep] / rms[keep, None], r[keep] / rms[keep, None], np.flatnonzero(keep)
+
+
+def _impact(prob: Problem, out: np.ndarray, profile: Profile, m: dict[str, Any]) -> list[Criterion]:
+    if prob.unquantized is None:
+        m["impact_note"] = "unquantized operands not given: impact not measured"
+        return []
+    sl = slice(0, prob.rows)
+    o, ref = out[sl].astype(np.float64), prob.unquantized[sl]
+    if not np.any(ref):
+        m["impact_note"] = "unquantized reference is all zero: nothing to measure"
+        return []
+    m["impact_sqnr_db_global"] = float(metrics.sqnr_db(ref, o))
+    # SQNR, calc_diff and allclose on row-normalised values: atol is then in units of the
+    # row's RMS (the source document's atol assumes unit-scale rows).
+    on, rn, kept = _row_normalised(o, ref)
+    sqnr = float(metrics.sqnr_db(rn, on))
+    cd = float(metrics.calc_diff(on, rn))
+    close = metrics.allclose_report(on, rn, profile.impact_atol, profile.impact_rtol)
+    m.update(impact_sqnr_db=sqnr, impact_band=sqnr_band(sqnr), impact_calc_diff=cd,
+             impact_allclose_fail_frac=float(close.frac_fail))
+    if prob.impact_not_gated is not None:
+        m["impact_not_gated"] = prob.impact_not_gated
+        return []
+    worst = None
+    if close.worst_index is not None:
+        # back from (kept row, column) of the normalised view to the output's own index
+        i, j = close.worst_index
+        idx = (*np.unravel_index(kept[i], o.shape[:-1]), j)
+        out_np = NUMPY_DTYPES[prob.out_dtype]
+        # one-element arrays: ulp_distance's integer arithmetic warns on numpy scalars
+        ulp = metrics.ulp_distance(o[idx][None], ref[idx][None].astype(out_np), out_np)[0]
+        worst = {"index": [int(v) for v in idx], "out": float(o[idx]), "ref": float(ref[idx]),
+                 "ulp": int(ulp), "bound": None}
+    return [
+        criterion("impact_sqnr_db", sqnr, ">=", profile.min_sqnr_db, n_bad=close.n_fail,
+                  bad_means=_OUTSIDE_ALLCLOSE, worst=worst),
+        criterion("impact_calc_diff", cd, "<=", profile.max_calc_diff, n_bad=close.n_fail,
+                  bad_means=_OUTSIDE_ALLCLOSE, worst=worst),
+        criterion("impact_allclose", float(close.frac_fail), "<=",
+                  profile.impact_max_fail_frac, n_bad=close.n_fail,
+                  bad_means=_OUTSIDE_ALLCLOSE, worst=worst),
+    ]
+
+
+def quantizer_output_criteria(
+    values: np.ndarray, scales: np.ndarray, x: np.ndarray, block: tuple[int, int],
+    recipe: str, fmt: str, m: dict[str, Any],
+) -> list[Criterion]:
+    """`quantizer_bit_exact`: (values, scales) bit for bit equal to quantize(x, block,
+    recipe, fmt).  Records value/scale mismatch counts in `m`; the criterion's `worst` is
+    the first mismatching value (index into x) or, with every value right, scale (index
+    into the block grid, with "what": "scale")."""
+    from fp8check.references import quantize
+
+    ref = quantize(x, tuple(block), recipe, fmt)
+    values, scales = np.asarray(values), np.asarray(scales)
+    val_ok = same_bits(values, ref.values)
+    scale_ok = same_bits(np.asarray(scales, dtype=np.float32), ref.scales) and (
+        scales.dtype == np.float32)
+    n_bad, worst = 0, None
+    if not scale_ok and scales.shape == ref.scales.shape:
+        s32 = np.asarray(scales, np.float32)
+        diff = s32.view(np.uint32) != ref.scales.view(np.uint32)
+        m["scale_mismatches"] = n_scales = int(np.count_nonzero(diff))
+        n_bad += n_scales
+        if n_scales:
+            worst = _element(np.argwhere(diff)[0], s32, ref.scales,
+                             metrics.ulp_distance(s32, ref.scales, np.float32))
+            worst["what"] = "scale"
+    if not val_ok and values.shape == ref.values.shape and values.dtype == ref.values.dtype:
+        diff = values.view(np.uint8) != ref.values.view(np.uint8)
+        m["value_mismatches"] = n_values = int(np.count_nonzero(diff))
+        n_bad += n_values
+        if n_values:
+            worst = _element(np.argwhere(diff)[0], values.astype(np.float32),
+                             ref.values.astype(np.float32),
+                             metrics.ulp_distance(values, ref.values, ref.values.dtype))
+            worst["what"] = "value"
+    ok = val_ok and scale_ok
+    if not ok and worst is None:  # wrong shape or dtype: say which
+        m["quantizer_layout"] = (f"returned values {values.dtype}{list(values.shape)}, "
+                                 f"scales {scales.dtype}{list(scales.shape)}; expected "
+                                 f"{ref.values.dtype}{list(ref.values.shape)}, "
+                                 f"float32{list(ref.scales.shape)}")
+    return [criterion("quantizer_bit_exact", ok, "==", True, n_bad=None if ok else n_bad,
+                      bad_means="values and scales that differ", worst=worst)]
+
+
+class BadOutput(ValueError):
+    """The kernel returned the wrong type, shape or dtype."""
+
+
+def bias_clusters(o: np.ndarray) -> tuple[np.ndarray, int]:
+    """Cluster label per element for bias_z, and the number of clusters: (row, 128-wide
+    N tile) of a [rows, N] output, (expert, row, N tile) of a [G, K, N] one.  Labels are
+    dense, 0 .. count - 1 in C order."""
+    tiles = -(-o.shape[-1] // 128)
+    lead = math.prod(o.shape[:-1])
+    labels = np.arange(lead)[:, None] * tiles + np.arange(o.shape[-1]) // 128
+    return labels.reshape(o.shape), lead * tiles  # every pair holds an element
+
+
+def output_criteria(
+    out: np.ndarray, prob: Problem, profile: Profile, m: dict[str, Any], *,
+    accum: str | None = None, acc_unit_roundoff: float = 2.0**-24, hopper_interval: int = 128,
+    plots: PlotHook | None = None,
+) -> list[Criterion]:
+    """Every layer-1 criterion that one output of a matmul contract decides: correctness
+    (finite, bound_ratio, error_ratio, bias_z, and bit_exact when `accum` is declared and
+    the problem's partials are exact) then impact.  The one implementation behind both
+    the gate (`validate_case`) and `fp8check.testing`; metrics go into `m`, with the
+    report's plot data (`m["plots"]`, made by `plots`) when `plots` is given and the
+    problem has its unquantized operands.
+
+    `out` must be a numpy array of the problem's output shape and dtype (BadOutput
+    otherwise); `accum` is the accumulation recipe the kernel claims, `acc_unit_roundoff`
+    its accumulator's unit roundoff (the error bound's u).  accum "deepgemm-hopper"
+    declares the Hopper tensor core with promotion every `hopper_interval` K elements: the
+    bound gains its truncation term and the criteria compare with the model
+    (`_correctness`).
+    """
+    why = shape_error(out, prob.exact.shape, prob.out_dtype)
+    if why is not None:
+        raise BadOutput(why)
+    sl = slice(0, prob.rows)
+    o, exact, out_np = out[sl], prob.exact[sl], NUMPY_DTYPES[prob.out_dtype]
+    # correctly rounded: f64 -> f32 / bf16 is one RNE
+    ulps = metrics.ulp_distance(o, exact.astype(out_np), out_np)
+    hopper = accum == "deepgemm-hopper"
+    extra = prob.hopper_term(hopper_interval)[sl] if hopper else None
+    model_ref = prob.accum_ref(accum, prob.out_dtype, hopper_interval)[sl] if hopper else None
+    if hopper:
+        m["hopper_interval"] = hopper_interval
+    ratio = metrics.bound_ratio(o, exact, prob.abs_ab[sl], prob.k, u=acc_unit_roundoff,
+                                out_dtype=out_np, n=prob.n_terms, extra=extra)
+    if plots is not None and prob.unquantized is not None:  # the report's per-case figures
+        m["plots"] = plots(o, prob, acc_unit_roundoff, ulps, ratio)
+    return (_correctness(prob, o, ulps, ratio, profile, m, accum, model_ref)
+            + _impact(prob, out, profile, m))

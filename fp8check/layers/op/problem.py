@@ -1,0 +1,186 @@
+"""The problem each matmul contract poses on one case: the kernel's arguments and every
+reference the layer-1 criteria compare with, and the cache that shares them between the
+kernels of a contract."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fp8check.cases import Case, case_inputs
+from fp8check.contracts import NUMPY_DTYPES
+from fp8check.profiles import IMPACT_REPORT_ONLY
+from fp8check.references.baselines import grouped_matmul, grouped_tmatmul
+
+
+@dataclass
+class Problem:
+    """Kernel arguments and everything the criteria compare against (numpy, float64 refs).
+
+    `rows` is how many leading rows are compared (all of them for tgmm); `k` and `n_terms`
+    feed the error bound.  `out_dtype` is the dtype the output must have; `exact_partials`
+    says every 128-wide partial is exact in float32 (then a declared accumulation recipe
+    is checked bit for bit); `unquantized` is None when the unquantized operands are not
+    known (the impact question is then not measured); `impact_not_gated` gives the reason
+    when impact is reported but not gated.  A Problem depends only on (contract, case), so
+    one serves every kernel of that contract; `accum_ref` memoises the reference under
+    each declared recipe.
+    """
+
+    args: tuple[np.ndarray, ...]
+    exact: np.ndarray
+    abs_ab: np.ndarray
+    naive: np.ndarray
+    unquantized: np.ndarray | None
+    rows: int
+    k: int
+    n_terms: int | None
+    out_dtype: str
+    exact_partials: bool = False
+    impact_not_gated: str | None = None
+    quantized: tuple[Any, Any] | None = None  # (lhs QTensor, rhs QTensor) for gmm-fp8
+    _accum_refs: dict[tuple[str, str, int], np.ndarray] = field(default_factory=dict)
+    _hopper_terms: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def accum_ref(self, accum: str, out_dtype: str, interval: int = 128) -> np.ndarray:
+        """gmm(..., accum=accum, interval=interval) on the quantized operands, rounded to
+        out_dtype (`interval`: deepgemm-hopper's promotion interval)."""
+        from fp8check.references import gmm
+
+        key = (accum, out_dtype, interval)
+        if key not in self._accum_refs:
+            lq, rq = self.quantized
+            self._accum_refs[key] = gmm(lq, rq, self.args[-1], out_dtype=NUMPY_DTYPES[out_dtype],
+                                        accum=accum, interval=interval)
+        return self._accum_refs[key]
+
+    def hopper_term(self, interval: int) -> np.ndarray:
+        """The Hopper tensor core's truncation term [M, N] (`references.hopper_bound`)."""
+        from fp8check.references.hopper_bound import truncation_term
+
+        if interval not in self._hopper_terms:
+            lq, rq = self.quantized
+            self._hopper_terms[interval] = truncation_term(lq, rq, self.args[-1],
+                                                           interval=interval)
+        return self._hopper_terms[interval]
+
+
+class ProblemCache:
+    """Problems by (contract, case id), built once and shared by every kernel of the
+    contract: the gate's runner, the tuner, `fp8check.testing` and the tests use this one
+    cache.  A build that raised is cached as its exception, so every kernel of the
+    contract reports the same failure.  At most `capacity` problems are kept (the oldest
+    goes first); a Problem of a CI case holds a few MB, of a production shape GBs."""
+
+    def __init__(self, capacity: int = 8) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._entries: dict[tuple[str, str], Problem | Exception] = {}
+
+    def get(self, contract: str, case: Case) -> tuple[Problem, float]:
+        """(the problem, seconds spent building it now: 0.0 when it was cached).  Raises
+        the build's exception, this time and every later time."""
+        key = (contract, case.id)
+        built = 0.0
+        if key not in self._entries:
+            t = time.perf_counter()
+            try:
+                self._entries[key] = build_problem(contract, case)
+            except Exception as e:  # cached: every kernel of the contract reports it
+                self._entries[key] = e
+            built = time.perf_counter() - t
+            while len(self._entries) > self.capacity:
+                del self._entries[next(iter(self._entries))]
+        entry = self._entries[key]
+        if isinstance(entry, Exception):
+            raise entry
+        return entry, built
+
+
+def gmm_fp8_problem(
+    lq: Any, rq: Any, group_sizes: np.ndarray, out_dtype: str,
+    unquantized: tuple[np.ndarray, np.ndarray] | None = None, **facts: Any,
+) -> Problem:
+    """The `gmm-fp8` problem on quantized operands lq [M,K] (1x128) and rq [G,K,N]
+    (128x128) QTensors; `unquantized` = (x, w) they came from (float32), if known;
+    `facts`: exact_partials, impact_not_gated (see Problem)."""
+    from fp8check.references import abs_product, dequantize, gmm
+
+    gs = group_sizes
+    return Problem(
+        args=(lq.values, lq.scales, rq.values, rq.scales, gs),
+        exact=gmm(lq, rq, gs, out_dtype=np.float64, accum="exact"),
+        abs_ab=abs_product(lq, rq, gs),
+        naive=grouped_matmul(dequantize(lq), dequantize(rq), gs).astype(NUMPY_DTYPES[out_dtype]),
+        unquantized=None if unquantized is None else grouped_matmul(*unquantized, gs, np.float64),
+        rows=int(gs.sum()), k=lq.shape[1], n_terms=None, out_dtype=out_dtype,
+        quantized=(lq, rq), **facts,
+    )
+
+
+def plain_gmm_problem(
+    lhs: np.ndarray, rhs: np.ndarray, group_sizes: np.ndarray, out_dtype: str,
+    unquantized: tuple[np.ndarray, np.ndarray] | None = None, **facts: Any,
+) -> Problem:
+    """The `gmm` problem on plain (bf16 or f32) operands lhs [M,K], rhs [G,K,N]."""
+    from fp8check.references import abs_product, gmm
+
+    gs = group_sizes
+    return Problem(
+        args=(lhs, rhs, gs),
+        exact=gmm(lhs, rhs, gs, out_dtype=np.float64, accum="exact"),
+        abs_ab=abs_product(lhs, rhs, gs),
+        naive=grouped_matmul(lhs, rhs, gs).astype(NUMPY_DTYPES[out_dtype]),
+        unquantized=None if unquantized is None else grouped_matmul(*unquantized, gs, np.float64),
+        # No scales in a plain matmul: only the K-term sum rounds.
+        rows=int(gs.sum()), k=lhs.shape[1], n_terms=lhs.shape[1], out_dtype=out_dtype, **facts,
+    )
+
+
+def tgmm_problem(
+    lhs: np.ndarray, dy: np.ndarray, group_sizes: np.ndarray, out_dtype: str,
+    unquantized: tuple[np.ndarray, np.ndarray] | None = None, **facts: Any,
+) -> Problem:
+    """The `tgmm` problem on plain (bf16 or f32) operands lhs [M,K], dy [M,N]."""
+    from fp8check.references import tgmm
+
+    gs = group_sizes
+    # The reduction runs over a group's rows: the longest group bounds every entry.
+    k = max(int(gs.max(initial=0)), 1)
+    return Problem(
+        args=(lhs, dy, gs),
+        exact=tgmm(lhs, dy, gs, out_dtype=np.float64),
+        # |lhs_g|^T |dy_g| in float64: low by at most M_g 2^-53 relative, negligible next to
+        # the bound's gamma_n >= n 2^-24.
+        abs_ab=grouped_tmatmul(np.abs(lhs.astype(np.float64)), np.abs(dy.astype(np.float64)),
+                               gs, np.float64),
+        naive=grouped_tmatmul(lhs, dy, gs).astype(NUMPY_DTYPES[out_dtype]),
+        unquantized=None if unquantized is None else grouped_tmatmul(*unquantized, gs, np.float64),
+        rows=len(gs), k=k, n_terms=k, out_dtype=out_dtype, **facts,
+    )
+
+
+def build_problem(contract: str, case: Case) -> Problem:
+    """Kernel arguments and references of `case` under a matmul contract."""
+    from fp8check.references import quantize
+
+    inp = case_inputs(case)
+    gs = inp.group_sizes
+    facts = {"exact_partials": case.exact_partials,
+             "impact_not_gated": IMPACT_REPORT_ONLY.get(case.distribution)}
+    bf16 = NUMPY_DTYPES["bf16"]
+    if contract == "gmm-fp8":
+        return gmm_fp8_problem(quantize(inp.x, (1, 128), case.recipe),
+                               quantize(inp.w, (128, 128), case.recipe), gs, case.out_dtype,
+                               (inp.x, inp.w), **facts)
+    if contract == "gmm":
+        return plain_gmm_problem(inp.x.astype(bf16), inp.w.astype(bf16), gs, case.out_dtype,
+                                 (inp.x, inp.w), **facts)
+    if contract == "tgmm":
+        return tgmm_problem(inp.x.astype(bf16), inp.dy.astype(bf16), gs, case.out_dtype,
+                            (inp.x, inp.dy), **facts)
+    raise ValueError(f"contract {contract!r} has no matmul problem")

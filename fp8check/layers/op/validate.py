@@ -1,0 +1,113 @@
+"""Layer 1 (single op): one kernel on one case, every criterion a named, reported metric."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from fp8check.cases import Case, CaseInputs, case_inputs
+from fp8check.contracts import NUMPY_DTYPES, KernelSpec, call_kernel
+from fp8check.layers.op.criteria import (
+    BadOutput,
+    PlotHook,
+    criterion,
+    output_criteria,
+    quantizer_output_criteria,
+    same_bits,
+    shape_error,
+)
+from fp8check.layers.op.problem import Problem, build_problem
+from fp8check.profiles import Profile
+from fp8check.results.model import CaseResult, Criterion
+
+LAYER = 1
+
+
+def validate_case(
+    spec: KernelSpec, case: Case, profile: Profile, problem: Problem | None = None, *,
+    plots: PlotHook | None = None,
+) -> CaseResult:
+    """Run `spec` on `case` (twice when it declares determinism) and apply every criterion.
+
+    Args:
+        spec: the kernel and its declarations.
+        case: the case; its inputs are regenerated from its fields.
+        profile: the limits the criteria apply.
+        problem: `build_problem(spec.contract, case)`, shared between the kernels of a
+            contract (built here when None; unused by a quantizer).
+        plots: makes the report's plot data of the output (`criteria.PlotHook`).
+
+    Returns:
+        The layer-1 result.  A kernel exception or a wrong output shape/dtype is a failed
+        result with `error` set, never a crash.
+    """
+    t0 = time.perf_counter()
+    res = CaseResult(kernel=spec.name, layer=LAYER, case=case.id, passed=None)
+    m = res.metrics
+    m.update(group_sizes=list(case.group_sizes), out_dtype=case.out_dtype, recipe=case.recipe,
+             exact_partials=case.exact_partials)
+    timing = res.timing
+    try:
+        if spec.contract == "quantizer":
+            res.criteria = _quantizer_criteria(spec, case_inputs(case), m)
+        else:
+            prob = problem
+            if prob is None:
+                t = time.perf_counter()
+                prob = build_problem(spec.contract, case)
+                timing["reference"] = time.perf_counter() - t
+            res.criteria = _matmul_criteria(spec, case, prob, profile, m, timing, plots)
+    except BadOutput as e:
+        res.error = f"bad output: {e}"
+    except Exception as e:  # the kernel under test may raise anything: report, don't crash
+        res.error = f"{type(e).__name__}: {e}"
+    res.decide()
+    res.seconds = time.perf_counter() - t0
+    if "kernel" in timing:
+        timing["metrics"] = max(0.0, res.seconds - sum(timing.values()))
+    return res
+
+
+def _matmul_criteria(
+    spec: KernelSpec, case: Case, prob: Problem, profile: Profile, m: dict[str, Any],
+    timing: dict[str, float], plots: PlotHook | None,
+) -> list[Criterion]:
+    outs = []
+    t = time.perf_counter()
+    for _ in range(2 if spec.deterministic else 1):
+        out = call_kernel(spec, prob.args, case.out_dtype)
+        why = shape_error(out, prob.exact.shape, case.out_dtype)
+        if why is not None:
+            raise BadOutput(why)
+        outs.append(out)
+    timing["kernel"] = time.perf_counter() - t
+    crit = output_criteria(outs[0], prob, profile, m, accum=spec.accum,
+                           acc_unit_roundoff=spec.acc_unit_roundoff,
+                           hopper_interval=spec.hopper_interval, plots=plots)
+    if spec.deterministic:
+        sl = slice(0, prob.rows)
+        same = same_bits(outs[0][sl], outs[1][sl])
+        # listed with the correctness criteria, before impact, as the gate always has
+        crit.insert(sum(c.question == "correctness" for c in crit),
+                    criterion("deterministic", same, "==", True))
+    return crit
+
+
+def _quantizer_criteria(spec: KernelSpec, inp: CaseInputs, m: dict[str, Any]) -> list[Criterion]:
+    x = inp.w if tuple(spec.block) == (128, 128) else inp.x
+    x = x.astype(NUMPY_DTYPES[spec.in_dtype])
+    runs = [call_kernel(spec, (x,)) for _ in range(2 if spec.deterministic else 1)]
+    values, scales = runs[0]
+    crit = quantizer_output_criteria(values, scales, x, tuple(spec.block), spec.recipe,
+                                     spec.fmt, m)
+    if spec.deterministic:
+        same = all(same_bits(np.asarray(a), np.asarray(b)) for a, b in zip(*runs, strict=True))
+        crit.append(criterion("deterministic", same, "==", True))
+    return crit
+
+
+def skipped_result(spec: KernelSpec, case: Case, reason: str) -> CaseResult:
+    """The record of a case the kernel declares it does not support."""
+    return CaseResult(kernel=spec.name, layer=LAYER, case=case.id, passed=None, skipped=reason)
