@@ -8,11 +8,11 @@ Prints, measured in this one run:
   slower path this CPU has (and a float64 matmul of the same FLOPs, the BLAS path's
   floor);
 * dev shape: the exact tgmm and dgrad references (bf16 operands) in the same table;
-* the layer-1 metrics (ULP, bound ratio, SQNR; `fp8check.summary.summarize`) over 10^8
+* the layer-1 metrics (ULP, bound ratio, SQNR; `fp8check.totals.metric_totals`) over 10^8
   elements against one numpy pass over the same bytes (a sum of each input array);
 * production shapes wi (M=65536, K=2048, N=512, G=256) and wo (K and N swapped): time and
   peak RSS of the reference gmm (standing in for a kernel's output) and of the streamed
-  layer-1 metrics on it (`fp8check.summary.gmm_summary`: exact reference, |A||B|, the
+  layer-1 metrics on it (`fp8check.totals.gmm_metric_totals`: exact reference, |A||B|, the
   deepgemm recipe and the metrics one row chunk at a time), each in a fresh subprocess so
   the peak is its own.
 
@@ -109,15 +109,15 @@ def dev_table():
 
 
 def metrics_table(n=10**8):
-    from fp8check.summary import summarize
+    from fp8check.totals import metric_totals
 
     rng = np.random.default_rng(4)
     exact = rng.standard_normal(n)
     out = exact.astype(np.float32)
     abs_ab = np.abs(exact) * 4.0
-    summarize(out[:10], exact[:10], abs_ab[:10], 2048)  # compile / warm
+    metric_totals(out[:10], exact[:10], abs_ab[:10], 2048)  # compile / warm
     base = best_of(lambda: (out.sum(), exact.sum(), abs_ab.sum()))
-    t = best_of(lambda: summarize(out, exact, abs_ab, 2048))
+    t = best_of(lambda: metric_totals(out, exact, abs_ab, 2048))
     print(f"metrics over {n:.0e} elements (ULP, bound ratio, SQNR): {t * 1e3:.0f} ms; one "
           f"numpy pass over the same {(out.nbytes + exact.nbytes + abs_ab.nbytes) / 2**30:.1f}"
           f" GiB {base * 1e3:.0f} ms; ratio {t / base:.2f} (target <= 2.0)")
@@ -136,7 +136,7 @@ def peak_rss_gib() -> float:
 
 def production_child(layer: str):
     from fp8check.references import gmm
-    from fp8check.summary import gmm_summary
+    from fp8check.totals import gmm_metric_totals
 
     shape = PROD[layer]
     t = time.perf_counter()
@@ -146,7 +146,7 @@ def production_child(layer: str):
     out = gmm(lhs, rhs, gs, accum="deepgemm")  # the kernel output under test, stood in for
     t_ref = time.perf_counter() - t
     t = time.perf_counter()
-    s = gmm_summary(out, lhs, rhs, gs, accum="deepgemm")
+    s = gmm_metric_totals(out, lhs, rhs, gs, accum="deepgemm")
     t_metrics = time.perf_counter() - t
     peak = peak_rss_gib()
     print(json.dumps({"make_s": t_make, "gmm_s": t_ref, "metrics_s": t_metrics,

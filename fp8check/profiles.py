@@ -14,7 +14,7 @@ Two questions are gated separately and never mixed:
     instead of rounding is one-signed and gives |z| in the hundreds.  6 keeps the false
     alarm rate of a correct kernel negligible (two-sided normal tail ~2e-9).
 * **quantization impact** (FP8 result vs the unquantized float64 reference): SQNR in dB,
-  calc_diff and allclose(atol, rtol), from the source document's staged schedule:
+  calc_diff and allclose(atol, rtol), on a staged schedule:
   `strict` (early and final stage: SQNR >= 27 dB, calc_diff <= 1e-3, allclose(atol 1e-1,
   rtol 5e-2) failing on <= 2% of elements) and `explore` (mid-search: SQNR >= 20 dB,
   calc_diff <= 5e-3, atol 1 / rtol 2e-1 on <= 5%).  All three are computed on output rows
@@ -88,7 +88,7 @@ IMPACT_REPORT_ONLY: dict[str, str] = {
 
 
 def sqnr_band(sqnr_db: float) -> str:
-    """The source document's reading of an SQNR: good (>30 dB), acceptable (20-30), at-risk."""
+    """The usual reading of an SQNR: good (>30 dB), acceptable (20-30), at-risk (< 20)."""
     if sqnr_db > 30.0:
         return "good"
     if sqnr_db >= 20.0:

@@ -97,7 +97,7 @@ def report_document(seed: int = 0, *, extra_layers: bool = True) -> dict:
     specs = [{**CORRECT, **BUGGY}[n] for n in KERNELS]
     env = results.environment(specs, suite="smoke", seed=seed, profile="strict",
                               backend="auto", load_errors={})
-    doc = json.loads(json.dumps(results.document(rs, results.summarize(rs, {}), env)))
+    doc = json.loads(json.dumps(results.document(rs, results.tally(rs, {}), env)))
     if extra_layers:
         rng = np.random.default_rng(seed)
         doc["results"] += [_layer2_result(rng, "pallas-moe-fp8", True),
@@ -157,12 +157,12 @@ def test_failures_come_first_with_their_repro():
     failing = [r for r in doc["results"] if r["passed"] is False]
     assert len(failing) >= 3
     fail_pos = page.index('id="failures"')
-    assert fail_pos < page.index('id="layer-op"') and fail_pos < page.index('id="layer-2"')
+    assert fail_pos < page.index('id="layer-1"') and fail_pos < page.index('id="layer-2"')
     for r in failing:
         repro = r["repro"]
         assert repro and repro.replace('"', "&#34;") in page
         card = page.index(f"{r['kernel']} · layer")
-        assert card < page.index('id="layer-op"')
+        assert card < page.index('id="layer-1"')
     for r in doc["results"]:
         if r["passed"]:
             assert f"{r['kernel']} · layer" not in page  # passing cases are not failure cards
@@ -220,7 +220,7 @@ def test_report_without_optional_sections():
     doc = report_document(extra_layers=False)
     page = report_html.render_html(doc)
     assert 'id="tune"' not in page and 'id="layer-2"' not in page
-    assert 'id="layer-op"' in page
+    assert 'id="layer-1"' in page
 
 
 def test_report_command_rebuilds_the_gate_report(tmp_path, capsys):

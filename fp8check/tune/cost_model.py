@@ -45,8 +45,8 @@ class Machine:
     step_overhead_s: float  # fixed cost of one grid step
 
 
-# TPU v7x-like: the source document's microbenchmarked MXU peaks (1662 TFLOPS FP8, 918
-# TFLOPS bf16), a 256-wide MXU, HBM at 7.4 TB/s; VPU throughput and the per-step overhead
+# TPU v7x-like: published microbenchmarked MXU peaks (1662 TFLOPS FP8, 918 TFLOPS bf16),
+# a 256-wide MXU, HBM at 7.4 TB/s; VPU throughput and the per-step overhead
 # (a few tenths of a microsecond, the usual order for a Pallas TPU grid step) are guesses.
 MACHINE = Machine(
     name="tpu-v7x-like (assumed constants)",

@@ -36,7 +36,8 @@ class GmmShape(NamedTuple):
         return f"M={self.m},K={self.k},N={self.n},G={self.g}"
 
 
-# `dev` is the EP=8 shard of wi (M = 65536 / 8, G = 256 / 8), as in the source document.
+# `dev` is the EP=8 shard of wi (M = 65536 / 8, G = 256 / 8): one device's share under
+# 8-way expert parallelism.
 NAMED_SHAPES: dict[str, GmmShape] = {
     "wi": GmmShape(**PRODUCTION_SHAPES["wi"]),
     "wo": GmmShape(**PRODUCTION_SHAPES["wo"]),

@@ -7,8 +7,8 @@ divide their dimensions, tm a multiple of the input dtype's sublane packing, the
 estimate within the budget) plus one of the search's: no tile larger than its dimension,
 since the kernel would clamp it to a tiling that is already in the space.
 
-Mutations are directed steps from a parent (the source document's "variants with a
-direction, not random numbers"): double or halve one of tm, tk, tn; move the K reduction
+Mutations are directed steps from a parent (variants with a direction, not random
+numbers): double or halve one of tm, tk, tn; move the K reduction
 between the grid and the subchannel loop (all of K in one tile, or one 128-wide
 subchannel per grid step); or trade depth for width (tk x2 with tn / 2, and back).
 """

@@ -15,7 +15,8 @@ Two questions, never mixed (see `fp8check.profiles`):
 * quantization impact, FP8 (or bf16) result vs the unquantized float64 reference:
   SQNR (dB), calc_diff and allclose(atol, rtol) against the profile's thresholds.
 
-Only rows below sum(group_sizes) of a [M,N] output are compared (DESIGN.md).
+Only rows below sum(group_sizes) of a [M,N] output are compared: the contract leaves the
+rows past the groups undefined (`fp8check.contracts`).
 """
 
 from fp8check.layers.op.criteria import (

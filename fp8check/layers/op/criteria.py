@@ -215,7 +215,7 @@ def _impact(prob: Problem, out: np.ndarray, profile: Profile, m: dict[str, Any])
         return []
     m["impact_sqnr_db_global"] = float(metrics.sqnr_db(ref, o))
     # SQNR, calc_diff and allclose on row-normalised values: atol is then in units of the
-    # row's RMS (the source document's atol assumes unit-scale rows).
+    # row's RMS (an absolute tolerance presumes unit-scale rows).
     on, rn, kept = _row_normalised(o, ref)
     sqnr = float(metrics.sqnr_db(rn, on))
     cd = float(metrics.calc_diff(on, rn))

@@ -1,7 +1,7 @@
 """Layer-1 correctness metrics reduced in one pass, for outputs too large to keep the
 elementwise metric arrays of (production shapes: 10^8 elements and more).
 
-`summarize(out, exact, abs_ab, k)` returns, in one fused pass (numba, parallel over fixed
+`metric_totals(out, exact, abs_ab, k)` returns, in one fused pass (numba, parallel over fixed
 blocks of elements), exactly what the elementwise functions of `fp8check.metrics` give
 when reduced:
 
@@ -18,10 +18,10 @@ when reduced:
   the elements with `ulp_distance(out, ref) != 0` (bits differ, +0 and -0 equal, NaN
   never matches).
 
-`gmm_summary` streams a gmm-fp8 output through it group by group and row chunk by row
+`gmm_metric_totals` streams a gmm-fp8 output through it group by group and row chunk by row
 chunk, computing the exact reference, |A||B| and the recipe reference for one chunk at a
 time: memory is the output plus operands plus O(chunk), never a float64 copy of a whole
-operand or output.  `Summary.merge` combines the chunks.
+operand or output.  `MetricTotals.merge` combines the chunks.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ OUT_DTYPES = {np.dtype(np.float32): 0, np.dtype(ml_dtypes.bfloat16): 16}  # -> u
 
 
 @dataclass(frozen=True)
-class Summary:
+class MetricTotals:
     """Reduced layer-1 metrics of one output (see the module docstring).  Indices are flat
     into the row-major output; `bound_ratio_argmax` is -1 for an empty output."""
 
@@ -72,15 +72,15 @@ class Summary:
         return 10.0 * (math.log10(self.signal) - math.log10(self.noise))
 
     @classmethod
-    def empty(cls, with_ref: bool) -> Summary:
-        """The summary of no elements (`n_ref_mismatch` 0 with a reference, else None)."""
+    def empty(cls, with_ref: bool) -> MetricTotals:
+        """The totals of no elements (`n_ref_mismatch` 0 with a reference, else None)."""
         return cls(0, 0, 0, 0, 0.0, -1, 0, 0.0, 0.0, 0 if with_ref else None)
 
-    def merge(self, other: Summary, offset: int) -> Summary:
-        """This summary followed by `other`, whose flat indices start at `offset`."""
+    def merge(self, other: MetricTotals, offset: int) -> MetricTotals:
+        """These totals followed by `other`, whose flat indices start at `offset`."""
         later = other.bound_ratio_max > self.bound_ratio_max or self.bound_ratio_argmax < 0
         both_ref = self.n_ref_mismatch is not None and other.n_ref_mismatch is not None
-        return Summary(
+        return MetricTotals(
             n=self.n + other.n,
             n_nonfinite=self.n_nonfinite + other.n_nonfinite,
             ulp_max=max(self.ulp_max, other.ulp_max),
@@ -213,12 +213,12 @@ def _f32_view(x: np.ndarray, name: str) -> np.ndarray:
     """Flat float32 image (exact) of a float32 / bfloat16 array."""
     x = np.asarray(x)
     if x.dtype not in OUT_DTYPES:
-        raise ValueError(f"summarize: {name} must be float32 or bfloat16, got {x.dtype}")
+        raise ValueError(f"metric_totals: {name} must be float32 or bfloat16, got {x.dtype}")
     return np.ascontiguousarray(x, dtype=np.float32).ravel()
 
 
-def summarize(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | None = None,
-              ref=None) -> Summary:
+def metric_totals(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | None = None,
+              ref=None) -> MetricTotals:
     """Reduced layer-1 metrics of `out` (float32 or bfloat16, any shape) against `exact`
     and `abs_ab` (float64, finite, same shape); `k`, `u`, `n` as in `metrics.bound_ratio`;
     `ref` (out's dtype and shape) the recipe reference for the bit-exact count.  The ULP
@@ -226,19 +226,19 @@ def summarize(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | None 
     out = np.asarray(out)
     shift = OUT_DTYPES.get(out.dtype)
     if shift is None:
-        raise ValueError(f"summarize: out must be float32 or bfloat16, got {out.dtype}")
+        raise ValueError(f"metric_totals: out must be float32 or bfloat16, got {out.dtype}")
     ex, ab = np.asarray(exact), np.asarray(abs_ab)
     for name, arr in (("exact", ex), ("abs_ab", ab)):
         if arr.dtype != np.float64 or arr.shape != out.shape:
-            raise ValueError(f"summarize: {name} must be float64 of out's shape {out.shape}, "
+            raise ValueError(f"metric_totals: {name} must be float64 of out's shape {out.shape}, "
                              f"got {arr.dtype} {arr.shape}")
     if ref is not None and (np.asarray(ref).dtype != out.dtype or np.shape(ref) != out.shape):
-        raise ValueError(f"summarize: ref must match out ({out.dtype} {out.shape})")
+        raise ValueError(f"metric_totals: ref must match out ({out.dtype} {out.shape})")
     if int(k) != k or k < 1:
-        raise ValueError(f"summarize: k must be a positive integer, got {k!r}")
+        raise ValueError(f"metric_totals: k must be a positive integer, got {k!r}")
     n = int(k) + 2 * math.ceil(k / 128) + 2 if n is None else n
     if not (0 < u and n * u < 1):
-        raise ValueError(f"summarize: need 0 < u and n*u < 1, got u={u!r}, n={n}")
+        raise ValueError(f"metric_totals: need 0 < u and n*u < 1, got u={u!r}, n={n}")
     ex, ab = np.ascontiguousarray(ex).ravel(), np.ascontiguousarray(ab).ravel()
     fmt = get_format(out.dtype)
     o32 = _f32_view(out, "out")
@@ -247,14 +247,14 @@ def summarize(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | None 
     ints, flt = _reduce(o32, ex, ab, r32, ref is not None, gamma, p, fmt.min_exponent,
                         fmt.mantissa_bits, shift)
     if ints[:, 5].any():  # checked in the same pass: a separate one would double the cost
-        raise ValueError("summarize: exact and abs_ab must be finite, abs_ab >= 0")
+        raise ValueError("metric_totals: exact and abs_ab must be finite, abs_ab >= 0")
     if not ints.shape[0]:
-        return Summary.empty(ref is not None)
+        return MetricTotals.empty(ref is not None)
     best = int(np.argmax(flt[:, 0]))  # first block holding the max, then its first element
     arg = _first_index_of(o32, ex, ab, flt[best, 0], best * _BLOCK,
                           min(o32.size, (best + 1) * _BLOCK), gamma, fmt.min_exponent,
                           fmt.mantissa_bits)
-    return Summary(
+    return MetricTotals(
         n=int(o32.size), n_nonfinite=int(ints[:, 0].sum()), ulp_max=int(ints[:, 1].max()),
         n_ulp_off=int(ints[:, 2].sum()), bound_ratio_max=float(flt[best, 0]),
         bound_ratio_argmax=int(arg), n_over_bound=int(ints[:, 3].sum()),
@@ -263,9 +263,9 @@ def summarize(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | None 
     )
 
 
-def gmm_summary(out, lhs, rhs, group_sizes, *, accum: str | None = "deepgemm",
-                rows_per_chunk: int = 2048) -> Summary:
-    """`summarize` of a gmm-fp8 output `out` [M, N] (float32 or bfloat16) against the
+def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepgemm",
+                rows_per_chunk: int = 2048) -> MetricTotals:
+    """`metric_totals` of a gmm-fp8 output `out` [M, N] (float32 or bfloat16) against the
     exact reference of lhs [M,K] (1x128) and rhs [G,K,N] (128x128) QTensors, streamed
     `rows_per_chunk` rows of one group at a time; `accum` (None to skip) adds the
     bit-exact count against `gmm(..., accum=accum)`.  Only rows below sum(group_sizes)
@@ -276,15 +276,15 @@ def gmm_summary(out, lhs, rhs, group_sizes, *, accum: str | None = "deepgemm",
 
     out = np.asarray(out)
     if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):
-        raise ValueError("gmm_summary: lhs and rhs must be QTensors")
+        raise ValueError("gmm_metric_totals: lhs and rhs must be QTensors")
     m, g, n = lhs.shape[0], rhs.shape[0], rhs.shape[2]
     if out.shape != (m, n):
-        raise ValueError(f"gmm_summary: out must be [M, N] = {(m, n)}, got {out.shape}")
+        raise ValueError(f"gmm_metric_totals: out must be [M, N] = {(m, n)}, got {out.shape}")
     if int(rows_per_chunk) != rows_per_chunk or rows_per_chunk < 1:
-        raise ValueError(f"gmm_summary: rows_per_chunk must be >= 1, got {rows_per_chunk!r}")
+        raise ValueError(f"gmm_metric_totals: rows_per_chunk must be >= 1, got {rows_per_chunk!r}")
     gs = check_group_sizes(group_sizes, g, m)
     offs = group_offsets(gs)
-    total = Summary.empty(accum is not None)
+    total = MetricTotals.empty(accum is not None)
     for gi in range(g):
         for r0 in range(offs[gi], offs[gi + 1], rows_per_chunk):
             r1 = min(r0 + rows_per_chunk, offs[gi + 1])
@@ -293,7 +293,7 @@ def gmm_summary(out, lhs, rhs, group_sizes, *, accum: str | None = "deepgemm",
                         rhs.recipe)
             one = np.array([r1 - r0])
             ref = None if accum is None else gmm(a, b, one, out_dtype=out.dtype, accum=accum)
-            part = summarize(out[r0:r1], gmm(a, b, one, out_dtype=np.float64, accum="exact"),
+            part = metric_totals(out[r0:r1], gmm(a, b, one, out_dtype=np.float64, accum="exact"),
                              abs_product(a, b, one), lhs.shape[1], ref=ref)
             total = total.merge(part, r0 * n)
     return total

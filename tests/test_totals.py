@@ -1,4 +1,4 @@
-"""fp8check.summary against the elementwise metrics it reduces, on adversarial data.
+"""fp8check.totals against the elementwise metrics it reduces, on adversarial data.
 
 The oracle is fp8check.metrics (itself tested against nextafter walks and Fractions in
 test_metrics.py): every count, maximum and argmax must be equal, the float64 sums equal
@@ -13,7 +13,7 @@ import pytest
 
 from fp8check import metrics
 from fp8check.references import abs_product, gmm, quantize
-from fp8check.summary import _BLOCK, Summary, gmm_summary, summarize
+from fp8check.totals import _BLOCK, MetricTotals, gmm_metric_totals, metric_totals
 
 BF16 = ml_dtypes.bfloat16
 
@@ -54,7 +54,7 @@ def _elementwise(out, ex, ab, k, dtype, ref=None):
     )
 
 
-def _assert_same(s: Summary, want: dict):
+def _assert_same(s: MetricTotals, want: dict):
     for key, value in want.items():
         got = getattr(s, key)
         if key in ("signal", "noise"):
@@ -65,20 +65,20 @@ def _assert_same(s: Summary, want: dict):
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("seed", range(3))
-def test_summarize_equals_the_elementwise_metrics(dtype, seed):
+def test_metric_totals_equals_the_elementwise_metrics(dtype, seed):
     rng = np.random.default_rng(seed)
     n = 777 * 256  # 3 parallel blocks and a ragged fourth
     out, ex, ab = _adversarial(rng, n, dtype)
     ref = out.copy()
     ref[rng.choice(n, 40, replace=False)] = 0.0  # recipe reference differing in places
-    s = summarize(out.reshape(-1, 777), ex.reshape(-1, 777), ab.reshape(-1, 777), 384,
+    s = metric_totals(out.reshape(-1, 777), ex.reshape(-1, 777), ab.reshape(-1, 777), 384,
                   ref=ref.reshape(-1, 777))
     _assert_same(s, _elementwise(out, ex, ab, 384, dtype, ref))
     assert s.n == n and s.sqnr_db == -math.inf  # a NaN never passes
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
-def test_summarize_finite_data_and_argmax_in_a_late_block(dtype):
+def test_metric_totals_finite_data_and_argmax_in_a_late_block(dtype):
     rng = np.random.default_rng(7)
     n = 4 * _BLOCK
     ex = rng.standard_normal(n)
@@ -87,23 +87,23 @@ def test_summarize_finite_data_and_argmax_in_a_late_block(dtype):
     out[3 * _BLOCK + 5] = out[3 * _BLOCK + 9] = dtype(ex[3 * _BLOCK + 5] + 1.0)
     ex[3 * _BLOCK + 9] = ex[3 * _BLOCK + 5]
     ab = np.abs(ex) * 3
-    s = summarize(out, ex, ab, 128)
+    s = metric_totals(out, ex, ab, 128)
     _assert_same(s, _elementwise(out, ex, ab, 128, dtype))
     assert s.bound_ratio_argmax == 3 * _BLOCK + 5 and s.n_over_bound == 2
     assert s.sqnr_db == pytest.approx(metrics.sqnr_db(ex, out), rel=1e-12)
 
 
-def test_summarize_correct_rounding_is_zero_ulps_and_empty_input():
+def test_metric_totals_correct_rounding_is_zero_ulps_and_empty_input():
     ex = np.random.default_rng(1).standard_normal(1000)
-    s = summarize(ex.astype(np.float32), ex, np.abs(ex), 128, ref=ex.astype(np.float32))
+    s = metric_totals(ex.astype(np.float32), ex, np.abs(ex), 128, ref=ex.astype(np.float32))
     assert (s.ulp_max, s.n_ulp_off, s.n_over_bound, s.n_ref_mismatch) == (0, 0, 0, 0)
-    e = summarize(np.zeros(0, np.float32), np.zeros(0), np.zeros(0), 128)
-    assert e == Summary.empty(False) and e.sqnr_db == math.inf
+    e = metric_totals(np.zeros(0, np.float32), np.zeros(0), np.zeros(0), 128)
+    assert e == MetricTotals.empty(False) and e.sqnr_db == math.inf
 
 
 @pytest.mark.parametrize("bad", ["nan-exact", "neg-abs", "inf-abs", "f16-out", "shape", "k0",
                                  "ref-dtype"])
-def test_summarize_rejects_bad_input(bad):
+def test_metric_totals_rejects_bad_input(bad):
     out, ex, ab = np.zeros(4, np.float32), np.zeros(4), np.zeros(4)
     kw = {"k": 128}
     if bad == "nan-exact":
@@ -120,8 +120,8 @@ def test_summarize_rejects_bad_input(bad):
         kw["k"] = 0
     else:
         kw["ref"] = np.zeros(4, BF16)
-    with pytest.raises(ValueError, match="summarize"):
-        summarize(out, ex, ab, **kw)
+    with pytest.raises(ValueError, match="metric_totals"):
+        metric_totals(out, ex, ab, **kw)
 
 
 def _problem(seed, sizes, k=256, n=256):
@@ -133,14 +133,14 @@ def _problem(seed, sizes, k=256, n=256):
 
 
 @pytest.mark.parametrize("rows_per_chunk", [1, 7, 2048])
-def test_gmm_summary_streams_to_the_whole_array_summary(rows_per_chunk):
+def test_gmm_metric_totals_streams_to_the_whole_array_totals(rows_per_chunk):
     lq, rq, gs = _problem(0, [0, 37, 1, 0, 90, 0])
     rows = int(gs.sum())
     out = gmm(lq, rq, gs, accum="cublas")  # a valid kernel that is not the deepgemm recipe
     out[rows:] = np.nan  # past the groups: must not be read
-    want = summarize(out[:rows], gmm(lq, rq, gs, np.float64, "exact")[:rows],
+    want = metric_totals(out[:rows], gmm(lq, rq, gs, np.float64, "exact")[:rows],
                      abs_product(lq, rq, gs)[:rows], 256, ref=gmm(lq, rq, gs)[:rows])
-    got = gmm_summary(out, lq, rq, gs, rows_per_chunk=rows_per_chunk)
+    got = gmm_metric_totals(out, lq, rq, gs, rows_per_chunk=rows_per_chunk)
     for key in ("n", "n_nonfinite", "ulp_max", "n_ulp_off", "bound_ratio_argmax",
                 "n_over_bound", "n_ref_mismatch"):
         assert getattr(got, key) == getattr(want, key), key
@@ -152,25 +152,25 @@ def test_gmm_summary_streams_to_the_whole_array_summary(rows_per_chunk):
     assert got.n == rows * 256 and got.n_over_bound == 0 and got.n_ref_mismatch > 0
 
 
-def test_gmm_summary_catches_a_wrong_group_and_passes_the_recipe_itself():
+def test_gmm_metric_totals_catches_a_wrong_group_and_passes_the_recipe_itself():
     lq, rq, gs = _problem(3, [64, 64], n=128)
     good = gmm(lq, rq, gs)
-    s = gmm_summary(good, lq, rq, gs)
+    s = gmm_metric_totals(good, lq, rq, gs)
     assert (s.n_over_bound, s.n_ref_mismatch, s.n_nonfinite) == (0, 0, 0)
     bad = good.copy()
     bad[:64] = gmm(lq, quantize(np.ones((2, 256, 128), np.float32), (128, 128)), gs)[:64]
-    s = gmm_summary(bad, lq, rq, gs)
+    s = gmm_metric_totals(bad, lq, rq, gs)
     assert s.n_over_bound > 0 and s.bound_ratio_max > 1e3 and s.bound_ratio_argmax < 64 * 128
 
 
-def test_gmm_summary_rejects_bad_input():
+def test_gmm_metric_totals_rejects_bad_input():
     lq, rq, gs = _problem(0, [3, 4])
     out = np.zeros((12, 256), np.float32)
     with pytest.raises(ValueError, match="out must be"):
-        gmm_summary(out[:5], lq, rq, gs)
+        gmm_metric_totals(out[:5], lq, rq, gs)
     with pytest.raises(ValueError, match="rows_per_chunk"):
-        gmm_summary(out, lq, rq, gs, rows_per_chunk=0)
+        gmm_metric_totals(out, lq, rq, gs, rows_per_chunk=0)
     with pytest.raises(ValueError, match="exceeds M"):
-        gmm_summary(out, lq, rq, np.array([10, 4]))
+        gmm_metric_totals(out, lq, rq, np.array([10, 4]))
     with pytest.raises(ValueError, match="QTensors"):
-        gmm_summary(out, lq.values, rq, gs)
+        gmm_metric_totals(out, lq.values, rq, gs)
