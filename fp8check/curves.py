@@ -249,8 +249,8 @@ def compare(cand: Curve, base: Curve, limits: CurveLimits) -> Comparison:
     m.update(candidate_spikes=[int(al.steps[i]) for i in sp_c],
              baseline_spikes=[int(al.steps[i]) for i in sp_b], new_spikes=new)
     res.checks["new_spikes"] = (len(new), 0, not new)
-    gap = rel_gap(al.cand, al.base)
-    gap_ema = rel_gap(ema(al.cand), ema(al.base))
+    gap = np.asarray(rel_gap(al.cand, al.base))
+    gap_ema = np.asarray(rel_gap(ema(al.cand), ema(al.base)))
     m["gap"], m["gap_ema"] = gap.tolist(), gap_ema.tolist()
     max_ema = float(np.max(np.abs(gap_ema))) if np.all(np.isfinite(gap_ema)) else math.inf
     m["max_abs_gap"] = float(np.max(np.abs(gap))) if np.all(np.isfinite(gap)) else math.inf
