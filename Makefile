@@ -4,17 +4,18 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup browser gate test lint bench
+.PHONY: setup browser gate test lint ruff typecheck bench
 
 setup: $(STAMP)
 
 # torch first, pinned, so pip takes the CPU wheel on this machine's disk rather than
-# resolving a CUDA build through another package's requirement.
-$(STAMP): pyproject.toml Makefile
+# resolving a CUDA build through another package's requirement; then the project with every
+# extra, each package at its version in constraints.txt.
+$(STAMP): pyproject.toml constraints.txt Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,tpu]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[jax,torch,tpu,test]'
 	touch $(STAMP)
 
 gate: $(STAMP)
@@ -25,12 +26,27 @@ browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: $(STAMP) browser
-	$(BIN)/ruff check .
+test: lint browser
 	$(BIN)/pytest -n 2 tests
 
-lint: $(STAMP)
+lint: ruff typecheck
+
+ruff: $(STAMP)
 	$(BIN)/ruff check .
+
+# mypy checks the installed layout, which the editable install's import hook hides from it:
+# a tree of links fp8check/{fp8check's own files, references, kernels, reports} (pyproject's
+# package-dir), rebuilt on each run; message paths are mapped back to the repository's.
+MYPY_STAGE := build/mypy-stage
+
+typecheck: $(STAMP)
+	rm -rf $(MYPY_STAGE) && mkdir -p $(MYPY_STAGE)/fp8check
+	ln -s $(CURDIR)/fp8check/* $(CURDIR)/references $(CURDIR)/kernels $(CURDIR)/reports \
+		$(MYPY_STAGE)/fp8check/
+	cd $(MYPY_STAGE) && MYPYPATH=. $(CURDIR)/$(BIN)/python -m mypy \
+		--config-file $(CURDIR)/pyproject.toml --cache-dir $(CURDIR)/.mypy_cache \
+		-p fp8check >mypy.out; rc=$$?; \
+		sed -E 's#^fp8check/(references|kernels|reports)/#\1/#' mypy.out; exit $$rc
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/reference.py

@@ -259,8 +259,8 @@ def compare(cand: Curve, base: Curve, limits: CurveLimits) -> CurveComparison:
              baseline_spikes=[int(al.steps[i]) for i in sp_b], new_spikes=new)
     res.criteria.append(Criterion.check("new_spikes", "training", len(new), "==", 0,
                                         meaning="loss spikes the baseline does not have"))
-    gap = rel_gap(al.cand, al.base)
-    gap_ema = rel_gap(ema(al.cand), ema(al.base))
+    gap = np.asarray(rel_gap(al.cand, al.base))
+    gap_ema = np.asarray(rel_gap(ema(al.cand), ema(al.base)))
     m["gap"], m["gap_ema"] = gap.tolist(), gap_ema.tolist()
     max_ema = float(np.max(np.abs(gap_ema))) if np.all(np.isfinite(gap_ema)) else math.inf
     m["max_abs_gap"] = float(np.max(np.abs(gap))) if np.all(np.isfinite(gap)) else math.inf

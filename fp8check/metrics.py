@@ -332,8 +332,9 @@ def bound_ratio(
         # gamma * ab' = gamma (ab + extra) + extra, to float64 rounding (the bound's own
         # 2^-53 |exact| slack is far larger than the 2^-52 relative error of forming ab').
         ab = ab + extra + extra / gamma
-    flat = [np.ascontiguousarray(v).ravel() for v in (o, ex, ab)]
-    return _ratio_all(*flat, gamma, f.min_exponent, f.mantissa_bits).reshape(o.shape)
+    o_flat, ex_flat, ab_flat = (np.ascontiguousarray(v).ravel() for v in (o, ex, ab))
+    return _ratio_all(o_flat, ex_flat, ab_flat, gamma, f.min_exponent,
+                      f.mantissa_bits).reshape(o.shape)
 
 
 @numba.njit(cache=True, inline="always")

@@ -8,6 +8,9 @@ Two layers, one implementation:
 * hypothesis strategies that draw a pattern or distribution name and a seed and call the
   same builders: `group_sizes`, `distributions`, `arrays`, `gmm_problems`.
 
+hypothesis is not a runtime dependency of fp8check: this module needs the `test` extra
+(`pip install 'fp8check[test]'`).
+
 Examples::
 
     rng = np.random.default_rng(0)

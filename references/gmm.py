@@ -341,7 +341,8 @@ def slices(x: np.ndarray, beta: int, max_slices: int) -> list[np.ndarray] | None
     itself a multiple of ulp(r_i) whenever hi_i != r_i) of magnitude <= unit / 2.  The
     values here are images of float32 / bf16 data, far from float64's under/overflow.
     """
-    out, r = [], np.array(x, dtype=np.float64)
+    out: list[np.ndarray] = []
+    r = np.array(x, dtype=np.float64)
     while r.any():
         if len(out) == max_slices:
             return None

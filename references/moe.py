@@ -207,8 +207,13 @@ def moe_reference(inp: MoEInputs, operands: str = "exact") -> MoEOutputs:
     y_pairs = torch.zeros_like(y_perm).index_copy(0, torch.from_numpy(order), y_perm)
     out = torch.einsum("tk,tkd->td", weights, y_pairs.reshape(t, k, -1))
     out.backward(torch.tensor(inp.dy, dtype=f64))
-    return MoEOutputs(out=out.detach().numpy(), dx=x.grad.numpy(), d_router=w_r.grad.numpy(),
-                      d_wi=wi.grad.numpy(), d_wo=wo.grad.numpy(), group_sizes=group_sizes)
+
+    def grad(leaf: torch.Tensor) -> np.ndarray:
+        assert leaf.grad is not None  # every leaf above requires grad and feeds `out`
+        return leaf.grad.numpy()
+
+    return MoEOutputs(out=out.detach().numpy(), dx=grad(x), d_router=grad(w_r),
+                      d_wi=grad(wi), d_wo=grad(wo), group_sizes=group_sizes)
 
 
 def variant_of(variants: dict, name: str):

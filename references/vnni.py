@@ -51,10 +51,18 @@ AVAILABLE = _LIB is not None
 _POOL: ThreadPoolExecutor | None = None
 
 
+def _lib() -> ctypes.CDLL:
+    """The compiled library; raises RuntimeError where this path is off (see `AVAILABLE`)."""
+    if _LIB is None:
+        raise RuntimeError(f"the AVX512-VNNI path is {STATUS}")
+    return _LIB
+
+
 def _pool() -> ThreadPoolExecutor:
     global _POOL
     if _POOL is None:  # ctypes drops the GIL during the calls: the threads run in parallel
-        _POOL = ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS)
+        # numba.config sets its NUMBA_* attributes at import, out of mypy's sight.
+        _POOL = ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
     return _POOL
 
 
@@ -74,7 +82,7 @@ def pack_rhs(codes: np.ndarray) -> np.ndarray:
     k, n = codes.shape
     out = np.empty((k // 128, -(-n // 16), 64, 3, 16, 2), np.int16)
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
-    _LIB.fp8check_vnni_pack_rhs(codes.ctypes.data, k, n, out.ctypes.data)
+    _lib().fp8check_vnni_pack_rhs(codes.ctypes.data, k, n, out.ctypes.data)
     return out
 
 
@@ -118,7 +126,7 @@ def gmm(a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: np.ndarray
     shares = [(int(r0), int(r1)) for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0]
     # One packed rhs group per share, referenced here until the jobs are done.
     scratch = [np.empty((k // 128) * -(-n // 16) * _VEC_I16, np.int16) for _ in shares]
-    jobs = [_pool().submit(_LIB.fp8check_vnni_gmm, a_codes.ctypes.data, k, k,
+    jobs = [_pool().submit(_lib().fp8check_vnni_gmm, a_codes.ctypes.data, k, k,
                            b_codes.ctypes.data, n, offsets.ctypes.data, g, r0, r1,
                            sa.ctypes.data, sb.ctypes.data, sb.shape[2], RECIPE_CODES[recipe],
                            out.ctypes.data, n, buf.ctypes.data)

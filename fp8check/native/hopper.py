@@ -123,7 +123,8 @@ def compile_many(jobs: Iterable[HopperJob], *, timeout_s: float = 900.0) -> list
     results in job order.  A compiler crash fails only the job being compiled (ok=False)
     and the rest go on in a new process.  `timeout_s` bounds each process, seconds."""
     jobs = list(jobs)
-    payloads, results = [], [None] * len(jobs)
+    payloads: list[tuple[int, dict]] = []
+    results: list[HopperBuild | None] = [None] * len(jobs)
     first: dict[str, int] = {}  # payload key -> index of the job that compiles it
     for i, job in enumerate(jobs):
         payload = _payload(job)
@@ -152,12 +153,16 @@ def compile_many(jobs: Iterable[HopperJob], *, timeout_s: float = 900.0) -> list
                 results[j] = HopperBuild(p["name"], target_name(p["capability"]), False,
                                          "not compiled: an earlier job timed out")
             break
-    for i, job in enumerate(jobs):  # duplicates: the first identical job's result
-        if results[i] is None:
+    builds = []
+    for job, result in zip(jobs, results, strict=True):
+        if result is None:  # a duplicate: the first identical job's result
             key = json.dumps({k: v for k, v in _payload(job).items() if k != "name"},
                              sort_keys=True)
-            results[i] = replace(results[first[key]], kernel=job.name)
-    return results
+            first_result = results[first[key]]
+            assert first_result is not None  # every job in `first` got a result above
+            result = replace(first_result, kernel=job.name)
+        builds.append(result)
+    return builds
 
 
 def toolchain(capability: int = 90) -> dict[str, Any]:

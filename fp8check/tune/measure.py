@@ -45,20 +45,19 @@ def _phase_call(phase: str, tiling: Tiling, shape: GmmShape):
     m, k, n, g = shape
     gs = jnp.asarray(balanced_group_sizes(m, g), jnp.int32)
     keys = jax.random.split(jax.random.key(0), 2)
-    t = tuple(tiling)
     if phase == "fwd":
         lhs = jax.random.normal(keys[0], (m, k), jnp.float32).astype(jnp.float8_e4m3fn)
         rhs = jax.random.normal(keys[1], (g, k, n), jnp.float32).astype(jnp.float8_e4m3fn)
         ls = jnp.ones((m, k // 128), jnp.float32)
         rs = jnp.ones((g, k // 128, n // 128), jnp.float32)
-        return lambda: gmm_fp8(lhs, ls, rhs, rs, gs, tiling=t, interpret=False)
+        return lambda: gmm_fp8(lhs, ls, rhs, rs, gs, tiling=tiling, interpret=False)
     w = jax.random.normal(keys[1], (g, k, n), jnp.bfloat16)
     if phase == "dgrad":
         dy = jax.random.normal(keys[0], (m, n), jnp.bfloat16)
-        return lambda: dgrad(dy, w, gs, tiling=t, interpret=False)
+        return lambda: dgrad(dy, w, gs, tiling=tiling, interpret=False)
     x = jax.random.normal(keys[0], (m, k), jnp.bfloat16)
     dy = jax.random.normal(keys[1], (m, n), jnp.bfloat16)
-    return lambda: tgmm(x, dy, gs, tiling=t, interpret=False)
+    return lambda: tgmm(x, dy, gs, tiling=tiling, interpret=False)
 
 
 def measure_us(phase: str, tiling: Tiling, shape: GmmShape) -> float:

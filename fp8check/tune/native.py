@@ -28,13 +28,13 @@ class NativeCheck:
         m, k, n, g = self.shape
         out = PHASE_DTYPES[phase][1]
         if phase == "fwd":
-            fn = functools.partial(gmm_fp8, tiling=tuple(tiling), out_dtype=out, interpret=False)
+            fn = functools.partial(gmm_fp8, tiling=tiling, out_dtype=out, interpret=False)
             return fn, [((m, k), FP8), ((m, k // LANES), F32), ((g, k, n), FP8),
                         ((g, k // LANES, n // LANES), F32), ((g,), I32)]
         if phase == "dgrad":
-            fn = functools.partial(dgrad, tiling=tuple(tiling), out_dtype=out, interpret=False)
+            fn = functools.partial(dgrad, tiling=tiling, out_dtype=out, interpret=False)
             return fn, [((m, n), BF16), ((g, k, n), BF16), ((g,), I32)]
-        fn = functools.partial(tgmm, tiling=tuple(tiling), out_dtype=out, interpret=False)
+        fn = functools.partial(tgmm, tiling=tiling, out_dtype=out, interpret=False)
         return fn, [((m, k), BF16), ((m, n), BF16), ((g,), I32)]
 
     @functools.cache  # noqa: B019  (one instance per search; tilings repeat across rounds)

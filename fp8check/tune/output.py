@@ -43,10 +43,14 @@ def tune_section(res: SearchResult) -> dict:
         "rounds": rounds,
         "best": {ph: None if s.best is None else list(s.best.tiling) for ph, s in states.items()},
         "best_detail": {ph: _brief(s.best) for ph, s in states.items()},
-        "finalists": [{"phase": ph, "tiling": list(c.tiling), "passed": c.strict.passed,
-                       "verdict": c.strict.to_dict()}
-                      for ph, s in states.items() for c in s.finalists],
+        "finalists": [_finalist(c) for s in states.values() for c in s.finalists],
     }
+
+
+def _finalist(c: Candidate) -> dict:
+    assert c.strict is not None  # the search checks every finalist on the strict profile
+    return {"phase": c.phase, "tiling": list(c.tiling), "passed": c.strict.passed,
+            "verdict": c.strict.to_dict()}
 
 
 def _row(c: Candidate) -> str:
@@ -81,6 +85,8 @@ def finalists_table(res: SearchResult) -> str:
     lines = ["finalists (strict profile, on the accuracy proxies):"]
     for s in res.phases.values():
         for c in s.finalists:
+            # finalists were accepted (so costed) and checked on the strict profile
+            assert c.strict is not None and c.cost is not None
             mark = "PASS" if c.strict.passed else f"FAIL {c.strict.reason}"
             nat = c.native or {}
             compiled = (f"  [{nat['chip']}: VMEM {nat['vmem_bytes'] / 2**20:.2f} MiB, "

@@ -82,7 +82,13 @@ class PhaseSearch:
     def ranked(self) -> list[Candidate]:
         """Accepted candidates, fastest first (ties: the earlier one)."""
         acc = [c for c in self.seen.values() if c.status == "accepted"]
-        return sorted(acc, key=lambda c: c.fitness_us)
+        return sorted(acc, key=_fitness_us)
+
+
+def _fitness_us(c: Candidate) -> float:
+    """The fitness of a candidate that ran (every accepted one did)."""
+    assert c.fitness_us is not None
+    return c.fitness_us
 
 
 @dataclass

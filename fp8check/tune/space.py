@@ -50,7 +50,7 @@ def rejection(phase: str, tiling: Tiling, shape: GmmShape) -> str | None:
     if tiling.tm > rows and tiling.tm % align == 0:
         return f"tm={tiling.tm} exceeds the {m} rows (the kernel would clamp it to {rows})"
     try:
-        resolve_tiling(phase, tuple(tiling), m=m, k=k, n=n, in_dtype=in_dt, out_dtype=out_dt)
+        resolve_tiling(phase, tiling, m=m, k=k, n=n, in_dtype=in_dt, out_dtype=out_dt)
     except ValueError as e:
         return str(e)
     return None

@@ -89,7 +89,7 @@ def native_builds(m: int, k: int, n: int, g: int) -> list[PallasBuild]:
                       ((g, k // LANES, n // LANES), F32), ((g,), I32)]
     builds = [
         PallasBuild("pallas-fp8", "fwd", "all", t,
-                    functools.partial(gmm_fp8, tiling=tuple(t), out_dtype=jnp.bfloat16,
+                    functools.partial(gmm_fp8, tiling=t, out_dtype=jnp.bfloat16,
                                       interpret=False), fp8_args)
         for t in offered_tilings("fwd", m, k, n, FP8, BF16)
     ]

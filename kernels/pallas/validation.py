@@ -32,6 +32,7 @@ def check_array(name: str, x, ndim: int, dtypes: tuple) -> jax.Array:
 
 def check_group_sizes(group_sizes, num_groups: int, m: int) -> jax.Array:
     """group_sizes as int32 [num_groups]; when concrete: non-negative with sum <= m."""
+    gs: jax.Array
     if isinstance(group_sizes, jax.core.Tracer):
         gs = group_sizes
     else:

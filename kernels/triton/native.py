@@ -120,6 +120,8 @@ def native_builds(m: int, k: int, n: int, g: int, *,
 
     name = "triton-quantize-deepgemm"
     recipe = KERNELS[name].recipe
+    if recipe is None:
+        raise AssertionError(f"quantizer {name} has no recipe in meta.KERNELS")
     for block, shape in ((_defaults(quantize_fp8)["block"], (m, k)), (BLOCKS[1], (g, k, n))):
         if tuple(block) not in BLOCKS:
             raise AssertionError(f"quantizer block {block} not in {BLOCKS}")

@@ -85,9 +85,8 @@ def quantize_fp8(x: torch.Tensor, block: tuple[int, int] = (1, QBLOCK),
     float32 dequantization multipliers).  NaN or Inf in `x` raises ValueError, as the
     reference does by default.
     """
-    block = tuple(block)
-    if block not in BLOCKS:
-        raise ValueError(f"block must be one of {BLOCKS}, got {block}")
+    if tuple(block) not in BLOCKS:
+        raise ValueError(f"block must be one of {BLOCKS}, got {tuple(block)}")
     if recipe not in RECIPES:
         raise ValueError(f"recipe must be one of {RECIPES}, got {recipe!r}")
     if x.dtype not in (torch.float32, torch.bfloat16) or x.ndim < 2:
