@@ -35,7 +35,7 @@ def test_correct_kernel_passes_and_writes_the_report(pytester):
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) == 0 and outcomes["passed"] >= 8, result.stdout.str()
     doc = json.loads(report.with_suffix(".json").read_text())
-    assert doc["version"] == 1 and doc["summary"]["passed"] is True
+    assert doc["version"] == 2 and doc["summary"]["passed"] is True
     cases = {r["case"] for r in doc["results"]
              if r["kernel"].endswith("test_gmm_over_the_gate_suite")}
     from fp8check.cases import build_suite
