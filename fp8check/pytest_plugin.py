@@ -97,7 +97,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def fp8check_case(request: pytest.FixtureRequest):
     """A `fp8check.testing.GateCase`: one gate case, its kernel arguments (`args`), and
     `assert_matches(out)`, which applies the gate's criteria."""
-    from fp8check.testing import GateCase, assertion_context
+    from fp8check.testing import GateCase
+    from fp8check.testing.recording import assertion_context
 
     opts = _marker_options(request.node.get_closest_marker(MARKER), request.config)
     try:
@@ -128,10 +129,9 @@ def pytest_runtest_call(item: pytest.Item):
     if "fp8check.testing" not in sys.modules and FIXTURE not in getattr(item, "fixturenames",
                                                                            ()):
         return (yield)
-    from fp8check.testing import _context, assertion_context
+    from fp8check.testing.recording import assertion_context, current_label
 
-    ctx = _context.get()
-    if ctx is not None and ctx.label:  # the fixture already set it (with the gate case)
+    if current_label():  # the fixture already set it (with the gate case)
         return (yield)
     with assertion_context(label=_label(item)):
         return (yield)
@@ -148,17 +148,17 @@ class _Collector:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        from fp8check import testing
+        from fp8check.testing import recording
 
-        testing.add_listener(self.results.append)
-        testing.set_failure_dir((self.report or self.json).parent / "fp8check-failures")
+        recording.add_listener(self.results.append)
+        recording.set_failure_dir((self.report or self.json).parent / "fp8check-failures")
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from fp8check import testing
         from fp8check.results import documents
+        from fp8check.testing import recording
 
-        testing.remove_listener(self.results.append)
-        testing.set_failure_dir(None)
+        recording.remove_listener(self.results.append)
+        recording.set_failure_dir(None)
         env = documents.environment([], suite=self.config.getoption("--fp8check-suite") or "",
                                   seed=0, profile="per assertion", backend="pytest",
                                   load_errors={})

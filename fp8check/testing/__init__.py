@@ -1,0 +1,58 @@
+"""Assertions for a kernel's own test suite: the gate's layer-1 criteria, one call each.
+
+    from fp8check.testing import assert_gmm_matches
+    out = my_gmm(lq.values, lq.scales, rq.values, rq.scales, group_sizes)
+    assert_gmm_matches(out, lq, rq, group_sizes)               # QTensors the kernel consumed
+    assert_gmm_matches(out, x, w, group_sizes, recipe="deepgemm")  # or the float inputs
+
+Every assertion builds the same `Problem` the gate builds and applies the same criteria
+(`fp8check.layers.op.output_criteria` / `quantizer_output_criteria`: one implementation),
+so a test and the gate reach the same verdict on the same data.  On failure the
+AssertionError names each failed criterion, how many elements are off, the worst one
+(index, group, row within the group, K/N tile, value, reference, ULP distance, bound) and
+a one-line reproduction:
+
+* the inputs are saved to an .npz (in `$FP8CHECK_FAILURE_DIR`, else beside the pytest
+  plugin's report, else the temp dir; the name is a hash of the content) and the line
+  `python -c "from fp8check.testing import replay; replay('/abs/path.npz')"` re-runs the
+  assertion on them anywhere, without the kernel;
+* inside a test driven by the `fp8check_case` fixture (pytest plugin), the gate command
+  for that case is printed too (`fp8check gate --kernel ... --case <id>`).
+
+Inputs may be numpy, ml_dtypes, jax or torch arrays (converted bit for bit).  Every
+assertion returns the `CaseResult` when it passes, and reports it (pass or fail) to the
+listeners that `add_listener` registered (the pytest plugin's `--fp8check-report`).
+Bad input (shapes, dtypes, unknown names) raises ValueError, not AssertionError.
+pytest shows a failure as the test's line and the message: fp8check's own frames are
+hidden (`__tracebackhide__`).
+
+Modules: `asserts` (the public asserts and `replay`), `gate_case` (`GateCase`),
+`engine` (the one path from criteria to the AssertionError), `message` (its text),
+`locations` (where an element lies), `replay_record` (`ReplayRecord`, its .npz),
+`recording` (listeners, the assertion scope, the failure directory: the pytest plugin's
+API), `inputs` (array coercion and checks), `exactness` (`partials_exact_in_f32`).
+"""
+
+from fp8check.testing.asserts import (
+    assert_bitexact,
+    assert_gmm_matches,
+    assert_quantizer_matches,
+    assert_tgmm_matches,
+    replay,
+)
+from fp8check.testing.exactness import partials_exact_in_f32
+from fp8check.testing.gate_case import GateCase
+from fp8check.testing.recording import FAILURE_DIR_ENV as FAILURE_DIR_ENV
+from fp8check.testing.recording import add_listener, remove_listener
+
+__all__ = [
+    "GateCase",
+    "add_listener",
+    "assert_bitexact",
+    "assert_gmm_matches",
+    "assert_quantizer_matches",
+    "assert_tgmm_matches",
+    "partials_exact_in_f32",
+    "remove_listener",
+    "replay",
+]

@@ -1,0 +1,123 @@
+"""`GateCase`: one gate case as the value of the pytest plugin's `fp8check_case` fixture."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fp8check.cases import Case, CaseInputs, case_inputs, supported
+from fp8check.contracts import NUMPY_DTYPES, framework_dtype, to_framework
+from fp8check.gate.repro import PlainDeclarations, gate_command
+from fp8check.layers.op import LAYER, Problem, ProblemCache
+from fp8check.profiles import get_profile
+from fp8check.results import CaseResult
+from fp8check.testing import recording
+from fp8check.testing.asserts import F32_UNIT_ROUNDOFF
+from fp8check.testing.engine import check_matmul
+from fp8check.testing.inputs import as_array
+from fp8check.testing.replay_record import ReplayRecord
+
+# the kernel arguments' names in a ReplayRecord, per contract (group sizes apart)
+_ARG_NAMES = {"gmm-fp8": ("lhs_values", "lhs_scales", "rhs_values", "rhs_scales"),
+              "gmm": ("lhs", "rhs"), "tgmm": ("lhs", "dy")}
+
+
+@dataclass
+class GateCase:
+    """One case of a gate suite under a matmul contract: the value of the pytest
+    `fp8check_case` fixture.  `args` are the kernel's arguments exactly as the gate
+    passes them (numpy; `args_as("torch")` / `"jax"` converts them bit for bit) and
+    `assert_matches(out)` applies the gate's criteria to the kernel's output on the
+    gate's own Problem, so the verdict is the gate's (determinism aside: call the kernel
+    twice and `assert_bitexact`)."""
+
+    case: Case
+    contract: str = "gmm-fp8"
+    profile: str = "strict"
+    suite: str = "ci"
+    seed: int = 0
+    # the kernel as the gate names it (module:attr), its framework and declarations:
+    # only for the gate repro line
+    kernel: str | None = None
+    framework: str = "numpy"
+    out_dtypes: tuple[str, ...] = ("f32", "bf16")
+    m_align: int = 1
+    _problems: ProblemCache = field(default_factory=lambda: ProblemCache(capacity=1),
+                                    repr=False)
+
+    def __post_init__(self) -> None:
+        if self.contract not in _ARG_NAMES:
+            raise ValueError(f"fp8check_case: contract {self.contract!r} is not a matmul "
+                             "contract (gmm-fp8, gmm, tgmm); for quantizers use "
+                             "assert_quantizer_matches on case.inputs")
+        get_profile(self.profile)
+
+    @property
+    def id(self) -> str:
+        return self.case.id
+
+    @property
+    def problem(self) -> Problem:
+        return self._problems.get(self.contract, self.case)[0]
+
+    @property
+    def args(self) -> tuple[np.ndarray, ...]:
+        return self.problem.args
+
+    @property
+    def inputs(self) -> CaseInputs:
+        """The case's unquantized float32 operands (x, w, dy, group_sizes)."""
+        return case_inputs(self.case)
+
+    @property
+    def out_dtype(self) -> str:
+        return self.case.out_dtype
+
+    def args_as(self, framework: str) -> tuple[Any, ...]:
+        """`args` as "numpy", "jax" or "torch" arrays (fp8 as the framework's fp8 dtype)."""
+        return tuple(to_framework(a, framework) for a in self.args)
+
+    def out_dtype_as(self, framework: str) -> Any:
+        """The case's output dtype as `framework`'s dtype object (np.float32, torch.bfloat16)."""
+        return framework_dtype(framework, self.case.out_dtype)
+
+    def unsupported(self) -> str | None:
+        """Why a kernel with the declared out_dtypes / m_align skips this case (None: it
+        runs it)."""
+        return supported(self.case, tuple(self.out_dtypes), self.m_align)
+
+    def gate_command(self) -> str:
+        """The gate command that reruns this case on the kernel (module:attr)."""
+        plain = PlainDeclarations(contract=self.contract, framework=self.framework,
+                                  out_dtypes=",".join(self.out_dtypes), m_align=self.m_align)
+        return gate_command(self.kernel or "<module:attr of your kernel>", LAYER,
+                            suite=self.suite, seed=self.seed, profile=self.profile,
+                            case=self.case.id, plain=plain)
+
+    def assert_matches(self, out: Any, *, accum: str | None = None,
+                       acc_unit_roundoff: float = F32_UNIT_ROUNDOFF) -> CaseResult:
+        """Assert the kernel's output on `args` passes the gate's criteria for this case."""
+        __tracebackhide__ = True
+        if accum is not None and self.contract != "gmm-fp8":
+            raise ValueError("accum is only meaningful for the gmm-fp8 contract")
+        o = as_array(out, "out")
+        prob = self.problem
+        if o.dtype != NUMPY_DTYPES[prob.out_dtype] or o.shape != prob.exact.shape:
+            raise ValueError(f"out is {o.dtype}{list(o.shape)}; case {self.case.id} expects "
+                             f"{NUMPY_DTYPES[prob.out_dtype]}{list(prob.exact.shape)}")
+        arrays = dict(zip(_ARG_NAMES[self.contract], prob.args[:-1], strict=True))
+        unq = (self.inputs.x, self.inputs.dy if self.contract == "tgmm" else self.inputs.w)
+        if prob.impact_not_gated is None:  # replay measures impact the same way
+            arrays.update(x=unq[0], w=unq[1])
+        kind = "tgmm" if self.contract == "tgmm" else "gmm"
+        record = ReplayRecord(kind, arrays | {"out": o, "group_sizes": prob.args[-1]},
+                              accum=accum, profile=self.profile,
+                              acc_unit_roundoff=acc_unit_roundoff)
+        scope = recording.current_scope()
+        in_own_scope = scope is not None and scope.gate_case is self
+        with nullcontext() if in_own_scope else recording.assertion_context(
+                label=recording.current_label(), gate_case=self):
+            return check_matmul(o, prob, record)
