@@ -68,7 +68,7 @@ def _marker_options(marker: pytest.Mark, config: pytest.Config) -> dict[str, Any
         raise pytest.UsageError(
             f"@pytest.mark.fp8check takes keywords {', '.join(_MARKER_ARGS)}; got "
             f"{list(marker.args) + sorted(unknown)}")
-    opts = _MARKER_ARGS | marker.kwargs
+    opts = {**_MARKER_ARGS, **marker.kwargs}
     opts["suite"] = config.getoption("--fp8check-suite") or opts["suite"]
     return opts
 
@@ -143,7 +143,12 @@ class _Collector:
     def __init__(self, config: pytest.Config, report: str | None, json_path: str | None):
         self.config = config
         self.report = Path(report) if report else None
-        self.json = Path(json_path) if json_path else self.report.with_suffix(".json")
+        if json_path:
+            self.json = Path(json_path)
+        elif self.report is not None:
+            self.json = self.report.with_suffix(".json")
+        else:
+            raise ValueError("the fp8check collector needs a report or a JSON path")
         self.results: list[Any] = []
 
     @pytest.hookimpl(tryfirst=True)

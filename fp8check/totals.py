@@ -79,7 +79,9 @@ class MetricTotals:
     def merge(self, other: MetricTotals, offset: int) -> MetricTotals:
         """These totals followed by `other`, whose flat indices start at `offset`."""
         later = other.bound_ratio_max > self.bound_ratio_max or self.bound_ratio_argmax < 0
-        both_ref = self.n_ref_mismatch is not None and other.n_ref_mismatch is not None
+        mism = (self.n_ref_mismatch + other.n_ref_mismatch
+                if self.n_ref_mismatch is not None and other.n_ref_mismatch is not None
+                else None)
         return MetricTotals(
             n=self.n + other.n,
             n_nonfinite=self.n_nonfinite + other.n_nonfinite,
@@ -92,7 +94,7 @@ class MetricTotals:
             n_over_bound=self.n_over_bound + other.n_over_bound,
             signal=self.signal + other.signal,
             noise=self.noise + other.noise,
-            n_ref_mismatch=self.n_ref_mismatch + other.n_ref_mismatch if both_ref else None,
+            n_ref_mismatch=mism,
         )
 
 

@@ -44,7 +44,7 @@ def grouped_matmul(lhs: np.ndarray, rhs: np.ndarray, group_sizes: np.ndarray,
     """Per group lhs_g @ rhs[g] in `dtype` (float32: `naive_matmul`; float64: BLAS on the
     exact float64 images); rows past the groups are 0."""
     matmul = _MATMULS[np.dtype(dtype)]
-    res = np.zeros((lhs.shape[0], rhs.shape[2]), dtype)
+    res: np.ndarray = np.zeros((lhs.shape[0], rhs.shape[2]), dtype)
     start = 0
     for g, size in enumerate(group_sizes.tolist()):
         res[start:start + size] = matmul(lhs[start:start + size], rhs[g])
@@ -56,7 +56,7 @@ def grouped_tmatmul(lhs: np.ndarray, dy: np.ndarray, group_sizes: np.ndarray,
                     dtype: type = np.float32) -> np.ndarray:
     """Per group lhs_g^T @ dy_g in `dtype` (as `grouped_matmul`): [G,K,N], zeros if empty."""
     matmul = _MATMULS[np.dtype(dtype)]
-    res = np.zeros((len(group_sizes), lhs.shape[1], dy.shape[1]), dtype)
+    res: np.ndarray = np.zeros((len(group_sizes), lhs.shape[1], dy.shape[1]), dtype)
     start = 0
     for g, size in enumerate(group_sizes.tolist()):
         res[g] = matmul(lhs[start:start + size].T, dy[start:start + size])

@@ -61,7 +61,8 @@ def _margin(c: dict[str, Any]) -> float:
     a failing one -inf."""
     v, lim, rel = c.get("value"), c.get("limit"), c.get("relation")
     ordered = rel in ("<=", ">=", "|x|<=")
-    if not ordered or isinstance(v, bool | str) or v is None or isinstance(lim, bool | str):
+    if (not ordered or isinstance(v, bool | str) or v is None or lim is None
+            or isinstance(lim, bool | str)):
         return -math.inf if not c["passed"] else math.inf
     v, lim = float(v), float(lim)
     if rel == "|x|<=":

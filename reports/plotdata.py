@@ -161,6 +161,9 @@ def plot_data(out: np.ndarray, prob: Problem, u: float, ulps: np.ndarray,
     [M, N] with groups along the rows; tgmm outputs [G, K, N] are shown as G*K rows, one group per K
     rows.
     """
+    if prob.unquantized is None:
+        raise ValueError("plot data needs the problem's unquantized reference")
+    unquantized = prob.unquantized
     sl = slice(0, prob.rows)
     o, exact = out.astype(np.float64), prob.exact[sl]
     with np.errstate(invalid="ignore"):
@@ -188,7 +191,7 @@ def plot_data(out: np.ndarray, prob: Problem, u: float, ulps: np.ndarray,
         "bound_tiles": tiles,
         "group_sqnr": {
             "group_sizes": [int(v) for v in group_sizes],
-            "impact": [_sqnr(prob.unquantized[sl][a:b], o[a:b]) if keep else None
+            "impact": [_sqnr(unquantized[sl][a:b], o[a:b]) if keep else None
                        for (a, b), keep in zip(groups, measured, strict=True)],
             "vs_exact": [_sqnr(exact[a:b], o[a:b]) if keep else None
                          for (a, b), keep in zip(groups, measured, strict=True)],

@@ -31,10 +31,10 @@ def merge_documents(docs: list[dict]) -> dict:
     seen, merged = set(), []
     for d in docs:
         for r in d["results"]:
-            key = (r["kernel"], r["layer"], r["case"])
-            if key in seen:
-                raise ValueError(f"result {key} appears in two shards")
-            seen.add(key)
+            ident = (r["kernel"], r["layer"], r["case"])
+            if ident in seen:
+                raise ValueError(f"result {ident} appears in two shards")
+            seen.add(ident)
             merged.append(CaseResult.from_dict(r))
     env["shard"] = f"merged from {len(docs)} documents"
     summary = documents.tally(merged, env.get("load_errors", {}))

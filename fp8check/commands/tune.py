@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     print(finalists_table(res))
     print(snippet(res))
     best = {ph: None if s.best is None else list(s.best.tiling) for ph, s in res.phases.items()}
-    strict = [r for s in res.phases.values() for c in s.finalists for r in c.strict.results]
+    strict = [r for s in res.phases.values() for c in s.finalists if c.strict is not None
+              for r in c.strict.results]
     env = documents.environment(kernels.loaded, suite="tune", seed=args.seed,
                               profile="explore (search), strict (finalists)",
                               backend=args.backend, load_errors={})

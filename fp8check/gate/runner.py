@@ -8,6 +8,7 @@ pool hands results back in case order, so its output equals a serial run's.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import sys
 from collections.abc import Callable, Iterator
@@ -59,18 +60,15 @@ class Sink:
         self.bar.update(1)
 
 
-def _settings(plan: GatePlan) -> dict[str, Any]:
-    c = plan.config
-    return {"suite": c.suite, "seed": c.seed, "profile": c.profile, "backend": c.backend}
-
-
-def _kernel_repro(plan: GatePlan, k: LoadedKernel, layer: int, **where: str) -> str:
+def _kernel_repro(plan: GatePlan, k: LoadedKernel, layer: int, *, case: str | None = None,
+                  target: str | None = None) -> str:
     """Rerun of one of `k`'s results; a plain function repeats its declarations."""
+    c = plan.config
     plain = None if k.builtin else plan.options.plain
-    settings = _settings(plan)
     if layer == 0:  # a compile has no seed, profile or backend
-        settings = {"suite": settings["suite"]}
-    return gate_command(k.origin, layer, plain=plain, **settings, **where)
+        return gate_command(k.origin, 0, suite=c.suite, target=target, plain=plain)
+    return gate_command(k.origin, layer, suite=c.suite, seed=c.seed, profile=c.profile,
+                        backend=c.backend, case=case, plain=plain)
 
 
 # --- layer 0 ----------------------------------------------------------------------------------
@@ -170,9 +168,11 @@ def _layer1(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
     profile = get_profile(plan.config.profile)
     # one problem per contract is live at a time: cases run one after another
     problems = ProblemCache(capacity=4)
-    return [Batch(n, case.id[:60],
-                  lambda case=case: iter(_case_results(kernels, case, profile, problems)),
-                  repro) for case in suite_cases]
+    def one_case(case: Case) -> Iterator[CaseResult]:
+        return iter(_case_results(kernels, case, profile, problems))
+
+    return [Batch(n, case.id[:60], functools.partial(one_case, case), repro)
+            for case in suite_cases]
 
 
 # --- layers 2 and 3 ---------------------------------------------------------------------------
@@ -197,18 +197,19 @@ def _family_layer(layer: int) -> Callable[[GatePlan, LoadedKernels], list[Batch]
     """Layer 2 (MoE layer) or 3 (training) of each of the plan's kernel families."""
     def batches(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
         c = plan.config
+        run: Callable[..., Iterator[CaseResult]]
+        size: Callable[[str, list[str] | None], int]
         if layer == 2:
-            from fp8check.layers.moe import iter_layer2 as run
-            from fp8check.layers.moe import layer2_size
+            from fp8check.layers.moe import iter_layer2, layer2_size
 
-            def size(fam: str, cases: list[str] | None) -> int:
-                return layer2_size(c.suite, cases)
+            run = iter_layer2
+            size = lambda fam, cases: layer2_size(c.suite, cases)  # noqa: E731
         else:
-            from fp8check.layers.training import iter_layer3 as run
-            from fp8check.layers.training import layer3_size
+            from fp8check.layers.training import iter_layer3, layer3_size
 
-            def size(fam: str, cases: list[str] | None) -> int:
-                return layer3_size(c.suite, cases, seed=c.seed, family=fam)
+            run = iter_layer3
+            size = lambda fam, cases: layer3_size(c.suite, cases, seed=c.seed,  # noqa: E731
+                                                  family=fam)
         out = []
         for fam in plan.families:
             cases = _family_cases(plan, layer, fam)
@@ -217,7 +218,8 @@ def _family_layer(layer: int) -> Callable[[GatePlan, LoadedKernels], list[Batch]
                 return run(fam, c.suite, c.seed, c.profile, cases=cases)
 
             def repro(res: CaseResult, fam: str = fam) -> str:
-                return gate_command(fam, layer, **_settings(plan), case=res.case)
+                return gate_command(fam, layer, suite=c.suite, seed=c.seed, profile=c.profile,
+                                    backend=c.backend, case=res.case)
 
             out.append(Batch(size(fam, cases), f"layer {layer} {fam}", results, repro))
         return out

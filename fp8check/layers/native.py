@@ -294,8 +294,8 @@ def plan_layer0(families: Sequence[str], suite: str, targets: Sequence[str] = TA
         if "triton" in families and gpus:
             from fp8check.kernels.triton.native import native_builds as triton_builds
 
-            builds = triton_builds(shape.m, shape.k, shape.n, shape.g)
-            plan += [Batch(len(builds), functools.partial(_triton, builds, shape, t))
+            t_builds = triton_builds(shape.m, shape.k, shape.n, shape.g)
+            plan += [Batch(len(t_builds), functools.partial(_triton, t_builds, shape, t))
                      for t in gpus]
     for spec in specs:
         if spec.framework == "jax" and chips:

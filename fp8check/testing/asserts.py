@@ -34,8 +34,10 @@ F32_UNIT_ROUNDOFF = 2.0**-24
 
 def _unquantized(pair: tuple[Any, Any] | None) -> tuple[np.ndarray, np.ndarray] | None:
     __tracebackhide__ = True
-    return None if pair is None else tuple(
-        as_array(u, "unquantized").astype(np.float32) for u in pair)
+    if pair is None:
+        return None
+    return (as_array(pair[0], "unquantized").astype(np.float32),
+            as_array(pair[1], "unquantized").astype(np.float32))
 
 
 def assert_gmm_matches(
@@ -138,7 +140,7 @@ def assert_quantizer_matches(
     __tracebackhide__ = True
     v, s, xx = as_array(values, "values"), as_array(scales, "scales"), as_array(x, "x")
     dtype_name(xx, "x", ("f32", "bf16"))
-    block = tuple(block)
+    block = (int(block[0]), int(block[1]))
     m: dict[str, Any] = {"recipe": recipe, "block": list(block), "fmt": fmt,
                          "n_compared": int(v.size + s.size)}
     crit = quantizer_output_criteria(v, s, xx, block, recipe, fmt, m)
@@ -186,22 +188,22 @@ def replay(path: str | Path) -> CaseResult:
     a = r.arrays
     unq = (a["x"], a["w"]) if "x" in a and r.kind != "quantizer" else None
     if r.kind == "gmm":
-        matmul = {"accum": r.accum, "profile": r.profile,
-                  "acc_unit_roundoff": r.acc_unit_roundoff}
+        accum, profile, u = r.accum, r.need("profile"), r.need("acc_unit_roundoff")
         if "lhs_values" in a:
             lq = QTensor(a["lhs_values"], a["lhs_scales"], (1, BLOCK),
                          a["lhs_values"].dtype.name.replace("float8_", ""), "as given")
             rq = QTensor(a["rhs_values"], a["rhs_scales"], (BLOCK, BLOCK),
                          a["rhs_values"].dtype.name.replace("float8_", ""), "as given")
             return assert_gmm_matches(a["out"], lq, rq, a["group_sizes"], unquantized=unq,
-                                      **matmul)
+                                      accum=accum, profile=profile, acc_unit_roundoff=u)
         return assert_gmm_matches(a["out"], a["lhs"], a["rhs"], a["group_sizes"],
-                                  unquantized=unq, **matmul)
+                                  unquantized=unq, accum=accum, profile=profile,
+                                  acc_unit_roundoff=u)
     if r.kind == "tgmm":
         return assert_tgmm_matches(a["out"], a["lhs"], a["dy"], a["group_sizes"],
-                                   unquantized=unq, profile=r.profile,
-                                   acc_unit_roundoff=r.acc_unit_roundoff)
+                                   unquantized=unq, profile=r.need("profile"),
+                                   acc_unit_roundoff=r.need("acc_unit_roundoff"))
     if r.kind == "quantizer":
-        return assert_quantizer_matches(a["values"], a["scales"], a["x"], r.block, r.recipe,
-                                        r.fmt)
+        return assert_quantizer_matches(a["values"], a["scales"], a["x"], r.need("block"),
+                                        r.need("recipe"), r.need("fmt"))
     return assert_bitexact(a["a"], a["b"])

@@ -23,13 +23,13 @@ def check_matmul(out: np.ndarray, prob: Problem, record: ReplayRecord) -> CaseRe
     __tracebackhide__ = True
     from fp8check.reports.plotdata import plot_data
 
-    prof = get_profile(record.profile)
+    prof = get_profile(record.need("profile"))
     gs = prob.args[-1]
     m: dict[str, Any] = {"group_sizes": gs.tolist(), "out_dtype": prob.out_dtype,
                          "exact_partials": prob.exact_partials,
                          "n_compared": int(out[:prob.rows].size)}
     crit = output_criteria(out, prob, prof, m, plots=plot_data, accum=record.accum,
-                           acc_unit_roundoff=record.acc_unit_roundoff)
+                           acc_unit_roundoff=record.need("acc_unit_roundoff"))
     if record.accum is not None and not prob.exact_partials:
         m["bit_exact_note"] = ("partials not provably exact in float32 on this data: "
                                "bit_exact not checked (the error bound still is)")

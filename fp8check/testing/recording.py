@@ -68,9 +68,10 @@ def assertion_context(label: str | None = None,
                       gate_case: GateCase | None = None) -> Iterator[AssertionScope]:
     """Results made inside are labelled `label` and, with a `gate_case`, carry its case id
     and gate command.  Scopes nest; the outer one is back on exit."""
-    token = _scope.set(AssertionScope(label=label, gate_case=gate_case))
+    scope = AssertionScope(label=label, gate_case=gate_case)
+    token = _scope.set(scope)
     try:
-        yield _scope.get()
+        yield scope
     finally:
         _scope.reset(token)
 

@@ -37,6 +37,14 @@ class ReplayRecord:
     recipe: str | None = None
     fmt: str | None = None
 
+    def need(self, name: str) -> Any:
+        """Option `name`, which this record's kind must have; ValueError (a damaged or
+        foreign file) when it is missing."""
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(f"the saved {self.kind} record lacks its {name!r} option")
+        return value
+
     def options(self) -> dict[str, Any]:
         """The options by name (every field but `kind` and `arrays`)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
@@ -59,7 +67,7 @@ class ReplayRecord:
             digest.update(arrays[name].tobytes())
         path = Path(os.path.abspath(directory)) / f"{self.kind}-{digest.hexdigest()[:12]}.npz"
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(path, __meta__=np.array(meta), **arrays)
+        np.savez_compressed(path, allow_pickle=False, **{"__meta__": np.array(meta)}, **arrays)
         return path
 
     @classmethod

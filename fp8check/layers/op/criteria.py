@@ -89,7 +89,7 @@ def _ulp_histogram(ulps: np.ndarray) -> dict[str, int]:
     return hist
 
 
-def _element(idx: tuple[int, ...] | np.ndarray, out: np.ndarray, ref: np.ndarray,
+def _element(idx: tuple[Any, ...] | np.ndarray, out: np.ndarray, ref: np.ndarray,
              ulps: np.ndarray, bound: float | None = None) -> dict[str, Any]:
     """The description of one element that Criterion.worst holds."""
     idx = tuple(int(i) for i in idx)
@@ -256,7 +256,7 @@ def quantizer_output_criteria(
     into the block grid, with "what": "scale")."""
     from fp8check.references import quantize
 
-    ref = quantize(x, tuple(block), recipe, fmt)
+    ref = quantize(x, (block[0], block[1]), recipe, fmt)
     values, scales = np.asarray(values), np.asarray(scales)
     val_ok = same_bits(values, ref.values)
     scale_ok = same_bits(np.asarray(scales, dtype=np.float32), ref.scales) and (
@@ -330,10 +330,10 @@ def output_criteria(
     o, exact, out_np = out[sl], prob.exact[sl], NUMPY_DTYPES[prob.out_dtype]
     # correctly rounded: f64 -> f32 / bf16 is one RNE
     ulps = metrics.ulp_distance(o, exact.astype(out_np), out_np)
-    hopper = accum == "deepgemm-hopper"
-    extra = prob.hopper_term(hopper_interval)[sl] if hopper else None
-    model_ref = prob.accum_ref(accum, prob.out_dtype, hopper_interval)[sl] if hopper else None
-    if hopper:
+    extra = model_ref = None
+    if accum == "deepgemm-hopper":
+        extra = prob.hopper_term(hopper_interval)[sl]
+        model_ref = prob.accum_ref(accum, prob.out_dtype, hopper_interval)[sl]
         m["hopper_interval"] = hopper_interval
     ratio = metrics.bound_ratio(o, exact, prob.abs_ab[sl], prob.k, u=acc_unit_roundoff,
                                 out_dtype=out_np, n=prob.n_terms, extra=extra)

@@ -45,6 +45,11 @@ class Problem:
     _accum_refs: dict[tuple[str, str, int], np.ndarray] = field(default_factory=dict)
     _hopper_terms: dict[int, np.ndarray] = field(default_factory=dict)
 
+    def _operands(self) -> tuple[Any, Any]:
+        if self.quantized is None:
+            raise ValueError("a recipe reference needs quantized operands (gmm-fp8 problems)")
+        return self.quantized
+
     def accum_ref(self, accum: str, out_dtype: str, interval: int = 128) -> np.ndarray:
         """gmm(..., accum=accum, interval=interval) on the quantized operands, rounded to
         out_dtype (`interval`: deepgemm-hopper's promotion interval)."""
@@ -52,7 +57,7 @@ class Problem:
 
         key = (accum, out_dtype, interval)
         if key not in self._accum_refs:
-            lq, rq = self.quantized
+            lq, rq = self._operands()
             self._accum_refs[key] = gmm(lq, rq, self.args[-1], out_dtype=NUMPY_DTYPES[out_dtype],
                                         accum=accum, interval=interval)
         return self._accum_refs[key]
@@ -62,7 +67,7 @@ class Problem:
         from fp8check.references.hopper_bound import truncation_term
 
         if interval not in self._hopper_terms:
-            lq, rq = self.quantized
+            lq, rq = self._operands()
             self._hopper_terms[interval] = truncation_term(lq, rq, self.args[-1],
                                                            interval=interval)
         return self._hopper_terms[interval]

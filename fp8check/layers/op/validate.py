@@ -100,8 +100,10 @@ def _quantizer_criteria(spec: KernelSpec, inp: CaseInputs, m: dict[str, Any]) ->
     x = x.astype(NUMPY_DTYPES[spec.in_dtype])
     runs = [call_kernel(spec, (x,)) for _ in range(2 if spec.deterministic else 1)]
     values, scales = runs[0]
-    crit = quantizer_output_criteria(values, scales, x, tuple(spec.block), spec.recipe,
-                                     spec.fmt, m)
+    if spec.recipe is None:
+        raise ValueError(f"quantizer {spec.name} declares no recipe")
+    crit = quantizer_output_criteria(values, scales, x, (spec.block[0], spec.block[1]),
+                                     spec.recipe, spec.fmt, m)
     if spec.deterministic:
         same = all(same_bits(np.asarray(a), np.asarray(b)) for a, b in zip(*runs, strict=True))
         crit.append(criterion("deterministic", same, "==", True))
