@@ -38,7 +38,8 @@ import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 
-BLOCK = 128  # quantization block edge along K and N (1x128 activations, 128x128 weights)
+from fp8check.references.quant import BLOCK
+
 _MAX_TINY = 7  # "many-tiny" groups have at most this many rows
 _SEEDS = st.integers(0, 2**32 - 1)
 

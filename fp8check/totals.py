@@ -40,7 +40,7 @@ from fp8check.metrics import ULP_NAN, ratio_of
 _BLOCK = 1 << 16  # elements per parallel work item; fixes the order of the float64 sums
 _SUB = 1024  # elements per vectorized sub-block (buffers stay in L1)
 _NEG_ZERO = np.int32(np.float32(-0.0).view(np.int32))
-OUT_DTYPES = {np.dtype(np.float32): 0, np.dtype(ml_dtypes.bfloat16): 16}  # -> ulp bit shift
+_ULP_SHIFT = {np.dtype(np.float32): 0, np.dtype(ml_dtypes.bfloat16): 16}  # out dtype -> bits
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ def _first_index_of(out, exact, abs_ab, value, start, stop, gamma, emin, mant):
 def _f32_view(x: np.ndarray, name: str) -> np.ndarray:
     """Flat float32 image (exact) of a float32 / bfloat16 array."""
     x = np.asarray(x)
-    if x.dtype not in OUT_DTYPES:
+    if x.dtype not in _ULP_SHIFT:
         raise ValueError(f"metric_totals: {name} must be float32 or bfloat16, got {x.dtype}")
     return np.ascontiguousarray(x, dtype=np.float32).ravel()
 
@@ -226,7 +226,7 @@ def metric_totals(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | N
     `ref` (out's dtype and shape) the recipe reference for the bit-exact count.  The ULP
     and bound are taken in out's dtype.  ValueError for bad input, as the metrics."""
     out = np.asarray(out)
-    shift = OUT_DTYPES.get(out.dtype)
+    shift = _ULP_SHIFT.get(out.dtype)
     if shift is None:
         raise ValueError(f"metric_totals: out must be float32 or bfloat16, got {out.dtype}")
     ex, ab = np.asarray(exact), np.asarray(abs_ab)

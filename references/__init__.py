@@ -5,10 +5,11 @@ exactness argument) and `exact` (the exact float32 fma and the superaccumulator)
 """
 
 from fp8check.references.gmm import ACCUMS, abs_product, dgrad, gmm, tgmm
-from fp8check.references.quant import RECIPES, QTensor, dequantize, quantize
+from fp8check.references.quant import BLOCK, RECIPES, QTensor, dequantize, quantize
 
 __all__ = [
     "ACCUMS",
+    "BLOCK",
     "RECIPES",
     "QTensor",
     "abs_product",

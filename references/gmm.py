@@ -66,7 +66,7 @@ from fp8check.references.quant import QTensor, expand_scales
 ACCUMS = ("deepgemm", "cublas", "tokamax", "deepgemm-hopper", "exact")
 # deepgemm-hopper is deepgemm's promotion on the tensor core's partials (`_hopper_partials`).
 _ACCUM_CODE = {"deepgemm": 0, "cublas": 1, "tokamax": 2, "deepgemm-hopper": 0}
-OUT_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float64))
+REFERENCE_OUT_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float64))
 PLAIN_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16))
 # Rows of one group handled per step: keeps the float64 partials of a chunk near 8 MiB.
 _CHUNK_BYTES = 8 << 20
@@ -150,7 +150,7 @@ def _check_operands(lhs, rhs):
 
 def _check_out(out_dtype, accum: str) -> np.dtype:
     dt = np.dtype(out_dtype)
-    if dt not in OUT_DTYPES:
+    if dt not in REFERENCE_OUT_DTYPES:
         raise ValueError(f"out_dtype must be float32, bfloat16 or float64, got {dt}")
     if dt == np.float64 and accum != "exact":
         raise ValueError("out_dtype float64 is only meaningful with accum='exact'")

@@ -41,7 +41,8 @@ RECIPES = (
     "transformer-engine",
     "transformer-engine-pow2",
 )
-BLOCKS = ((1, 128), (128, 128), (128, 1))
+BLOCK = 128  # the quantization block's edge: 1x128 activations, 128x128 weights
+BLOCKS = ((1, BLOCK), (BLOCK, BLOCK), (BLOCK, 1))
 FP8_FORMATS = ("e4m3fn", "e5m2")
 _DEEPGEMM_AMAX_FLOOR = np.float32(1e-4)
 

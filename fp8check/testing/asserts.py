@@ -14,11 +14,11 @@ from fp8check.layers.op import (
     quantizer_output_criteria,
     tgmm_problem,
 )
+from fp8check.references.quant import BLOCK
 from fp8check.results import CaseResult, Criterion
 from fp8check.testing.engine import check_matmul, conclude
 from fp8check.testing.exactness import partials_exact_in_f32
 from fp8check.testing.inputs import (
-    BLOCK,
     UINT_OF_SIZE,
     as_array,
     check_gmm_shapes,

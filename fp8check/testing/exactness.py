@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from fp8check.testing.inputs import BLOCK
+from fp8check.references.quant import BLOCK
 
 F32_SIGNIFICAND_BITS = 24
 

@@ -10,7 +10,6 @@ import numpy as np
 
 from fp8check.contracts import NUMPY_DTYPES, to_numpy
 
-BLOCK = 128  # the K block of the quantized operands (1x128 lhs, 128x128 rhs)
 UINT_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # bytes -> bits dtype
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fp8check.testing.inputs import BLOCK
+from fp8check.references.quant import BLOCK
 
 Locate = Callable[[list[int]], str]  # an element's index -> where it lies, in words
 
