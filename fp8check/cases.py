@@ -26,9 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fp8check.testdata import DISTRIBUTIONS, GROUP_PATTERNS, GroupPattern
+from fp8check.testdata import BLOCK, DISTRIBUTIONS, GROUP_PATTERNS, GroupPattern
 
-BLOCK = 128
 EXACT_RECIPE = "deepgemm-ue8m0"
 DEFAULT_RECIPE = "deepgemm"
 # Per-K-block magnitudes are 2**e, e uniform in this range: different scales per K block.
