@@ -1,15 +1,19 @@
 """Deterministic, named case suites of the gate: `smoke`, `ci` (default) and `full`.
 
-A `Case` is fully described by its fields; its id names all of them
-(`wi-m512-k1024-n256-g8-zero-middle-normal-f32-s0`), and `case_inputs(case)` regenerates
-the same float32 inputs from the id alone, so `--case ID` reproduces a failure bit for bit.
+A suite is data: every case is drawn from numpy generators seeded by the crc32 of its id,
+so the same suite name and seed give the same ids and the same arrays on every machine and
+library version (no hypothesis, no salted `hash()`).  A `Case` is fully described by its
+fields; its id names all of them (`wi-m512-k1024-n256-g8-zero-middle-normal-f32-s0`), and
+`case_inputs(case)` regenerates the same float32 inputs from the id alone, so `--case ID`
+reproduces a failure bit for bit.
 
-Coverage (built from `fp8check.strategies`): the production wi (K = 4 N) and wo (K < N)
+Coverage (built from `fp8check.testdata`): the production wi (K = 4 N) and wo (K < N)
 aspects scaled for the CPU, every group pattern (zero-size groups first / middle / last,
 M_g = 1, residues over 1..127, multiples of 128, many tiny groups, one dominant group),
 every value distribution, K with at least 4 quantization blocks whose magnitudes differ by
 powers of two (so every K block gets its own scale), at least 2 N tiles, both output
-dtypes, derandomized hypothesis draws of group sizes, and an `exact_partials` family
+dtypes, seeded adversarial random group sizes (`random<i>` cases: empty groups, cuts on
+and beside 128-row tile edges, rows past the last group), and an `exact_partials` family
 (small integers times power-of-two block magnitudes, quantized with `deepgemm-ue8m0`): on
 it every 128-wide partial sum is exactly representable in float32, so a kernel declaring
 an accumulation recipe must match the reference bit for bit.
@@ -22,7 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BLOCK = 128
+from fp8check.references.quant import BLOCK
+from fp8check.testdata import DISTRIBUTIONS, GROUP_PATTERNS, GroupPattern
+
 EXACT_RECIPE = "deepgemm-ue8m0"
 DEFAULT_RECIPE = "deepgemm"
 # Per-K-block magnitudes are 2**e, e uniform in this range: different scales per K block.
@@ -35,27 +41,28 @@ SUITES = ("smoke", "ci", "full")
 # The smoke suite and the exact family use these patterns first: a zero-size group in the
 # middle and residual rows over 1..127 are where group-offset bugs show.
 _FOCUS_PATTERNS = ("zero-middle", "residues")
+# Pattern name of the seeded adversarial random draws, followed by the draw's index.
+RANDOM_PATTERN = "random"
 
 
 @dataclass(frozen=True)
 class SuiteShape:
-    """Scaled shapes of one suite: M rows, (K, N) per aspect, G values to use."""
+    """Scaled shapes of one suite: M rows, (K, N) per aspect, G values to use, and the
+    number of adversarial random group-size draws per aspect."""
 
     m: int
     wi: tuple[int, int]
     wo: tuple[int, int]
     gs: tuple[int, ...]
-    hypothesis_examples: int
+    random_draws: int
 
 
 SUITE_SHAPES: dict[str, SuiteShape] = {
     # wi keeps production's K = 4 N (2048 x 512); wo has K < N as production's 512 x 2048
     # while keeping >= 4 K blocks.
-    "smoke": SuiteShape(m=256, wi=(512, 256), wo=(512, 768), gs=(4,), hypothesis_examples=1),
-    "ci": SuiteShape(m=512, wi=(1024, 256), wo=(512, 768), gs=(8, 16), hypothesis_examples=4),
-    "full": SuiteShape(
-        m=2048, wi=(2048, 512), wo=(512, 2048), gs=(8, 32), hypothesis_examples=12
-    ),
+    "smoke": SuiteShape(m=256, wi=(512, 256), wo=(512, 768), gs=(4,), random_draws=1),
+    "ci": SuiteShape(m=512, wi=(1024, 256), wo=(512, 768), gs=(8, 16), random_draws=4),
+    "full": SuiteShape(m=2048, wi=(2048, 512), wo=(512, 2048), gs=(8, 32), random_draws=12),
 }
 
 
@@ -110,63 +117,52 @@ def _validated_group_sizes(gs: np.ndarray, m: int, g: int, source: str) -> tuple
     return tuple(int(v) for v in gs)
 
 
+def _random_group_sizes(rng: np.random.Generator, m: int, g: int) -> np.ndarray:
+    """Adversarial random group sizes for m >= 1 rows: int64[g] with sum <= m.
+
+    Half of the draws end the groups at a uniform row in [0, m), leaving the rows past it
+    in no group; the others end at m.  Each of the g - 1 cuts between groups is, with equal
+    probability, uniform over [0, end], on 0 or on the end (coinciding cuts make empty
+    groups, first, last or in between), or on a 128-row tile edge or one row either side
+    of it (groups of whole tiles plus or minus a residual row); the sorted cuts give the
+    sizes.
+    """
+    end = m if rng.random() < 0.5 else int(rng.integers(m))
+    uniform = rng.integers(0, end + 1, size=g - 1)
+    ends = np.where(rng.random(g - 1) < 0.5, 0, end)
+    tile_edges = BLOCK * rng.integers(0, end // BLOCK + 1, size=g - 1)
+    near_tile_edges = tile_edges + rng.integers(-1, 2, size=g - 1)
+    kind = rng.integers(0, 3, size=g - 1)
+    cuts = np.clip(np.choose(kind, (uniform, ends, near_tile_edges)), 0, end)
+    return np.diff(np.concatenate(([0], np.sort(cuts), [end])))
+
+
 def _make_case(
     suite: str, aspect: str, g: int, pattern: str, dist: str, out: str, seed: int,
-    group_sizes: tuple[int, ...] | None = None, exact: bool = False,
+    build_sizes: GroupPattern | None = None, exact: bool = False,
 ) -> Case:
-    from fp8check import strategies
-
+    """The case of these fields; its group sizes come from `build_sizes` (default:
+    GROUP_PATTERNS[pattern]) called with a generator seeded by the case id."""
     shape = SUITE_SHAPES[suite]
     k, n = shape.wi if aspect == "wi" else shape.wo
     cid = case_id(aspect, shape.m, k, n, g, pattern, dist, out, seed)
-    if group_sizes is None:
-        gs = strategies.GROUP_PATTERNS[pattern](_rng(cid, "groups"), shape.m, g)
-        group_sizes = _validated_group_sizes(gs, shape.m, g, f"group pattern {pattern!r}")
+    build = GROUP_PATTERNS[pattern] if build_sizes is None else build_sizes
+    gs = build(_rng(cid, "groups"), shape.m, g)
     return Case(
         id=cid, suite=suite, aspect=aspect, m=shape.m, k=k, n=n, g=g, pattern=pattern,
-        distribution=dist, out_dtype=out, seed=seed, group_sizes=group_sizes,
+        distribution=dist, out_dtype=out, seed=seed,
+        group_sizes=_validated_group_sizes(gs, shape.m, g, f"group pattern {pattern!r}"),
         recipe=EXACT_RECIPE if exact else DEFAULT_RECIPE, exact_partials=exact,
     )
-
-
-def _hypothesis_group_sizes(m: int, g: int, count: int, seed: int) -> list[tuple[int, ...]]:
-    """`count` distinct group-size vectors drawn by hypothesis with a fixed seed (no
-    database): the same list on every run of the same hypothesis version."""
-    import hypothesis
-    from hypothesis import HealthCheck, Phase, given, settings
-
-    from fp8check import strategies
-
-    drawn: list[tuple[int, ...]] = []
-
-    @hypothesis.seed(seed)
-    @settings(
-        database=None, max_examples=8 * count, phases=[Phase.generate], deadline=None,
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(strategies.group_sizes(m, g))
-    def collect(gs) -> None:
-        gs = _validated_group_sizes(np.asarray(gs), m, g, "strategies.group_sizes")
-        if gs not in drawn:
-            drawn.append(gs)
-
-    collect()
-    # Hypothesis starts from simple examples; take them spread over the whole draw.
-    if len(drawn) <= count:
-        return drawn
-    idx = np.linspace(0, len(drawn) - 1, count).round().astype(int)
-    return [drawn[i] for i in idx]
 
 
 def build_suite(suite: str, seed: int = 0) -> list[Case]:
     """The named suite's cases, in a fixed order.  Raises ValueError for an unknown suite."""
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
-    from fp8check import strategies
-
     shape = SUITE_SHAPES[suite]
-    patterns = sorted(strategies.GROUP_PATTERNS)
-    dists = sorted(strategies.DISTRIBUTIONS)
+    patterns = sorted(GROUP_PATTERNS)
+    dists = sorted(DISTRIBUTIONS)
     focus = [p for p in _FOCUS_PATTERNS if p in patterns] + [
         p for p in patterns if p not in _FOCUS_PATTERNS]
     outs = ("f32", "bf16")
@@ -204,13 +200,12 @@ def build_suite(suite: str, seed: int = 0) -> list[Case]:
             _make_case(suite, aspect, shape.gs[0], pattern, "smallint", outs[i % 2], seed,
                        exact=True)
         )
-    for a, aspect in enumerate(("wi", "wo") if suite != "smoke" else ("wi",)):
-        g = shape.gs[-1]
-        drawn = _hypothesis_group_sizes(shape.m, g, shape.hypothesis_examples, 2 * seed + a)
-        for i, gs in enumerate(drawn):
-            dist = dists[i % len(dists)]
+    for aspect in ("wi", "wo") if suite != "smoke" else ("wi",):
+        for i in range(shape.random_draws):
             cases.append(
-                _make_case(suite, aspect, g, f"hyp{i}", dist, outs[i % 2], seed, group_sizes=gs)
+                _make_case(suite, aspect, shape.gs[-1], f"{RANDOM_PATTERN}{i}",
+                           dists[i % len(dists)], outs[i % 2], seed,
+                           build_sizes=_random_group_sizes)
             )
     ids = [c.id for c in cases]
     assert len(set(ids)) == len(ids), "case ids must be unique"
@@ -238,13 +233,8 @@ def _smallint(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 def case_inputs(case: Case) -> CaseInputs:
     """The case's float32 operands, regenerated deterministically from its id."""
-    from fp8check import strategies
-
     rng = _rng(case.id, "values")
-    if case.exact_partials:
-        draw = _smallint
-    else:
-        draw = strategies.DISTRIBUTIONS[case.distribution]
+    draw = _smallint if case.exact_partials else DISTRIBUTIONS[case.distribution]
     x = np.asarray(draw(rng, (case.m, case.k)), dtype=np.float32)
     w = np.asarray(draw(rng, (case.g, case.k, case.n)), dtype=np.float32)
     dy = np.asarray(draw(rng, (case.m, case.n)), dtype=np.float32)

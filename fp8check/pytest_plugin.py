@@ -11,15 +11,17 @@
   skipped with the gate's reason.  `kernel="module:attr"` and `framework` only fill in
   the gate repro command.  `--fp8check-suite`
   overrides every marker's suite (e.g. `full` at night).
-* registers the hypothesis profiles `fp8check-ci` and `fp8check-dev`.
+* registers the hypothesis profiles `fp8check-ci` and `fp8check-dev` when hypothesis is
+  installed (the plugin and the gate run without it).
 
 Loading it costs nothing for a run that does not use it: this module imports only pytest
-at load time (no numpy, jax, torch or triton); fp8check itself is imported by the hooks
-that need it.
+at load time (no numpy, jax, torch, triton or hypothesis); fp8check itself is imported by
+the hooks that need it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +55,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "framework='numpy', out_dtypes=('f32', 'bf16'), m_align=1): run the test once per "
         "case of an fp8check gate suite through the fp8check_case fixture",
     )
-    try:
+    if importlib.util.find_spec("hypothesis") is not None:  # a test extra, not required
         import fp8check.hypothesis_profiles  # noqa: F401  (registers the profiles)
-    except ImportError:  # hypothesis absent: nothing to register
-        pass
     report, json_path = config.getoption("--fp8check-report"), config.getoption("--fp8check-json")
     if report or json_path:
         config.pluginmanager.register(_Collector(config, report, json_path), _COLLECTOR)

@@ -1,17 +1,29 @@
-"""Case suites: deterministic ids and inputs, coverage, the exact-partials family, skips."""
+"""Case suites: deterministic ids and inputs (pinned digests), coverage, the adversarial
+random draws, the exact-partials family, skips, and no hypothesis at gate runtime."""
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
 
-from fp8check import strategies
 from fp8check.cases import (
+    RANDOM_PATTERN,
+    SUITE_SHAPES,
     SUITES,
+    _random_group_sizes,
     build_suite,
     case_inputs,
     find_case,
     supported,
 )
 from fp8check.references import quantize
+from fp8check.testdata import DISTRIBUTIONS, GROUP_PATTERNS
 
 
 @pytest.fixture(scope="module")
@@ -43,11 +55,11 @@ def test_inputs_regenerate_bit_for_bit_from_the_id(ci):
 
 
 def test_ci_covers_patterns_distributions_aspects_and_dtypes(ci):
-    assert set(strategies.GROUP_PATTERNS) <= {c.pattern for c in ci}
-    assert set(strategies.DISTRIBUTIONS) <= {c.distribution for c in ci}
+    assert set(GROUP_PATTERNS) <= {c.pattern for c in ci}
+    assert set(DISTRIBUTIONS) <= {c.distribution for c in ci}
     assert {c.aspect for c in ci} == {"wi", "wo"}
     assert {c.out_dtype for c in ci} == {"f32", "bf16"}
-    assert any(c.pattern.startswith("hyp") for c in ci)
+    assert any(c.pattern.startswith(RANDOM_PATTERN) for c in ci)
     assert any(c.exact_partials for c in ci)
     for c in ci:
         assert c.k % 128 == 0 and c.k // 128 >= 4, c.id
@@ -111,3 +123,145 @@ def test_unknown_suite_and_case_are_value_errors():
         build_suite("nightly")
     with pytest.raises(ValueError, match="no case"):
         find_case("smoke", 0, "wi-nope")
+
+
+# ------------------------------------------------------------------ suites are data
+
+
+def _suite_digest(suite: str, seed: int) -> str:
+    """sha256 over every case of the suite, in order: its fields (JSON, sorted keys) and its
+    inputs (`case_inputs`: each array's name, dtype, shape and bytes)."""
+    h = hashlib.sha256()
+    for case in build_suite(suite, seed):
+        h.update(json.dumps(dataclasses.asdict(case), sort_keys=True).encode())
+        inputs = case_inputs(case)
+        for field in dataclasses.fields(inputs):
+            a = np.ascontiguousarray(getattr(inputs, field.name))
+            h.update(f"{field.name}:{a.dtype.str}:{a.shape}".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
+# A named suite is data: the gate checks the same cases with the same arrays on every
+# machine, whatever hypothesis or Python version is installed, so a user's gate run means
+# what CI's did (numpy's seeded generators are the only draws; this test is what notices a
+# numpy release that changes one).  The digests are pinned on purpose: a change to one
+# (new cases, another draw) must be deliberate, and is made here with the reason in the
+# commit.  `full` generates about 3 CPU-minutes of inputs, hence `slow`.
+SUITE_DIGESTS = {
+    "smoke": "3b9c90c983c7bd82450617c4b185caaed489ad1f54cf93f2d0067bd8b1ab8cff",
+    "ci": "96eb015ce3dbc5624ae885306861946259dc7bb262760bc715f1da30f6c55baa",
+    "full": "590c9294a4297545237bcc00cb50c66101c64fb41d2f7db36135aa4f893ab56e",
+}
+
+
+@pytest.mark.parametrize("suite", [
+    "smoke", "ci", pytest.param("full", marks=pytest.mark.slow)])
+def test_suite_digest_is_pinned(suite):
+    assert _suite_digest(suite, 0) == SUITE_DIGESTS[suite]
+
+
+def test_gate_runtime_does_not_import_hypothesis():
+    """The gate (cases, CLI, pytest plugin) needs no hypothesis: building every suite and
+    its inputs in a clean interpreter leaves it unimported."""
+    code = textwrap.dedent("""
+        import sys
+        import fp8check.cli, fp8check.pytest_plugin
+        from fp8check.cases import SUITES, build_suite, case_inputs
+        for suite in SUITES:
+            build_suite(suite, 0)
+        case_inputs(build_suite("smoke", 0)[0])
+        assert "hypothesis" not in sys.modules, sorted(
+            m for m in sys.modules if m.startswith("hypothesis"))
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_plugin_collects_gate_cases_without_hypothesis(tmp_path):
+    """With hypothesis not importable, the plugin still loads and parametrizes a marked
+    test over the gate's case ids."""
+    (tmp_path / "test_marked.py").write_text(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.fp8check(suite="smoke")
+        def test_kernel(fp8check_case):
+            pass
+    """))
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["hypothesis"] = None  # import hypothesis raises ImportError
+        import pytest
+        sys.exit(pytest.main(["-p", "fp8check.pytest_plugin", "-p", "no:cacheprovider",
+                              "--collect-only", "-q", {str(tmp_path)!r}]))
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path,
+                         env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    collected = {line.split("[", 1)[1].rstrip("]") for line in run.stdout.splitlines()
+                 if "::test_kernel[" in line}
+    assert collected == {c.id for c in build_suite("smoke", 0)}
+
+
+# ------------------------------------------------------------ adversarial random draws
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("suite", ["ci", "full"])
+def test_random_draws_are_distinct_and_adversarial(suite, seed):
+    drawn = [c for c in build_suite(suite, seed) if c.pattern.startswith(RANDOM_PATTERN)]
+    assert len(drawn) == 2 * SUITE_SHAPES[suite].random_draws  # per aspect
+    assert {c.aspect for c in drawn} == {"wi", "wo"}
+    assert len({c.group_sizes for c in drawn}) == len(drawn)
+    sizes = [np.array(c.group_sizes) for c in drawn]
+    m = drawn[0].m
+    assert any(s[0] == 0 for s in sizes) and any(s[-1] == 0 for s in sizes)
+    assert any((s[1:-1] == 0).any() for s in sizes)
+    assert any(s.sum() < m for s in sizes) and any(s.sum() == m for s in sizes)
+    assert any((s == 1).any() for s in sizes)
+    assert any(((s > 128) & (s % 128 != 0)).any() for s in sizes)
+
+
+@pytest.mark.parametrize("m", [1, 2, 127, 128, 129, 512, 2048])
+@pytest.mark.parametrize("g", [1, 2, 16, 33])
+def test_random_group_sizes_are_valid(m, g):
+    for seed in range(20):
+        s = _random_group_sizes(np.random.default_rng(seed), m, g)
+        assert s.shape == (g,) and (s >= 0).all() and s.sum() <= m
+
+
+def test_random_case_regenerates_from_its_id(ci):
+    case = next(c for c in ci if c.pattern.startswith(RANDOM_PATTERN))
+    again = find_case("ci", 0, case.id)
+    assert again == case
+    assert case_inputs(again).w.tobytes() == case_inputs(case).w.tobytes()
+
+
+# ------------------------------------------------------------------ smoke and full
+
+
+def test_smoke_has_the_focus_patterns_on_both_aspects():
+    smoke = build_suite("smoke", 0)
+    assert {c.aspect for c in smoke} == {"wi", "wo"}
+    assert {c.out_dtype for c in smoke} == {"f32", "bf16"}
+    plain = {c.pattern for c in smoke if not c.exact_partials}
+    assert {"zero-middle", "residues"} <= plain
+    assert {"zero-middle", "residues"} <= {c.pattern for c in smoke if c.exact_partials}
+    assert any(c.pattern.startswith(RANDOM_PATTERN) for c in smoke)
+
+
+def test_full_crosses_every_pattern_distribution_and_aspect():
+    full = build_suite("full", 0)
+    named = {(c.aspect, c.pattern, c.distribution) for c in full
+             if not c.exact_partials and c.pattern in GROUP_PATTERNS}
+    assert named == {(a, p, d) for a in ("wi", "wo") for p in GROUP_PATTERNS
+                     for d in DISTRIBUTIONS}
+    assert {c.pattern for c in full if c.exact_partials} == set(GROUP_PATTERNS)
+    assert {c.g for c in full} == set(SUITE_SHAPES["full"].gs)
+    assert {c.out_dtype for c in full} == {"f32", "bf16"}
+    for c in full:
+        assert c.k % 128 == 0 and c.k // 128 >= 4, c.id
+        assert c.n % 128 == 0 and c.n // 128 >= 2, c.id
+        assert sum(c.group_sizes) <= c.m and len(c.group_sizes) == c.g

@@ -1,0 +1,368 @@
+"""Deterministic test-data builders for grouped matmuls: numpy only, no hypothesis.
+
+* `GROUP_PATTERNS[name](rng, m, g) -> int32[g]` group sizes;
+* `DISTRIBUTIONS[name](rng, shape) -> float32 array`;
+* `make_gmm_problem(seed, m, k, n, g, pattern=..., dist=...) -> GmmProblem`.
+
+The gate's named suites (`fp8check.cases`) are built from these, so the same seed gives
+the same arrays on every machine and library version; `fp8check.strategies` wraps them
+in hypothesis strategies for fuzzing.
+
+Examples::
+
+    rng = np.random.default_rng(0)
+    GROUP_PATTERNS["zero-middle"](rng, 1024, 8)        # int32[8], sum 1024, group 4 empty
+    DISTRIBUTIONS["fp8-ties"](rng, (256, 512))         # float32, e4m3 ties after scaling
+    make_gmm_problem(7, m=300, k=256, n=128, g=4, pattern="residues", dist="many-scales")
+
+Group sizes: the rows of group i are the next `sizes[i]` rows; sum(sizes) <= m and rows
+at or past the sum belong to no group.  Every pattern sums exactly to m except "ones"
+(sum = g) and "partial-sum" (sum < m).  A pattern raises ValueError when it cannot be met
+for (m, g); whether it can depends only on (m, g), never on the rng.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from fp8check.references.quant import BLOCK
+
+_MAX_TINY = 7  # "many-tiny" groups have at most this many rows
+
+GroupPattern = Callable[[np.random.Generator, int, int], np.ndarray]
+Distribution = Callable[[np.random.Generator, tuple], np.ndarray]
+
+
+# ------------------------------------------------------------------ group sizes
+
+
+def check_group_args(m: int, g: int) -> None:
+    """ValueError unless m is an integer row count in [0, 2^31) and g a positive integer."""
+    if int(m) != m or not 0 <= m < 2**31:
+        raise ValueError(f"group sizes: m must be an integer in [0, 2^31), got {m!r}")
+    if int(g) != g or g < 1:
+        raise ValueError(f"group sizes: g must be a positive integer, got {g!r}")
+
+
+def _composition(rng: np.random.Generator, total: int, parts: int, min_size: int = 0):
+    """`parts` integers >= min_size summing to `total` (sorted uniform cut points)."""
+    free = total - parts * min_size
+    if free < 0:
+        raise ValueError(f"cannot split {total} rows into {parts} groups of >= {min_size}")
+    cuts = np.sort(rng.integers(0, free + 1, size=parts - 1))
+    return np.diff(np.concatenate(([0], cuts, [free]))) + min_size
+
+
+def _uniform_random(rng, m, g):
+    return _composition(rng, m, g)
+
+
+def _zero_at(position: Callable[[int], int], min_groups: int, name: str) -> GroupPattern:
+    """Pattern with exactly one empty group, at position(g); every other group non-empty."""
+
+    def build(rng, m, g):
+        if g < min_groups or m < g - 1:
+            raise ValueError(f"{name}: needs g >= {min_groups} and m >= g - 1, got m={m}, g={g}")
+        sizes = _composition(rng, m, g - 1, min_size=1)
+        return np.insert(sizes, position(g), 0)
+
+    return build
+
+
+def _single_group(rng, m, g):
+    sizes = np.zeros(g, dtype=np.int64)
+    sizes[rng.integers(g)] = m
+    return sizes
+
+
+def _ones(rng, m, g):
+    if g > m:
+        raise ValueError(f"ones: needs m >= g (one row per group), got m={m}, g={g}")
+    return np.ones(g, dtype=np.int64)
+
+
+def _residues(rng, m, g):
+    """Residues mod 128 spread evenly over 1..127 (both ends included), cycling when
+    g - 1 > 127; the last residue makes the total reach m; the rest is whole 128-row tiles
+    spread at random; then the groups are shuffled."""
+    spread = (
+        np.rint(np.linspace(1, BLOCK - 1, g - 1)).astype(np.int64)
+        if g - 1 <= BLOCK - 1
+        else np.resize(np.arange(1, BLOCK, dtype=np.int64), g - 1)
+    )
+    residues = np.append(spread, (m - spread.sum()) % BLOCK)
+    tiles = m - residues.sum()
+    if tiles < 0:
+        raise ValueError(f"residues: needs m >= {residues.sum()} for g={g}, got m={m}")
+    sizes = residues + BLOCK * _composition(rng, tiles // BLOCK, g)
+    return rng.permutation(sizes)
+
+
+def _multiples_128(rng, m, g):
+    if m % BLOCK:
+        raise ValueError(f"multiples-128: m must be a multiple of {BLOCK}, got m={m}")
+    return BLOCK * _composition(rng, m // BLOCK, g)
+
+
+def _many_tiny(rng, m, g):
+    """All groups but the last get 0..7 rows (cut short if m runs out); the last takes
+    the remainder."""
+    ends = np.minimum(np.cumsum(rng.integers(0, _MAX_TINY + 1, size=g - 1)), m)
+    tiny = np.diff(np.concatenate(([0], ends)))
+    return np.append(tiny, m - (ends[-1] if g > 1 else 0))
+
+
+def _dominant(rng, m, g):
+    """One random group takes round(0.9 m) rows, the others split the rest at random."""
+    if g < 2:
+        raise ValueError(f"dominant: needs g >= 2, got g={g}")
+    big = int(round(0.9 * m))
+    return np.insert(_composition(rng, m - big, g - 1), rng.integers(g), big)
+
+
+def _partial_sum(rng, m, g):
+    """The groups cover a random m//2 .. m-1 leading rows; at least one trailing row
+    belongs to no group."""
+    if m < 1:
+        raise ValueError("partial-sum: needs m >= 1")
+    return _composition(rng, int(rng.integers(m // 2, m)), g)
+
+
+def _int32_pattern(build: GroupPattern) -> GroupPattern:
+    def pattern(rng: np.random.Generator, m: int, g: int) -> np.ndarray:
+        check_group_args(m, g)
+        return np.asarray(build(rng, int(m), int(g)), dtype=np.int32)
+
+    pattern.__doc__ = build.__doc__
+    return pattern
+
+
+GROUP_PATTERNS: dict[str, GroupPattern] = {
+    name: _int32_pattern(build)
+    for name, build in {
+        "uniform-random": _uniform_random,
+        "zero-first": _zero_at(lambda g: 0, 2, "zero-first"),
+        "zero-middle": _zero_at(lambda g: g // 2, 3, "zero-middle"),
+        "zero-last": _zero_at(lambda g: g - 1, 2, "zero-last"),
+        "single-group": _single_group,
+        "ones": _ones,
+        "residues": _residues,
+        "multiples-128": _multiples_128,
+        "many-tiny": _many_tiny,
+        "dominant": _dominant,
+        "partial-sum": _partial_sum,
+    }.items()
+}
+"""fn(rng, m, g) -> int32[g] group sizes; see the module docstring for the sum rule."""
+
+
+# ----------------------------------------------------------------- distributions
+
+
+def _as_rows_cols(shape: tuple) -> tuple[int, int, int]:
+    """(batch, rows, cols) view of a shape: the last two axes are the matrix."""
+    if len(shape) == 1:
+        return 1, 1, shape[0]
+    return int(np.prod(shape[:-2], dtype=np.int64)), shape[-2], shape[-1]
+
+
+def _expand(mask: np.ndarray, rows: int, cols: int, block_r: int) -> np.ndarray:
+    """Per-block mask [b, ceil(R/block_r), ceil(C/128)] -> per-element mask [b, R, C]."""
+    full = np.repeat(np.repeat(mask, block_r, axis=1), BLOCK, axis=2)
+    return full[:, :rows, :cols]
+
+
+def _some_blocks(rng: np.random.Generator, shape: tuple, p: float) -> np.ndarray:
+    """Random block mask with probability p each, with at least one block set and one
+    clear whenever there are two or more blocks."""
+    mask = rng.random(shape) < p
+    flat = mask.reshape(-1)
+    if flat.size >= 2:
+        if not flat.any():
+            flat[rng.integers(flat.size)] = True
+        if flat.all():
+            flat[rng.integers(flat.size)] = False
+    return mask
+
+
+def _normal(rng, shape):
+    return rng.standard_normal(shape)
+
+
+def _lognormal_rows(rng, shape):
+    """Each row (all axes but the last) scaled by exp(N(0, 2^2)): ~e^+-6 spread."""
+    return rng.standard_normal(shape) * np.exp(rng.normal(0.0, 2.0, shape[:-1] + (1,)))
+
+
+def _student_t(rng, shape):
+    return rng.standard_t(3, shape)
+
+
+def _outlier_channels(rng, shape):
+    """Normal, with max(1, K // 64) channels of the last axis scaled by 100..1000."""
+    x = rng.standard_normal(shape)
+    k = shape[-1]
+    count = min(k, max(1, k // 64))
+    channels = rng.choice(k, size=count, replace=False)
+    x[..., channels] *= rng.uniform(100.0, 1000.0, size=count)
+    return x
+
+
+def _zero_blocks(rng, shape):
+    """Normal, with ~20% of the 1x128 row blocks and ~20% of the 128x128 tiles of the
+    last two axes all zero (at least one of each kind when there are two or more)."""
+    b, r, c = _as_rows_cols(shape)
+    x = rng.standard_normal((b, r, c))
+    col_blocks = -(-c // BLOCK)
+    row_blocks = _some_blocks(rng, (b, r, col_blocks), 0.2)
+    tiles = _some_blocks(rng, (b, -(-r // BLOCK), col_blocks), 0.2)
+    x[_expand(row_blocks, r, c, 1) | _expand(tiles, r, c, BLOCK)] = 0.0
+    return x.reshape(shape)
+
+
+def _e4m3_nonnegative() -> np.ndarray:
+    """Every finite e4m3fn value >= 0 in increasing order (codes 0x00..0x7E)."""
+    return np.arange(0x7F, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+
+
+def _per_block_amax(rng, shape, amax: np.ndarray, fill: np.ndarray) -> np.ndarray:
+    """Put +-amax[block] at one random position of every 1x128 block of the last axis and
+    `fill` elsewhere; amax has shape [..., ceil(C/128)]."""
+    c = shape[-1]
+    x = fill.copy()
+    block_start = np.arange(0, c, BLOCK)
+    width = np.minimum(BLOCK, c - block_start)
+    lead = shape[:-1]
+    pos = block_start + (rng.random(lead + (block_start.size,)) * width).astype(np.int64)
+    signs = rng.choice([-1.0, 1.0], size=amax.shape)
+    np.put_along_axis(x, pos, signs * amax, axis=-1)
+    return x
+
+
+def _fp8_ties(rng, shape):
+    """Each 1x128 block: one element +-448 * 2^j (j in -8..8 per block), all others +-2^j
+    times a midpoint between two adjacent e4m3 values.  The block's scale is then exactly
+    2^j under every recipe (RN(amax/448) = 2^j, RN(1/s) = 2^-j), so x * RN(1/s) lands
+    exactly on an e4m3 rounding tie (exercises round-half-to-even, not half-away)."""
+    values = _e4m3_nonnegative()
+    midpoints = (values[:-1] + values[1:]) / 2  # 5 significant bits: exact in float32
+    n_blocks = -(-shape[-1] // BLOCK)
+    scale = np.exp2(rng.integers(-8, 9, size=shape[:-1] + (n_blocks,))).astype(np.float64)
+    per_elem = np.repeat(scale, BLOCK, axis=-1)[..., : shape[-1]]
+    fill = rng.choice(midpoints, size=shape) * rng.choice([-1.0, 1.0], size=shape) * per_elem
+    return _per_block_amax(rng, shape, 448.0 * scale, fill)
+
+
+def _near_max(rng, shape):
+    """Each 1x128 block: amax A = 2^U(-10, 10) (random mantissa), one element +-A and the
+    others +-A (1 - 0.1 U(0, 1)): every value within 10% of the block amax, so after
+    scaling they sit just below the FP8 max, where a rounded-up scale overshoots 448."""
+    n_blocks = -(-shape[-1] // BLOCK)
+    amax = np.float32(np.exp2(rng.uniform(-10, 10, size=shape[:-1] + (n_blocks,))))
+    per_elem = np.repeat(amax, BLOCK, axis=-1)[..., : shape[-1]].astype(np.float64)
+    fill = per_elem * (1 - 0.1 * rng.random(shape)) * rng.choice([-1.0, 1.0], size=shape)
+    return _per_block_amax(rng, shape, amax.astype(np.float64), fill)
+
+
+def _many_scales(rng, shape):
+    """Normal, each 128x128 tile of the last two axes scaled by its own 2^e, e uniform in
+    -20..14 (TransformerEngine-style per-tile dynamic range)."""
+    b, r, c = _as_rows_cols(shape)
+    exps = rng.integers(-20, 15, size=(b, -(-r // BLOCK), -(-c // BLOCK)))
+    scale = np.repeat(np.repeat(np.exp2(exps), BLOCK, axis=1), BLOCK, axis=2)[:, :r, :c]
+    return (rng.standard_normal((b, r, c)) * scale).reshape(shape)
+
+
+def _float32_distribution(build) -> Distribution:
+    def distribution(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+        shape = tuple(shape)
+        if not shape or any(int(s) != s or s < 0 for s in shape):
+            raise ValueError(f"distribution: shape must be non-negative ints, got {shape!r}")
+        shape = tuple(int(s) for s in shape)
+        if 0 in shape:
+            return np.zeros(shape, dtype=np.float32)
+        return np.asarray(build(rng, shape), dtype=np.float32)
+
+    distribution.__doc__ = build.__doc__
+    return distribution
+
+
+DISTRIBUTIONS: dict[str, Distribution] = {
+    name: _float32_distribution(build)
+    for name, build in {
+        "normal": _normal,
+        "lognormal-rows": _lognormal_rows,
+        "student-t": _student_t,
+        "outlier-channels": _outlier_channels,
+        "zero-blocks": _zero_blocks,
+        "fp8-ties": _fp8_ties,
+        "near-max": _near_max,
+        "many-scales": _many_scales,
+    }.items()
+}
+"""fn(rng, shape) -> float32 array of that shape; blocks run along the last axis (1x128)
+and over the last two axes (128x128)."""
+
+
+# --------------------------------------------------------------------- problems
+
+
+@dataclass(frozen=True, eq=False)
+class GmmProblem:
+    """Inputs of one grouped matmul: lhs float32 [m, k], rhs float32 [g, k, n], group
+    sizes int32 [g] (sum <= m), all drawn from distribution `dist`."""
+
+    m: int
+    k: int
+    n: int
+    g: int
+    group_sizes: np.ndarray
+    lhs: np.ndarray
+    rhs: np.ndarray
+    dist: str
+
+    def __repr__(self) -> str:  # arrays elided: hypothesis prints this on failure
+        return (
+            f"GmmProblem(m={self.m}, k={self.k}, n={self.n}, g={self.g}, "
+            f"group_sizes={self.group_sizes.tolist()}, dist={self.dist!r})"
+        )
+
+
+def check_name(name: str, table: dict, what: str) -> None:
+    """ValueError naming the known keys unless `name` is a key of `table` (a `what`)."""
+    if name not in table:
+        raise ValueError(f"unknown {what} {name!r}; expected one of {sorted(table)}")
+
+
+def gmm_problem_from_sizes(
+    seed: int, k: int, n: int, sizes: np.ndarray, m: int, dist: str
+) -> GmmProblem:
+    """The GmmProblem with these group sizes (int32[g], sum <= m): lhs [m, k] then rhs
+    [g, k, n] drawn from DISTRIBUTIONS[dist] with `np.random.default_rng(seed)`."""
+    if k < 1 or n < 1:
+        raise ValueError(f"gmm problem: k and n must be >= 1, got k={k}, n={n}")
+    check_name(dist, DISTRIBUTIONS, "distribution")
+    rng = np.random.default_rng(seed)
+    build = DISTRIBUTIONS[dist]
+    lhs, rhs = build(rng, (m, k)), build(rng, (sizes.size, k, n))
+    return GmmProblem(m, k, n, int(sizes.size), sizes, lhs, rhs, dist)
+
+
+def make_gmm_problem(
+    seed: int,
+    m: int,
+    k: int,
+    n: int,
+    g: int,
+    *,
+    pattern: str = "uniform-random",
+    dist: str = "normal",
+) -> GmmProblem:
+    """The GMM problem named by (seed, shape, pattern, dist): same arguments, same arrays."""
+    check_name(pattern, GROUP_PATTERNS, "group pattern")
+    sizes = GROUP_PATTERNS[pattern](np.random.default_rng([seed, 0]), m, g)
+    return gmm_problem_from_sizes(seed, k, n, sizes, m, dist)
