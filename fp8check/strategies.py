@@ -8,9 +8,9 @@ dependency of fp8check: this module needs the `test` extra (`pip install 'fp8che
     @given(group_sizes(m=512, g=8))                    # named patterns + a shrinkable list
     @given(distributions())                            # a name from DISTRIBUTIONS
     @given(arrays((64, 256), dist="near-max"))         # float32 [64, 256]
-    @given(gmm_problems(max_m=256, max_g=4))           # GmmProblem, K and N multiples of 128
+    @given(gmm_inputs(max_m=256, max_g=4))           # GmmInputs, K and N multiples of 128
 
-The builders (`GROUP_PATTERNS`, `DISTRIBUTIONS`, `GmmProblem`, `make_gmm_problem`) and
+The builders (`GROUP_PATTERNS`, `DISTRIBUTIONS`, `GmmInputs`, `make_gmm_inputs`) and
 the group-size sum rule are documented in `fp8check.testdata`.
 """
 
@@ -25,16 +25,16 @@ from fp8check.references.quant import BLOCK
 from fp8check.testdata import (
     DISTRIBUTIONS,
     GROUP_PATTERNS,
-    GmmProblem,
+    GmmInputs,
     check_group_args,
     check_name,
-    gmm_problem_from_sizes,
-    make_gmm_problem,
+    gmm_inputs_from_sizes,
+    make_gmm_inputs,
 )
 
 __all__ = [
-    "DISTRIBUTIONS", "GROUP_PATTERNS", "GmmProblem", "arrays", "distributions", "gmm_problems",
-    "group_sizes", "make_gmm_problem",
+    "DISTRIBUTIONS", "GROUP_PATTERNS", "GmmInputs", "arrays", "distributions", "gmm_inputs",
+    "group_sizes", "make_gmm_inputs",
 ]
 
 _SEEDS = st.integers(0, 2**32 - 1)
@@ -103,27 +103,27 @@ def arrays(shape: tuple, dist: str | None = None) -> st.SearchStrategy[np.ndarra
     )
 
 
-def gmm_problems(
+def gmm_inputs(
     max_m: int = 384,
     max_g: int = 4,
     k_blocks: tuple[int, int] = (1, 4),
     n_blocks: tuple[int, int] = (1, 2),
-) -> st.SearchStrategy[GmmProblem]:
-    """GmmProblem with m in [0, max_m], g in [1, max_g], K = 128 * k_blocks range, N =
+) -> st.SearchStrategy[GmmInputs]:
+    """GmmInputs with m in [0, max_m], g in [1, max_g], K = 128 * k_blocks range, N =
     128 * n_blocks range (inclusive), group sizes from `group_sizes`, one distribution."""
     if max_m < 0 or max_g < 1:
-        raise ValueError(f"gmm_problems: need max_m >= 0, max_g >= 1, got {max_m}, {max_g}")
+        raise ValueError(f"gmm_inputs: need max_m >= 0, max_g >= 1, got {max_m}, {max_g}")
     for name, (lo, hi) in (("k_blocks", k_blocks), ("n_blocks", n_blocks)):
         if not 1 <= lo <= hi:
-            raise ValueError(f"gmm_problems: {name} must be (lo, hi) with 1 <= lo <= hi")
+            raise ValueError(f"gmm_inputs: {name} must be (lo, hi) with 1 <= lo <= hi")
 
     @st.composite
-    def problems(draw) -> GmmProblem:
+    def problems(draw) -> GmmInputs:
         m = draw(st.integers(0, max_m))
         g = draw(st.integers(1, max_g))
         k = BLOCK * draw(st.integers(*k_blocks))
         n = BLOCK * draw(st.integers(*n_blocks))
         sizes = draw(group_sizes(m, g))
-        return gmm_problem_from_sizes(draw(_SEEDS), k, n, sizes, m, draw(distributions()))
+        return gmm_inputs_from_sizes(draw(_SEEDS), k, n, sizes, m, draw(distributions()))
 
     return problems()

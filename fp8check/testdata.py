@@ -2,7 +2,7 @@
 
 * `GROUP_PATTERNS[name](rng, m, g) -> int32[g]` group sizes;
 * `DISTRIBUTIONS[name](rng, shape) -> float32 array`;
-* `make_gmm_problem(seed, m, k, n, g, pattern=..., dist=...) -> GmmProblem`.
+* `make_gmm_inputs(seed, m, k, n, g, pattern=..., dist=...) -> GmmInputs`.
 
 The gate's named suites (`fp8check.cases`) are built from these, so the same seed gives
 the same arrays on every machine and library version; `fp8check.strategies` wraps them
@@ -13,7 +13,7 @@ Examples::
     rng = np.random.default_rng(0)
     GROUP_PATTERNS["zero-middle"](rng, 1024, 8)        # int32[8], sum 1024, group 4 empty
     DISTRIBUTIONS["fp8-ties"](rng, (256, 512))         # float32, e4m3 ties after scaling
-    make_gmm_problem(7, m=300, k=256, n=128, g=4, pattern="residues", dist="many-scales")
+    make_gmm_inputs(7, m=300, k=256, n=128, g=4, pattern="residues", dist="many-scales")
 
 Group sizes: the rows of group i are the next `sizes[i]` rows; sum(sizes) <= m and rows
 at or past the sum belong to no group.  Every pattern sums exactly to m except "ones"
@@ -312,7 +312,7 @@ and over the last two axes (128x128)."""
 
 
 @dataclass(frozen=True, eq=False)
-class GmmProblem:
+class GmmInputs:
     """Inputs of one grouped matmul: lhs float32 [m, k], rhs float32 [g, k, n], group
     sizes int32 [g] (sum <= m), all drawn from distribution `dist`."""
 
@@ -327,7 +327,7 @@ class GmmProblem:
 
     def __repr__(self) -> str:  # arrays elided: hypothesis prints this on failure
         return (
-            f"GmmProblem(m={self.m}, k={self.k}, n={self.n}, g={self.g}, "
+            f"GmmInputs(m={self.m}, k={self.k}, n={self.n}, g={self.g}, "
             f"group_sizes={self.group_sizes.tolist()}, dist={self.dist!r})"
         )
 
@@ -338,21 +338,21 @@ def check_name(name: str, table: dict, what: str) -> None:
         raise ValueError(f"unknown {what} {name!r}; expected one of {sorted(table)}")
 
 
-def gmm_problem_from_sizes(
+def gmm_inputs_from_sizes(
     seed: int, k: int, n: int, sizes: np.ndarray, m: int, dist: str
-) -> GmmProblem:
-    """The GmmProblem with these group sizes (int32[g], sum <= m): lhs [m, k] then rhs
+) -> GmmInputs:
+    """The GmmInputs with these group sizes (int32[g], sum <= m): lhs [m, k] then rhs
     [g, k, n] drawn from DISTRIBUTIONS[dist] with `np.random.default_rng(seed)`."""
     if k < 1 or n < 1:
-        raise ValueError(f"gmm problem: k and n must be >= 1, got k={k}, n={n}")
+        raise ValueError(f"gmm inputs: k and n must be >= 1, got k={k}, n={n}")
     check_name(dist, DISTRIBUTIONS, "distribution")
     rng = np.random.default_rng(seed)
     build = DISTRIBUTIONS[dist]
     lhs, rhs = build(rng, (m, k)), build(rng, (sizes.size, k, n))
-    return GmmProblem(m, k, n, int(sizes.size), sizes, lhs, rhs, dist)
+    return GmmInputs(m, k, n, int(sizes.size), sizes, lhs, rhs, dist)
 
 
-def make_gmm_problem(
+def make_gmm_inputs(
     seed: int,
     m: int,
     k: int,
@@ -361,8 +361,8 @@ def make_gmm_problem(
     *,
     pattern: str = "uniform-random",
     dist: str = "normal",
-) -> GmmProblem:
+) -> GmmInputs:
     """The GMM problem named by (seed, shape, pattern, dist): same arguments, same arrays."""
     check_name(pattern, GROUP_PATTERNS, "group pattern")
     sizes = GROUP_PATTERNS[pattern](np.random.default_rng([seed, 0]), m, g)
-    return gmm_problem_from_sizes(seed, k, n, sizes, m, dist)
+    return gmm_inputs_from_sizes(seed, k, n, sizes, m, dist)

@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from fp8check.strategies import (
     DISTRIBUTIONS,
     GROUP_PATTERNS,
-    GmmProblem,
+    GmmInputs,
     arrays,
     distributions,
-    gmm_problems,
+    gmm_inputs,
     group_sizes,
-    make_gmm_problem,
+    make_gmm_inputs,
 )
 
 E4M3 = ml_dtypes.float8_e4m3fn
@@ -246,8 +246,8 @@ def test_arrays_strategy(named):
 
 
 @settings(max_examples=30)
-@given(gmm_problems(max_m=300, max_g=5))
-def test_gmm_problems_are_valid(p: GmmProblem):
+@given(gmm_inputs(max_m=300, max_g=5))
+def test_gmm_problems_are_valid(p: GmmInputs):
     assert p.k % 128 == 0 and 128 <= p.k <= 512 and p.n % 128 == 0 and 128 <= p.n <= 256
     assert p.lhs.shape == (p.m, p.k) and p.rhs.shape == (p.g, p.k, p.n)
     assert p.lhs.dtype == p.rhs.dtype == np.float32
@@ -257,15 +257,15 @@ def test_gmm_problems_are_valid(p: GmmProblem):
     assert "lhs" not in repr(p)
 
 
-def test_make_gmm_problem_is_deterministic_and_validates():
-    a = make_gmm_problem(7, m=300, k=256, n=128, g=4, pattern="residues", dist="many-scales")
-    b = make_gmm_problem(7, m=300, k=256, n=128, g=4, pattern="residues", dist="many-scales")
+def test_make_gmm_inputs_is_deterministic_and_validates():
+    a = make_gmm_inputs(7, m=300, k=256, n=128, g=4, pattern="residues", dist="many-scales")
+    b = make_gmm_inputs(7, m=300, k=256, n=128, g=4, pattern="residues", dist="many-scales")
     for field in ("group_sizes", "lhs", "rhs"):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
     assert a.group_sizes.sum() == 300
     with pytest.raises(ValueError, match="unknown distribution"):
-        make_gmm_problem(0, 8, 128, 128, 2, dist="uniform")
+        make_gmm_inputs(0, 8, 128, 128, 2, dist="uniform")
     with pytest.raises(ValueError, match="unknown group pattern"):
-        make_gmm_problem(0, 8, 128, 128, 2, pattern="random")
+        make_gmm_inputs(0, 8, 128, 128, 2, pattern="random")
     with pytest.raises(ValueError, match="k_blocks"):
-        gmm_problems(k_blocks=(0, 2))
+        gmm_inputs(k_blocks=(0, 2))

@@ -34,7 +34,7 @@ def test_gmm_on_fuzzed_groups(group_sizes, x, w):
 
 
 def test_gmm_is_deterministic():
-    p = strategies.make_gmm_problem(3, m=200, k=256, n=128, g=4, pattern="zero-middle")
+    p = strategies.make_gmm_inputs(3, m=200, k=256, n=128, g=4, pattern="zero-middle")
     lq, rq = quantize(p.lhs, (1, 128)), quantize(p.rhs, (128, 128))
     args = (lq.values, lq.scales, rq.values, rq.scales, p.group_sizes)
     assert_bitexact(gmm_fp8(*args), gmm_fp8(*args))
