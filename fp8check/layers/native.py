@@ -34,7 +34,6 @@ from fp8check.layers.op import CaseResult, Criterion
 from fp8check.native.hopper import HopperBuild
 from fp8check.native.tpu import TPU_TARGETS, TpuBuild
 from fp8check.profiles import NATIVE_LIMITS
-from fp8check.registry import TRITON_GATE_NAMES
 
 LAYER = 0
 HOPPER_TARGETS = ("sm_90a",)  # Triton's name for capability 9.0 (wgmma, TMA)
@@ -189,8 +188,7 @@ def _triton(builds: Sequence[Any], shape: NativeShape, target: str) -> Iterator[
     for build, b in zip(builds, compile_many(b.job(capability) for b in builds), strict=True):
         crit = hopper_criteria(b, fp8=build.fp8, claims_tma=build.claims_tma)
         phase = build.phase + (f"-{build.variant.split()[0]}" if build.variant else "")
-        name = TRITON_GATE_NAMES.get(build.kernel, build.kernel)
-        yield _result(name, f"{phase}-{shape.name}-{target}", crit,
+        yield _result(build.kernel, f"{phase}-{shape.name}-{target}", crit,
                       {"phase": build.phase, **hopper_metrics(b)}, b.error, b.seconds)
 
 

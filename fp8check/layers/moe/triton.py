@@ -19,9 +19,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from fp8check.kernels.triton.autograd import grouped_linear_bf16, grouped_linear_fp8
 from fp8check.references.moe import MoEInputs, MoEOutputs, variant_of
-
-from .autograd import grouped_linear_bf16, grouped_linear_fp8
 
 # A differentiable grouped matmul: (x [M, K], w [G, K, N], group_sizes [G]) -> [M, N] bf16.
 GroupedMatmul = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
