@@ -115,7 +115,7 @@ def _measure_accum(rng: np.random.Generator) -> str | None:
     2 x 1 x 2 grid (two N tiles, two K tiles of two).  Probing the real kernel on both
     matters: whether XLA:CPU contracts the scale step into an FMA depends on how the
     kernel body fuses, not on the step alone (`fp8check.jaxenv`)."""
-    from fp8check.kernels.pallas.gmm import gmm_fp8  # gmm imports us lazily
+    from fp8check.kernels.pallas.gmm import gmm_fp8  # gmm imports us
     from fp8check.references.gmm import gmm
     from fp8check.references.quant import QTensor
 

@@ -47,6 +47,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from fp8check.contracts import KernelSpec
+from fp8check.kernels.pallas.fidelity import interpreter_accum
 from fp8check.kernels.pallas.metadata import GroupMetadata, make_group_metadata, row_mask
 from fp8check.kernels.pallas.spec import matmul_spec
 from fp8check.kernels.pallas.tiling import LANES, Tiling, resolve_tiling
@@ -77,8 +78,6 @@ def accum_for(interpret: bool | None = None) -> str | None:
     """The reference `accum` recipe gmm_fp8 computes in this mode (None: no recipe pinned)."""
     if not use_interpret(interpret):
         return ACCUM_NATIVE
-    from fp8check.kernels.pallas.fidelity import interpreter_accum  # fidelity imports us
-
     return interpreter_accum()
 
 

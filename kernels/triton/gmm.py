@@ -27,7 +27,7 @@ compiler with the 128-byte alignment TMA's swizzle needs (rows of 128 fp8 = 128 
 Accumulation (declared ``accum="deepgemm"``): per 128-wide K block, P = tl.dot of the fp8
 tiles in fp32, then acc = fma(RN(sa * sb), P, acc) with tl.fma (one rounding), in K
 order; output cast RNE to out_dtype.  Under the interpreter P is the exact partial rounded
-once (`interpret.dot_exact_partial`), so the result is bit-exact to
+once (`interpret`'s ``dot_exact_partial``), so the result is bit-exact to
 ``references.gmm(..., accum="deepgemm")``; on the GPU, WGMMA's P is not, and only the
 error bound holds.
 """
