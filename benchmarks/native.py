@@ -131,7 +131,7 @@ def model_check() -> int:
     import torch
 
     import fp8check.kernels.triton as tk
-    from fp8check.kernels.triton import interpret
+    from fp8check.kernels.triton import fidelity, interpret
     from fp8check.references import gmm, quantize
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -139,7 +139,7 @@ def model_check() -> int:
     if device == "cuda":
         where = torch.cuda.get_device_name()
     else:
-        interpret.ensure_fidelity()
+        fidelity.probe_fidelity()
     print(f"Hopper model check on {where}")
     gs = np.array([100, 0, 156], np.int32)
     total = 0

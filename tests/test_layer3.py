@@ -10,7 +10,9 @@ from seeded_bugs import layer3 as bug3
 
 from fp8check.layers.moe import run_layer2
 from fp8check.layers.training import SUITES, iter_layer3, layer3_size
-from fp8check.references.trainer import ModelConfig, Schedule, make_task
+from fp8check.layers.training.model import ModelConfig
+from fp8check.layers.training.optimizer import Schedule
+from fp8check.layers.training.task import make_task
 
 GATE_KEYS = {"kernel", "layer", "case", "passed", "metrics", "criteria", "failed", "skipped",
              "error", "repro", "seconds"}

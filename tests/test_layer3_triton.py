@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import fp8check.kernels.triton  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
-from fp8check.kernels.pallas.model import make_grad_fn as pallas_grad_fn
 from fp8check.layers.training import SUITES, iter_layer3, layer3_size
-from fp8check.references.trainer import init_params, make_task
+from fp8check.layers.training.model import init_params
+from fp8check.layers.training.pallas import make_grad_fn as pallas_grad_fn
+from fp8check.layers.training.task import make_task
 
 
 def test_triton_smoke_passes_and_matches_pallas_at_step0():

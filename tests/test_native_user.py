@@ -49,7 +49,7 @@ TRITON_SPEC = """
     from fp8check.kernels.triton.native import native_builds
 
     def jobs(m, k, n, g):
-        return [b.job() for b in native_builds(m, k, n, g) if b.kernel == "triton-gmm-fp8"]
+        return [b.job() for b in native_builds(m, k, n, g) if b.kernel == "triton-fp8"]
 
     SPEC = KernelSpec(name="my-triton-fp8", contract="gmm-fp8", framework="torch",
                       fn=gmm_fp8, out_dtypes=("bf16",), hopper_jobs=jobs)

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fp8check.kernels.pallas import accum_for, check_interpreter, gmm_bf16, gmm_fp8, kernel_specs
+from fp8check.kernels.pallas import accum_for, gmm_bf16, gmm_fp8, probe_fidelity
+from fp8check.kernels.pallas.gmm import fp8_spec
 from fp8check.metrics import bound_ratio
 from fp8check.references import QTensor, abs_product, gmm, quantize
 from fp8check.strategies import DISTRIBUTIONS, GROUP_PATTERNS, distributions, group_sizes
@@ -156,8 +157,8 @@ def test_bad_input_raises(change, match):
 
 
 def test_interpreter_fidelity_record():
-    record = check_interpreter()
-    assert record.ok, record.as_dict()
+    record = probe_fidelity()
+    assert record.ok, record.to_dict()
     assert record.accum in ("tokamax", "cublas")
-    spec = {s["name"]: s for s in kernel_specs(interpret=True)}["pallas-gmm-fp8"]
-    assert spec["accum"] == record.accum and spec["contract"] == "gmm-fp8"
+    spec = fp8_spec("interpret")
+    assert spec.accum == record.accum and spec.contract == "gmm-fp8"

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 # Imported before triton itself: the package selects interpret mode before triton loads.
-from fp8check.kernels.triton import interpret
+from fp8check.kernels.triton import fidelity, interpret
 
-tl = interpret.tl
+tl = fidelity.tl
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def unfixed():
 
 def _cast_e4m3(values) -> np.ndarray:
     x = np.asarray(values, np.float32)
-    bits = interpret._run_cast(x, tl.float8e4nv, torch.float8_e4m3fn)
+    bits = fidelity._run_cast(x, tl.float8e4nv, torch.float8_e4m3fn)
     return bits.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
 
 
@@ -33,13 +33,13 @@ def test_raw_interpreter_has_the_documented_faults(unfixed):
     want = np.clip(np.array([1.97, 126.5, 1.0625, 500.0], np.float32), -448, 448)
     assert want.astype(ml_dtypes.float8_e4m3fn).astype(np.float32).tolist() == [
         2.0, 128.0, 1.0, 448.0]
-    report = interpret.self_test()
+    report = fidelity.self_test()
     assert set(report.faults) == set(interpret.FIDELITY_FIXES + interpret.MODEL_CHOICES)
 
 
 def test_fix_removes_every_fault():
     interpret.apply_fixes()
-    report = interpret.self_test()
+    report = fidelity.self_test()
     assert report.ok, report.mismatches
     got = _cast_e4m3([1.97, 126.5, 1.0625, 500.0, -1e30, np.nan])
     assert got[:5].tolist() == [2.0, 128.0, 1.0, 448.0, -448.0]
@@ -55,9 +55,9 @@ def test_fix_matches_ml_dtypes_on_random_values():
 
 
 def test_record_names_faults_and_fixes():
-    rec = interpret.ensure_fidelity()
+    rec = fidelity.probe_fidelity()
     assert rec.interpreter
     assert set(rec.faults_before_fix) == set(interpret.FIDELITY_FIXES + interpret.MODEL_CHOICES)
-    assert rec.active_fixes == interpret.active_fixes()
+    assert rec.fixes == interpret.active_fixes()
     assert not any(rec.faults_after_fix.values())
-    assert rec.to_dict()["active_fixes"] == rec.active_fixes
+    assert rec.to_dict()["fixes"] == rec.fixes

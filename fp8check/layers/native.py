@@ -33,7 +33,6 @@ from fp8check.contracts import NUMPY_DTYPES, KernelSpec, framework_dtype
 from fp8check.native.hopper import HopperBuild
 from fp8check.native.tpu import TPU_TARGETS, TpuBuild
 from fp8check.profiles import NATIVE_LIMITS
-from fp8check.registry import TRITON_GATE_NAMES
 from fp8check.results.model import CaseResult, Criterion
 
 LAYER = 0
@@ -195,8 +194,7 @@ def _triton(builds: Sequence[Any], shape: NativeShape, target: str) -> Iterator[
     for build, b in zip(builds, compile_many(b.job(capability) for b in builds), strict=True):
         crit = hopper_criteria(b, fp8=build.fp8, claims_tma=build.claims_tma)
         phase = build.phase + (f"-{build.variant.split()[0]}" if build.variant else "")
-        name = TRITON_GATE_NAMES.get(build.kernel, build.kernel)
-        yield _result(name, f"{phase}-{shape.name}-{target}", crit,
+        yield _result(build.kernel, f"{phase}-{shape.name}-{target}", crit,
                       {"phase": build.phase, **hopper_metrics(b)}, b.error, b.seconds)
 
 

@@ -38,9 +38,9 @@ from fp8check import jaxenv
 
 
 @dataclass(frozen=True)
-class InterpreterFidelity:
-    """Outcome of `check_interpreter`: each check's pass flag, the measured accumulation
-    recipe, and the interpret-mode fixes that are active (with why)."""
+class FidelityRecord:
+    """Outcome of `probe_fidelity`: each check's pass flag, the measured accumulation
+    recipe, and the interpret-mode fixes that are active (module docstring)."""
 
     checks: dict[str, bool]
     accum: str | None
@@ -50,7 +50,7 @@ class InterpreterFidelity:
     def ok(self) -> bool:
         return all(self.checks.values())
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {"checks": dict(self.checks), "accum": self.accum, "fixes": list(self.fixes),
                 "ok": self.ok}
 
@@ -115,7 +115,7 @@ def _measure_accum(rng: np.random.Generator) -> str | None:
     2 x 1 x 2 grid (two N tiles, two K tiles of two).  Probing the real kernel on both
     matters: whether XLA:CPU contracts the scale step into an FMA depends on how the
     kernel body fuses, not on the step alone (`fp8check.jaxenv`)."""
-    from fp8check.kernels.pallas.gmm import gmm_fp8  # gmm imports us lazily
+    from fp8check.kernels.pallas.gmm import gmm_fp8  # gmm imports us
     from fp8check.references.gmm import gmm
     from fp8check.references.quant import QTensor
 
@@ -138,7 +138,7 @@ def _measure_accum(rng: np.random.Generator) -> str | None:
 
 
 @functools.cache
-def check_interpreter(seed: int = 0) -> InterpreterFidelity:
+def probe_fidelity(seed: int = 0) -> FidelityRecord:
     """Run every probe once (cached per process) and return the record for the gate."""
     rng = np.random.default_rng(seed)
     checks = {
@@ -150,9 +150,9 @@ def check_interpreter(seed: int = 0) -> InterpreterFidelity:
     accum = _measure_accum(rng)
     checks["accum_recipe_pinned"] = accum is not None
     fixes = ("xla-cpu-no-fma",) if jaxenv.no_fma_requested() else ()
-    return InterpreterFidelity(checks=checks, accum=accum, fixes=fixes)
+    return FidelityRecord(checks=checks, accum=accum, fixes=fixes)
 
 
 def interpreter_accum() -> str | None:
     """The accumulation recipe gmm_fp8 computes in interpret mode on this machine."""
-    return check_interpreter().accum
+    return probe_fidelity().accum

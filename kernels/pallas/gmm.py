@@ -6,7 +6,7 @@ groups is computed once per group and each visit stores only its own group's row
 output is aliased to an initial buffer (zeros by default): rows that no group owns, i.e.
 rows at or past sum(group_sizes), keep its values, and no uninitialized memory escapes.
 
-FP8 accumulation recipe (`ACCUM`): the K tile holds tk/128 quantization blocks
+FP8 accumulation recipe: the K tile holds tk/128 quantization blocks
 ("subchannels").  For each, the kernel takes the f32 dot P of the 128-wide slice, then
     acc = RN(RN(RN(P * sa) * sb) + acc)          (reference accum "tokamax")
 with sa the lhs scale of (row, K block) and sb the rhs scale of (K block, N block), in K
@@ -36,6 +36,7 @@ arguments) is unchanged.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -45,7 +46,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from fp8check.contracts import KernelSpec
+from fp8check.kernels.pallas.fidelity import interpreter_accum
 from fp8check.kernels.pallas.metadata import GroupMetadata, make_group_metadata, row_mask
+from fp8check.kernels.pallas.spec import matmul_spec
 from fp8check.kernels.pallas.tiling import LANES, Tiling, resolve_tiling
 from fp8check.kernels.pallas.validation import (
     check_array,
@@ -74,8 +78,6 @@ def accum_for(interpret: bool | None = None) -> str | None:
     """The reference `accum` recipe gmm_fp8 computes in this mode (None: no recipe pinned)."""
     if not use_interpret(interpret):
         return ACCUM_NATIVE
-    from fp8check.kernels.pallas.fidelity import interpreter_accum  # fidelity imports us
-
     return interpreter_accum()
 
 
@@ -277,3 +279,17 @@ def dgrad(dy, rhs, group_sizes, *, tiling: tuple[int, int, int] | None = None,
     rhs = check_array("rhs", rhs, 3, (BF16,))
     return grouped_matmul(dy, rhs, group_sizes, phase="dgrad", tiling=tiling,
                           out_dtype=out_dtype, transpose_rhs=True, interpret=interpret)
+
+
+def fp8_spec(backend: str) -> KernelSpec:
+    """KernelSpec of `gmm_fp8` ("pallas-fp8") at its default tiling on `backend` ("auto",
+    "interpret" or "native"), declaring the recipe it computes there (`accum_for`)."""
+    spec = matmul_spec("pallas-fp8", "gmm-fp8", gmm_fp8, backend,
+                       "blockwise FP8 grouped matmul, default tiling")
+    return replace(spec, accum=accum_for(spec.backend == "interpret"))
+
+
+def bf16_spec(backend: str) -> KernelSpec:
+    """KernelSpec of `gmm_bf16` ("pallas-bf16") at its default tiling on `backend`."""
+    return matmul_spec("pallas-bf16", "gmm", gmm_bf16, backend,
+                       "bf16 grouped matmul, default tiling")

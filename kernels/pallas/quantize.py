@@ -10,10 +10,14 @@ of 128); NaN or Inf is propagated as NaN, not raised (a traced value cannot rais
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+
+from fp8check.contracts import KernelSpec
 
 E4M3_MAX = 448.0
 AMAX_FLOOR = np.float32(1e-4)  # float32(1e-4), as the reference's guard
@@ -49,3 +53,13 @@ def quantize_deepgemm(x, block: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
     scaled = blocks * inv[..., :, None, :, None]
     q = jnp.clip(scaled, -E4M3_MAX, E4M3_MAX).astype(ml_dtypes.float8_e4m3fn)
     return q.reshape(x.shape), scale
+
+
+def quantizer_spec(backend: str) -> KernelSpec:
+    """KernelSpec of `quantize_deepgemm` with 1x128 blocks ("pallas-quantizer"); plain
+    jnp, it runs on jax's default device whatever `backend` says."""
+    return KernelSpec(
+        name="pallas-quantizer", contract="quantizer", framework="jax",
+        fn=functools.partial(quantize_deepgemm, block=(1, 128)), recipe="deepgemm",
+        block=(1, 128), backend=jax.default_backend(),
+    )

@@ -19,7 +19,9 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from fp8check.contracts import KernelSpec
 from fp8check.kernels.pallas.metadata import GroupMetadata, make_group_metadata, row_mask
+from fp8check.kernels.pallas.spec import matmul_spec
 from fp8check.kernels.pallas.tiling import Tiling, resolve_tiling
 from fp8check.kernels.pallas.validation import (
     check_array,
@@ -110,3 +112,10 @@ def tgmm(lhs, dy, group_sizes, *, tiling: tuple[int, int, int] | None = None,
     m_pad = -(-m // t.tm) * t.tm
     return _tgmm(pad_rows(lhs, m_pad), pad_rows(dy, m_pad), gs, num_groups=num_groups,
                  tiling=t, out_dtype=out_dtype, interpret=use_interpret(interpret))
+
+
+def tgmm_spec(backend: str) -> KernelSpec:
+    """KernelSpec of `tgmm` ("pallas-tgmm") at its default tiling on `backend` ("auto",
+    "interpret" or "native")."""
+    return matmul_spec("pallas-tgmm", "tgmm", tgmm, backend,
+                       "bf16 weight-gradient grouped matmul, default tiling")

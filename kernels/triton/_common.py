@@ -7,7 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .interpret import ensure_fidelity, interpret_mode
+from .fidelity import probe_fidelity
+from .interpret import interpret_mode
 
 QBLOCK = 128  # quantization block along K (and along N for the weights), elements
 TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned global base addresses and strides
@@ -16,7 +17,7 @@ TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned global base addresses and str
 def prepare_backend(device: torch.device) -> None:
     """Interpret mode: self-test + fix the interpreter (once).  Compiled: device-side
     tensor descriptors (tl.make_tensor_descriptor) need a global scratch allocator."""
-    ensure_fidelity()
+    probe_fidelity()
     if not interpret_mode():
         if device.type != "cuda":
             raise ValueError("compiled Triton kernels need CUDA tensors (or TRITON_INTERPRET=1)")

@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from fp8check.contracts import KernelSpec
+
 from ._common import (
     check_group_sizes,
     check_tma_operand,
@@ -26,6 +28,7 @@ from ._common import (
     output_buffer,
     prepare_backend,
 )
+from .spec import triton_spec
 
 OUT_DTYPES = (torch.bfloat16, torch.float32)
 
@@ -166,3 +169,9 @@ def tgmm(x: torch.Tensor, dy: torch.Tensor, group_sizes: torch.Tensor, *,
     grid, args, constexprs = tgmm_launch(x, dy, group_sizes, out, block_m, block_k, block_n)
     _tgmm_kernel[grid](*args, **constexprs)
     return out
+
+
+def tgmm_spec(backend: str) -> KernelSpec:
+    """KernelSpec of `tgmm` ("triton-tgmm"): bound only, no recipe pinned."""
+    return triton_spec("triton-tgmm", "tgmm", tgmm, backend,
+                       description="bf16 weight-gradient grouped GEMM")

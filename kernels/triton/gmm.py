@@ -27,7 +27,7 @@ compiler with the 128-byte alignment TMA's swizzle needs (rows of 128 fp8 = 128 
 Accumulation (declared ``accum="deepgemm"``): per 128-wide K block, P = tl.dot of the fp8
 tiles in fp32, then acc = fma(RN(sa * sb), P, acc) with tl.fma (one rounding), in K
 order; output cast RNE to out_dtype.  Under the interpreter P is the exact partial rounded
-once (`interpret.dot_exact_partial`), so the result is bit-exact to
+once (`interpret`'s ``dot_exact_partial``), so the result is bit-exact to
 ``references.gmm(..., accum="deepgemm")``; on the GPU, WGMMA's P is not, and only the
 error bound holds.
 """
@@ -37,6 +37,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from fp8check.contracts import KernelSpec
 
 from ._common import (
     QBLOCK,
@@ -48,6 +50,7 @@ from ._common import (
     output_buffer,
     prepare_backend,
 )
+from .spec import triton_spec
 
 OUT_DTYPES = (torch.bfloat16, torch.float32)
 # Two warpgroups per 128x128 tile: with Triton's default 4 warps one warpgroup holds the
@@ -191,3 +194,18 @@ def gmm_fp8(lhs_q: torch.Tensor, lhs_scale: torch.Tensor, rhs_q: torch.Tensor,
     check_tma_operand("out", out)
     return launch_gmm_fp8(lhs_q, lhs_scale, rhs_q, rhs_scale, group_sizes, out, block_m,
                           block_n, max_num_imprecise_acc)
+
+
+def fp8_spec(backend: str) -> KernelSpec:
+    """KernelSpec of `gmm_fp8` ("triton-fp8"): accum "deepgemm" under the interpreter's
+    exact partial dot, "deepgemm-hopper" compiled (`spec.triton_spec`)."""
+    return triton_spec("triton-fp8", "gmm-fp8", gmm_fp8, backend, accum="deepgemm",
+                       description="padding-free FP8 grouped GEMM")
+
+
+def fp8_hopper_spec(backend: str) -> KernelSpec:
+    """KernelSpec of `gmm_fp8` with the interpreter's Hopper tensor-core dot
+    ("triton-fp8-hopper", accum "deepgemm-hopper"); compiled, the same as `fp8_spec`."""
+    return triton_spec("triton-fp8-hopper", "gmm-fp8", gmm_fp8, backend, dot="hopper",
+                       build="triton-fp8",
+                       description="padding-free FP8 grouped GEMM (Hopper tensor-core dot)")

@@ -1,6 +1,6 @@
 """The shipped Triton kernels as native (sm_90a) builds, for compiling without a GPU.
 
-`native_builds(m, k, n, g)` gives, for every kernel of `meta.KERNELS`, the @triton.jit
+`native_builds(m, k, n, g)` gives, for every kernel of the family, the @triton.jit
 function and exactly what its wrapper's launch hands Triton at that shape with the
 wrappers' default block sizes: the wrapper's own launch helper (`gmm.gmm_fp8_launch`,
 `backward.dgrad_launch`, `backward.tgmm_launch`, `quantize.quantize_launch`) is called on
@@ -38,7 +38,6 @@ from fp8check.native.hopper import HopperBuild, HopperJob, compile_many
 from ._common import QBLOCK
 from .backward import _dgrad_kernel, _tgmm_kernel, dgrad, dgrad_launch, tgmm, tgmm_launch
 from .gmm import NUM_WARPS, _gmm_fp8_kernel, gmm_fp8, gmm_fp8_launch
-from .meta import KERNELS
 from .padding import gmm_fp8_padded, padded_sizes
 from .quantize import BLOCKS, _quantize_kernel, quantize_fp8, quantize_launch
 
@@ -47,7 +46,7 @@ from .quantize import BLOCKS, _quantize_kernel, quantize_fp8, quantize_launch
 class TritonBuild:
     """One launch of a shipped kernel as the compiler sees it (see the module doc)."""
 
-    kernel: str  # name in meta.KERNELS
+    kernel: str  # the gate's kernel name (fp8check.registry), or "triton-dgrad"
     phase: str  # fwd | tgmm | dgrad | quantize
     fn: Any  # the @triton.jit function (JITFunction, or InterpretedFunction in interpret mode)
     signature: dict[str, str]
@@ -98,38 +97,36 @@ def native_builds(m: int, k: int, n: int, g: int, *,
     launch = gmm_fp8_launch(t(m, k, dtype=fp8), t(m, kb, dtype=f32), t(g, k, n, dtype=fp8),
                             t(g, kb, nb, dtype=f32), sizes, out(gmm_fp8, m, n), d["block_m"],
                             d["block_n"])
-    builds.append(_build("triton-gmm-fp8", "fwd", _gmm_fp8_kernel, launch, fp8=True,
+    builds.append(_build("triton-fp8", "fwd", _gmm_fp8_kernel, launch, fp8=True,
                          num_warps=NUM_WARPS))
 
     d = _defaults(gmm_fp8_padded)  # the padded copy of lhs: m_pad rows (data-dependent)
     launch = gmm_fp8_launch(t(m, k, dtype=fp8), t(m, kb, dtype=f32), t(g, k, n, dtype=fp8),
                             t(g, kb, nb, dtype=f32), padded_sizes(sizes, d["block_m"]),
                             out(gmm_fp8_padded, m, n), d["block_m"], d["block_n"])
-    builds.append(_build("triton-gmm-fp8-padded", "fwd", _gmm_fp8_kernel, launch, fp8=True,
+    builds.append(_build("triton-fp8-padded", "fwd", _gmm_fp8_kernel, launch, fp8=True,
                          num_warps=NUM_WARPS))
 
     d = _defaults(tgmm)
     launch = tgmm_launch(t(m, k, dtype=torch.bfloat16), t(m, n, dtype=torch.bfloat16), sizes,
                          out(tgmm, g, k, n), d["block_m"], d["block_k"], d["block_n"])
-    builds.append(_build("triton-tgmm-bf16", "tgmm", _tgmm_kernel, launch, fp8=False))
+    builds.append(_build("triton-tgmm", "tgmm", _tgmm_kernel, launch, fp8=False))
 
     d = _defaults(dgrad)
     launch = dgrad_launch(t(m, n, dtype=torch.bfloat16), t(g, k, n, dtype=torch.bfloat16),
                           sizes, out(dgrad, m, k), d["block_m"], d["block_n"], d["block_k"])
-    builds.append(_build("triton-dgrad-bf16", "dgrad", _dgrad_kernel, launch, fp8=False))
+    builds.append(_build("triton-dgrad", "dgrad", _dgrad_kernel, launch, fp8=False))
 
-    name = "triton-quantize-deepgemm"
-    recipe = KERNELS[name].recipe
-    if recipe is None:
-        raise AssertionError(f"quantizer {name} has no recipe in meta.KERNELS")
-    for block, shape in ((_defaults(quantize_fp8)["block"], (m, k)), (BLOCKS[1], (g, k, n))):
+    d = _defaults(quantize_fp8)
+    for block, shape in ((d["block"], (m, k)), (BLOCKS[1], (g, k, n))):
         if tuple(block) not in BLOCKS:
             raise AssertionError(f"quantizer block {block} not in {BLOCKS}")
         rows = triton.cdiv(shape[-2], block[0])
         scales = t(*shape[:-2], rows, triton.cdiv(shape[-1], QBLOCK), dtype=f32)
         launch = quantize_launch(t(*shape, dtype=x_dtype), t(*shape, dtype=fp8), scales,
-                                 tuple(block), recipe)
-        builds.append(_build(name, "quantize", _quantize_kernel, launch, fp8=False,
+                                 tuple(block), d["recipe"])
+        builds.append(_build("triton-quantizer", "quantize", _quantize_kernel, launch,
+                             fp8=False,
                              variant=f"{block[0]}x{block[1]} blocks, {_dtype_name(x_dtype)}"))
     return builds
 
@@ -139,6 +136,20 @@ def compile_native_builds(m: int, k: int, n: int, g: int, *, capability: int = 9
     """`native_builds` compiled for `capability` (one compile process for all)."""
     builds = native_builds(m, k, n, g, **kwargs)
     return list(zip(builds, compile_many(b.job(capability) for b in builds), strict=True))
+
+
+def hopper_interval(kernel: str) -> int:
+    """K elements per tensor-core chain in `kernel`'s FP8 dot as compiled for sm_90a: the
+    TTGIR's maxNumImpreciseAcc (layer 0's figure, Triton's AOT compiler, no GPU), capped
+    at the kernel's 128-wide block, which it promotes itself.  ValueError when the kernel
+    has no native build, does not compile or has no FP8 warp_group_dot."""
+    for build, b in compile_native_builds(QBLOCK, QBLOCK, QBLOCK, 1):
+        if build.kernel == kernel:
+            if not b.ok or b.max_num_imprecise_acc is None:
+                raise ValueError(f"{kernel}: no FP8 warp_group_dot in its sm_90a "
+                                 f"TTGIR ({b.error or 'compiled'})")
+            return min(b.max_num_imprecise_acc, QBLOCK)
+    raise ValueError(f"{kernel}: no native build")
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import torch
 
+from fp8check.contracts import KernelSpec
+
 from ._common import output_buffer
 from .gmm import check_gmm_fp8_inputs, launch_gmm_fp8
+from .spec import triton_spec
 
 _BYTES_FP8 = 1
 _BYTES_SCALE = 4
@@ -76,3 +79,9 @@ def gmm_fp8_padded(lhs_q: torch.Tensor, lhs_scale: torch.Tensor, rhs_q: torch.Te
                        block_n)
     out[:total] = out_pad[dest]
     return out
+
+
+def fp8_padded_spec(backend: str) -> KernelSpec:
+    """KernelSpec of `gmm_fp8_padded` ("triton-fp8-padded"), declared as `gmm.fp8_spec`."""
+    return triton_spec("triton-fp8-padded", "gmm-fp8", gmm_fp8_padded, backend,
+                       accum="deepgemm", description="padded FP8 grouped GEMM (baseline)")

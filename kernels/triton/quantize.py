@@ -21,7 +21,10 @@ import torch
 import triton
 import triton.language as tl
 
+from fp8check.contracts import KernelSpec
+
 from ._common import QBLOCK, prepare_backend
+from .spec import triton_spec
 
 RECIPES = ("deepgemm", "deepgemm-ue8m0")
 BLOCKS = ((1, QBLOCK), (QBLOCK, QBLOCK))
@@ -105,3 +108,10 @@ def quantize_fp8(x: torch.Tensor, block: tuple[int, int] = (1, QBLOCK),
     grid, args, constexprs = quantize_launch(x, values, scales, block, recipe)
     _quantize_kernel[grid](*args, **constexprs)
     return values, scales
+
+
+def quantizer_spec(backend: str) -> KernelSpec:
+    """KernelSpec of `quantize_fp8` with its defaults, 1x128 blocks and the deepgemm
+    recipe ("triton-quantizer")."""
+    return triton_spec("triton-quantizer", "quantizer", quantize_fp8, backend,
+                       recipe="deepgemm", description="blockwise FP8 quantizer")

@@ -10,49 +10,17 @@ variant with `gmm_bf16_train` (bf16 forward and backward).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fp8check.kernels.pallas.gmm import dgrad, gmm_bf16
-from fp8check.kernels.pallas.tgmm import tgmm
-from fp8check.kernels.pallas.train import gmm_fp8_train
+from fp8check.kernels.pallas.train import gmm_bf16_train, gmm_fp8_train
 from fp8check.references.moe import MoEInputs, MoEOutputs, variant_of
 
 # A differentiable grouped matmul: (lhs [M, K], rhs [G, K, N], group_sizes [G]) -> [M, N].
 GroupedMatmul = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _bf16_train(lhs, rhs, group_sizes, interpret):
-    return gmm_bf16(lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16), group_sizes,
-                    out_dtype=lhs.dtype, interpret=interpret)
-
-
-def _bf16_fwd(lhs, rhs, group_sizes, interpret):
-    return _bf16_train(lhs, rhs, group_sizes, interpret), (lhs, rhs, group_sizes)
-
-
-def _bf16_bwd(interpret, residuals, dy):
-    lhs, rhs, group_sizes = residuals
-    dy16, lhs16, rhs16 = dy.astype(jnp.bfloat16), lhs.astype(jnp.bfloat16), rhs.astype(
-        jnp.bfloat16)
-    d_lhs = dgrad(dy16, rhs16, group_sizes, out_dtype=lhs.dtype, interpret=interpret)
-    d_rhs = tgmm(lhs16, dy16, group_sizes, out_dtype=rhs.dtype, interpret=interpret)
-    return d_lhs, d_rhs, None
-
-
-_bf16_train.defvjp(_bf16_fwd, _bf16_bwd)
-
-
-def gmm_bf16_train(lhs, rhs, group_sizes, *, interpret: bool | None = None) -> jax.Array:
-    """Differentiable bf16 grouped matmul [M, N] (output in lhs's dtype): forward
-    `gmm_bf16`, backward `dgrad` / `tgmm` on bf16 copies, the bf16 twin of `gmm_fp8_train`."""
-    return _bf16_train(jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes, jnp.int32),
-                       interpret)
 
 
 VARIANTS: dict[str, GroupedMatmul] = {"fp8": gmm_fp8_train, "bf16": gmm_bf16_train}

@@ -1,6 +1,7 @@
-"""The layer-3 tiny MoE model in JAX on the Pallas MoE layer (`moe.moe_layer`).
+"""The layer-3 tiny MoE model in JAX on the Pallas MoE layer
+(`fp8check.layers.moe.pallas.moe_layer`).
 
-The model is `fp8check.references.trainer`'s (its docstring): fixed embedding and head in
+The model is `fp8check.layers.training.model`'s (its docstring): fixed embedding and head in
 float32, two residual MoE blocks on rmsnorm'd bf16 inputs, mean cross-entropy.  Only the
 blocks' grouped matmuls differ between variants ("fp8": `gmm_fp8_train`, "bf16":
 `gmm_bf16_train`, or any `GroupedMatmul` a test injects).  The whole loss-and-gradient
@@ -14,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fp8check.kernels.pallas.moe import VARIANTS, GroupedMatmul, moe_layer
+from fp8check.layers.moe.pallas import VARIANTS, GroupedMatmul, moe_layer
+from fp8check.layers.training.model import GradFn, ModelConfig, Params, frozen_params
 from fp8check.references.moe import variant_of
-from fp8check.references.trainer import GradFn, ModelConfig, Params, frozen_params
 
 
 def _rmsnorm(h: jax.Array) -> jax.Array:
@@ -25,7 +26,8 @@ def _rmsnorm(h: jax.Array) -> jax.Array:
 
 def make_grad_fn(cfg: ModelConfig, gmm: GroupedMatmul | str, task_seed: int = 0) -> GradFn:
     """A `GradFn` (numpy params in, (loss, numpy grads) out) of the model whose expert
-    matmuls are `gmm` (a variant name of `moe.VARIANTS` or a differentiable GMM)."""
+    matmuls are `gmm` (a variant name of the MoE layer's `VARIANTS` or a differentiable
+    GMM)."""
     if isinstance(gmm, str):
         gmm = variant_of(VARIANTS, gmm)
     emb, head = (jnp.asarray(a) for a in frozen_params(cfg, task_seed))

@@ -19,9 +19,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from fp8check.kernels.triton.autograd import grouped_linear_bf16, grouped_linear_fp8
 from fp8check.references.moe import MoEInputs, MoEOutputs, variant_of
-
-from .autograd import grouped_linear_bf16, grouped_linear_fp8
 
 # A differentiable grouped matmul: (x [M, K], w [G, K, N], group_sizes [G]) -> [M, N] bf16.
 GroupedMatmul = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -65,9 +64,10 @@ def run_moe(inp: MoEInputs, gmm: GroupedMatmul) -> MoEOutputs:
     w_r, wi, wo = (torch.tensor(a).requires_grad_() for a in (inp.w_router, inp.wi, inp.wo))
     out, gs = moe_layer(x, w_r, torch.tensor(inp.router_bias), wi, wo, top_k=inp.top_k,
                         gmm=gmm)
-    out.backward(torch.tensor(inp.dy))
-    return MoEOutputs(out=out.detach().numpy(), dx=x.grad.float().numpy(),
-                      d_router=w_r.grad.numpy(), d_wi=wi.grad.numpy(), d_wo=wo.grad.numpy(),
+    dx, d_router, d_wi, d_wo = torch.autograd.grad(out, (x, w_r, wi, wo),
+                                                   torch.tensor(inp.dy))
+    return MoEOutputs(out=out.detach().numpy(), dx=dx.float().numpy(),
+                      d_router=d_router.numpy(), d_wi=d_wi.numpy(), d_wo=d_wo.numpy(),
                       group_sizes=gs.numpy().astype(np.int32))
 
 

@@ -257,7 +257,7 @@ def iter_layer2(
     if cases is not None and len(scenarios) != len(set(cases)):
         known = ", ".join(s.case_id(seed) for s in SUITES[suite])
         raise ValueError(f"unknown layer-2 case in {list(cases)}; suite {suite} has {known}")
-    layer = layer_impl or registry.family_attr(family, "moe", "run_variant")
+    layer = layer_impl or registry.family_module(__package__, family).run_variant
     for sc in scenarios:
         inp = make_inputs(sc, seed)
         refs = {"exact": moe_reference(inp, "exact")}

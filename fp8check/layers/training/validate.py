@@ -1,4 +1,4 @@
-"""Layer 3 (training): the tiny MoE model of `fp8check.references.trainer`, trained with
+"""Layer 3 (training): the tiny MoE model of `fp8check.layers.training.model`, trained with
 AdamW in three precisions (the family's FP8 kernels, its bf16 kernels, and the f32 dense
 model) from the same initialisation on the same batches, seed by seed.
 
@@ -41,16 +41,11 @@ import numpy as np
 
 from fp8check import registry
 from fp8check.curves import Curve, compare, get_limits, seed_test, trend
-from fp8check.references.trainer import (
-    GradFn,
-    MarkovTask,
-    ModelConfig,
-    Schedule,
-    TrainLog,
-    dense_f32_grad_fn,
-    make_task,
-    train,
-)
+from fp8check.layers.training.dense import dense_f32_grad_fn
+from fp8check.layers.training.model import GradFn, ModelConfig
+from fp8check.layers.training.optimizer import Schedule
+from fp8check.layers.training.task import MarkovTask, make_task
+from fp8check.layers.training.trainer import TrainLog, train
 from fp8check.results.model import CaseResult, Criterion
 
 LAYER = 3
@@ -229,7 +224,7 @@ def iter_layer3(
     tc = _check(family, suite)
     get_limits(profile)  # unknown profile or "off": ValueError before any training
     seeds, stats = _plan(suite, tc, seed, cases)
-    model = model_impl or registry.family_attr(family, "model", "make_grad_fn")
+    model = model_impl or registry.family_module(__package__, family).make_grad_fn
     task = make_task(tc.model.vocab)
     f32 = dense_f32_grad_fn(tc.model)
     fns = {v: model(tc.model, v) for v in VARIANTS}

@@ -1,0 +1,20 @@
+"""Layer 3 (training): the tiny MoE model trained in three precisions (`validate`).
+
+Modules: `model` (the model's shape and parameters), `task` (the Markov task), `optimizer`
+(AdamW), `trainer` (the training loop), `dense` (the f32 dense model), `pallas` and
+`triton` (the model on each kernel family's MoE layer), `validate` (the layer's results).
+"""
+
+from fp8check.layers.training.validate import (
+    LAYER,
+    MIN_LEARNED,
+    SUITES,
+    VARIANTS,
+    ModelImpl,
+    TrainCase,
+    iter_layer3,
+    layer3_size,
+)
+
+__all__ = ["LAYER", "MIN_LEARNED", "SUITES", "VARIANTS", "ModelImpl", "TrainCase", "iter_layer3",
+           "layer3_size"]
