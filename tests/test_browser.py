@@ -19,7 +19,7 @@ from test_report_html import report_document
 from fp8check.reports.html import write_html
 
 ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "reports" / "out"
+ARTIFACTS = ROOT / "fp8check-out"  # the screenshot, for a person to look at (ignored by git)
 WIDTH, HEIGHT = 1280, 2000
 # Chromium logs page console messages as `... CONSOLE(line)] "text", source: ...` (or
 # `:CONSOLE:` in newer builds) on stderr with --enable-logging=stderr --v=0.

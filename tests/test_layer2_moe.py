@@ -27,7 +27,7 @@ def _check_results(results, family, suite):
         assert set(r) == GATE_KEYS and r["layer"] == 2 and r["case"] in ids
         assert r["error"] is None, r["error"]
         assert r["passed"] is True and r["failed"] == [], (r["case"], r["failed"])
-        assert r["repro"] == f"fp8check gate --layers 2 --kernel {family} --case {r['case']}"
+        assert r["repro"] is None  # the gate names the rerun command of a failure
         m = r["metrics"]
         for t in TENSORS:
             assert f"sqnr_db.{t}" in m and f"st_sqnr_db.{t}" in m and f"cosine.{t}" in m

@@ -33,7 +33,7 @@ def test_results_are_what_the_gate_streams(pallas_ci):
     for r in pallas_ci:
         assert set(r) == GATE_KEYS and r["layer"] == 3 and r["error"] is None
         assert r["passed"] is True and r["failed"] == [], (r["kernel"], r["case"], r["failed"])
-        assert r["repro"] == f"fp8check gate --layers 3 --kernel pallas --case {r['case']}"
+        assert r["repro"] is None  # the gate names the rerun command of a failure
     for r in pallas_ci[:-1]:
         m = r["metrics"]
         assert set(m["curves"]) == {"fp8", "bf16", "f32"}

@@ -180,7 +180,7 @@ def _layer1(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
 
 def _family_cases(plan: GatePlan, layer: int, family: str) -> list[str] | None:
     """Case ids of a layer-2/3 run of `family`: --case, else this shard's (None = all).
-    Layer 2 shards by scenario; layer 3 by family, since its across-seed result needs
+    Layer 2 shards by case; layer 3 by family, since its across-seed result needs
     every seed's run of the family in one process."""
     if plan.cases:
         return list(plan.cases)

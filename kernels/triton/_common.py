@@ -7,10 +7,16 @@ import torch
 import triton
 import triton.language as tl
 
+from fp8check.contracts import OUT_DTYPES as OUT_DTYPE_NAMES
+from fp8check.contracts import framework_dtype
+from fp8check.references.quant import BLOCK
+
 from .fidelity import probe_fidelity
 from .interpret import interpret_mode
 
-QBLOCK = 128  # quantization block along K (and along N for the weights), elements
+QBLOCK = BLOCK  # quantization block along K (and along N for the weights), elements
+# The contract's output dtypes as torch dtypes (the names live in fp8check.contracts).
+OUT_DTYPES = tuple(framework_dtype("torch", name) for name in OUT_DTYPE_NAMES)
 TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned global base addresses and strides
 
 

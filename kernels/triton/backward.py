@@ -20,6 +20,7 @@ import triton.language as tl
 from fp8check.contracts import KernelSpec
 
 from ._common import (
+    OUT_DTYPES,
     check_group_sizes,
     check_tma_operand,
     group_schedule,
@@ -29,8 +30,6 @@ from ._common import (
     prepare_backend,
 )
 from .spec import triton_spec
-
-OUT_DTYPES = (torch.bfloat16, torch.float32)
 
 
 @triton.jit

@@ -41,6 +41,7 @@ import triton.language as tl
 from fp8check.contracts import KernelSpec
 
 from ._common import (
+    OUT_DTYPES,
     QBLOCK,
     check_group_sizes,
     check_tma_operand,
@@ -52,7 +53,6 @@ from ._common import (
 )
 from .spec import triton_spec
 
-OUT_DTYPES = (torch.bfloat16, torch.float32)
 # Two warpgroups per 128x128 tile: with Triton's default 4 warps one warpgroup holds the
 # fp32 accumulator and the tl.dot partial (two 128x128 fp32 tiles), which ptxas fits only
 # by spilling (255 registers, 128/120 B of spill stores/loads per thread on sm_90a, gate

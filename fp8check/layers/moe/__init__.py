@@ -8,13 +8,13 @@ from fp8check.layers.moe.validate import (
     TENSORS,
     VARIANTS,
     LayerImpl,
-    Scenario,
+    MoeCase,
     iter_layer2,
     layer2_size,
     make_inputs,
     run_layer2,
-    validate_scenario,
+    validate_moe_case,
 )
 
-__all__ = ["LAYER", "SUITES", "TENSORS", "VARIANTS", "LayerImpl", "Scenario", "iter_layer2",
-           "layer2_size", "make_inputs", "run_layer2", "validate_scenario"]
+__all__ = ["LAYER", "SUITES", "TENSORS", "VARIANTS", "LayerImpl", "MoeCase", "iter_layer2",
+           "layer2_size", "make_inputs", "run_layer2", "validate_moe_case"]

@@ -64,7 +64,7 @@ LayerImpl = Callable[[MoEInputs, str], MoEOutputs]
 
 
 @dataclass(frozen=True)
-class Scenario:
+class MoeCase:
     """A routing scenario: tokens T, experts E, top_k, and the router bias that forces the
     routing (`hot`: experts favoured by +4, `dead`: experts pushed down by -30, which no
     softmax of O(1) logits can select)."""
@@ -83,23 +83,23 @@ class Scenario:
 
 
 CI_SCENARIOS = (
-    Scenario("balanced", tokens=64, experts=4, top_k=2),
-    Scenario("hot-expert", tokens=64, experts=8, top_k=2, hot=(0,)),
-    Scenario("dead-experts", tokens=64, experts=8, top_k=2, dead=(1, 4, 7)),
-    Scenario("tiny-groups", tokens=12, experts=8, top_k=2),
-    Scenario("top1", tokens=128, experts=4, top_k=1),
-    Scenario("top8", tokens=16, experts=16, top_k=8),
+    MoeCase("balanced", tokens=64, experts=4, top_k=2),
+    MoeCase("hot-expert", tokens=64, experts=8, top_k=2, hot=(0,)),
+    MoeCase("dead-experts", tokens=64, experts=8, top_k=2, dead=(1, 4, 7)),
+    MoeCase("tiny-groups", tokens=12, experts=8, top_k=2),
+    MoeCase("top1", tokens=128, experts=4, top_k=1),
+    MoeCase("top8", tokens=16, experts=16, top_k=8),
 )
-SUITES: dict[str, tuple[Scenario, ...]] = {
+SUITES: dict[str, tuple[MoeCase, ...]] = {
     "smoke": (CI_SCENARIOS[0], CI_SCENARIOS[2]),
     "ci": CI_SCENARIOS,
     "full": CI_SCENARIOS + tuple(
-        Scenario(s.name + "-wide", s.tokens * 4, s.experts, s.top_k, s.hot, s.dead, 512, 512)
+        MoeCase(s.name + "-wide", s.tokens * 4, s.experts, s.top_k, s.hot, s.dead, 512, 512)
         for s in CI_SCENARIOS),
 }
 
 
-def make_inputs(sc: Scenario, seed: int) -> MoEInputs:
+def make_inputs(sc: MoeCase, seed: int) -> MoEInputs:
     """The scenario's layer inputs, a pure function of (scenario, seed).
 
     x, dy ~ N(0, 1) (x rounded to bf16, the layers' activation dtype); wi ~ N(0, 1/D),
@@ -196,15 +196,14 @@ def _limits(variant: str, profile: str) -> dict[str, float]:
     return {"out": out_db} | dict.fromkeys(TENSORS[1:], grad_db)
 
 
-def validate_scenario(
-    family: str, variant: str, sc: Scenario, seed: int, profile: str, layer: LayerImpl,
+def validate_moe_case(
+    family: str, variant: str, sc: MoeCase, seed: int, profile: str, layer: LayerImpl,
     refs: dict[str, MoEOutputs], inp: MoEInputs,
 ) -> CaseResult:
     """One (layer, scenario) result; `refs` holds the "exact" and `variant` references."""
     t0 = time.perf_counter()
     cid = sc.case_id(seed)
-    res = CaseResult(kernel=f"{family}-moe-{variant}", layer=LAYER, case=cid, passed=None,
-                     repro=f"fp8check gate --layers 2 --kernel {family} --case {cid}")
+    res = CaseResult(kernel=f"{family}-moe-{variant}", layer=LAYER, case=cid, passed=None)
     m = res.metrics
     m.update(tokens=sc.tokens, experts=sc.experts, top_k=sc.top_k, d_model=sc.d_model,
              d_ff=sc.d_ff, group_sizes=[int(v) for v in refs["exact"].group_sizes])
@@ -263,7 +262,7 @@ def iter_layer2(
         refs = {"exact": moe_reference(inp, "exact")}
         for v in variants:
             refs[v] = moe_reference(inp, v)
-            yield validate_scenario(family, v, sc, seed, profile, layer, refs, inp)
+            yield validate_moe_case(family, v, sc, seed, profile, layer, refs, inp)
 
 
 def run_layer2(

@@ -11,10 +11,10 @@ from fp8check.layers.training.validate import (
     SUITES,
     VARIANTS,
     ModelImpl,
-    TrainCase,
+    TrainingCase,
     iter_layer3,
     layer3_size,
 )
 
-__all__ = ["LAYER", "MIN_LEARNED", "SUITES", "VARIANTS", "ModelImpl", "TrainCase", "iter_layer3",
+__all__ = ["LAYER", "MIN_LEARNED", "SUITES", "VARIANTS", "ModelImpl", "TrainingCase", "iter_layer3",
            "layer3_size"]

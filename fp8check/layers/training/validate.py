@@ -56,7 +56,7 @@ ModelImpl = Callable[[ModelConfig, str], GradFn]
 
 
 @dataclass(frozen=True)
-class TrainCase:
+class TrainingCase:
     """One family's layer-3 schedule in a suite: `seeds` runs of `schedule`."""
 
     schedule: Schedule
@@ -73,30 +73,30 @@ class TrainCase:
         return self.case_id(seed).rsplit("-s", 1)[0] + f"-seeds{seed}-{seed + self.seeds - 1}"
 
 
-SUITES: dict[str, dict[str, TrainCase]] = {
-    "smoke": {"pallas": TrainCase(Schedule(steps=50), seeds=1),
-              "triton": TrainCase(Schedule(steps=8, warmup=2, snr_every=4), seeds=1,
+SUITES: dict[str, dict[str, TrainingCase]] = {
+    "smoke": {"pallas": TrainingCase(Schedule(steps=50), seeds=1),
+              "triton": TrainingCase(Schedule(steps=8, warmup=2, snr_every=4), seeds=1,
                                   gate_learning=False)},
-    "ci": {"pallas": TrainCase(Schedule(steps=60), seeds=4),
-           "triton": TrainCase(Schedule(steps=50), seeds=2)},
-    "full": {"pallas": TrainCase(Schedule(steps=1000, warmup=50, snr_every=25), seeds=8),
-             "triton": TrainCase(Schedule(steps=1000, warmup=50, snr_every=25), seeds=3)},
+    "ci": {"pallas": TrainingCase(Schedule(steps=60), seeds=4),
+           "triton": TrainingCase(Schedule(steps=50), seeds=2)},
+    "full": {"pallas": TrainingCase(Schedule(steps=1000, warmup=50, snr_every=25), seeds=8),
+             "triton": TrainingCase(Schedule(steps=1000, warmup=50, snr_every=25), seeds=3)},
 }
 
 
-def _check(family: str, suite: str) -> TrainCase:
+def _check(family: str, suite: str) -> TrainingCase:
     registry.check_family(family)
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
     return SUITES[suite][family]
 
 
-def _case_ids(tc: TrainCase, seed: int) -> set[str]:
+def _case_ids(tc: TrainingCase, seed: int) -> set[str]:
     return {tc.case_id(seed + i) for i in range(tc.seeds)} | (
         {tc.seeds_case_id(seed)} if tc.seeds > 1 else set())
 
 
-def _plan(suite: str, tc: TrainCase, seed: int, cases: Sequence[str] | None
+def _plan(suite: str, tc: TrainingCase, seed: int, cases: Sequence[str] | None
           ) -> tuple[list[int], bool]:
     """(seeds to train, whether the across-seed result is wanted) for `cases`.  A case of
     another family's schedule selects nothing here; one of no family's is a ValueError."""
@@ -139,12 +139,11 @@ def _learned(curve: list[float], achievable: float) -> float:
     return (y[0] - final) / (y[0] - achievable)
 
 
-def _seed_result(family: str, variant: str, tc: TrainCase, seed: int, profile: str,
+def _seed_result(family: str, variant: str, tc: TrainingCase, seed: int, profile: str,
                  logs: dict[str, TrainLog], task: MarkovTask, seconds: float) -> CaseResult:
     base = "bf16" if variant == "fp8" else "f32"
     cid = tc.case_id(seed)
-    res = CaseResult(kernel=f"{family}-train-{variant}", layer=LAYER, case=cid, passed=None,
-                     repro=f"fp8check gate --layers 3 --kernel {family} --case {cid}")
+    res = CaseResult(kernel=f"{family}-train-{variant}", layer=LAYER, case=cid, passed=None)
     limits = get_limits(profile)
     cmp = compare(Curve.of(logs[variant].loss, variant), Curve.of(logs[base].loss, base),
                   limits)
@@ -185,13 +184,12 @@ def _seed_result(family: str, variant: str, tc: TrainCase, seed: int, profile: s
     return res
 
 
-def _seeds_result(family: str, tc: TrainCase, seed: int, profile: str,
+def _seeds_result(family: str, tc: TrainingCase, seed: int, profile: str,
                   per_seed: list[tuple[int, dict[str, TrainLog]]]) -> CaseResult:
     from fp8check.curves import auc, rel_gap
 
     cid = tc.seeds_case_id(seed)
-    res = CaseResult(kernel=f"{family}-train-fp8", layer=LAYER, case=cid, passed=None,
-                     repro=f"fp8check gate --layers 3 --kernel {family} --case {cid}")
+    res = CaseResult(kernel=f"{family}-train-fp8", layer=LAYER, case=cid, passed=None)
     limit = get_limits(profile).max_auc_gap
     gaps, base_aucs = [], []
     for _, logs in per_seed:
@@ -244,9 +242,7 @@ def iter_layer3(
                 cid = tc.case_id(s)
                 yield CaseResult(kernel=f"{family}-train-{v}", layer=LAYER, case=cid,
                                  passed=False, error=errors.get(v) or next(iter(
-                                     errors.values())), seconds=seconds,
-                                 repro=f"fp8check gate --layers 3 --kernel {family} "
-                                       f"--case {cid}")
+                                     errors.values())), seconds=seconds)
             continue
         per_seed.append((s, logs))
         for v in VARIANTS:
