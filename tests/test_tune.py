@@ -164,7 +164,7 @@ def test_cost_model_terms_and_overhead_constant():
 
 
 def test_model_prefers_the_subchannel_loop_over_the_baseline():
-    # The source document's point: tk = 128 per grid step is the conservative baseline.
+    # tk = 128 per grid step (one quantization block) is the conservative baseline.
     for name in ("wi", "wo", "dev"):
         shape = NAMED_SHAPES[name]
         base = phase_cost("fwd", baseline_tiling("fwd", shape), shape).total_us

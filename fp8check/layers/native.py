@@ -51,7 +51,8 @@ class NativeShape:
     g: int
 
 
-# The production model's shapes (DESIGN.md): wi, wo, and the EP=8 dev shard of wi.
+# The production MoE model's shapes: wi (M=65536 routed rows, K=2048 d_model, N=512 d_ff,
+# G=256 experts), wo (K and N swapped), and the EP=8 dev shard of wi (M=8192, G=32).
 PRODUCTION = (NativeShape("wi-prod", 65536, 2048, 512, 256),
               NativeShape("wo-prod", 65536, 512, 2048, 256),
               NativeShape("wi-dev", 8192, 2048, 512, 32))

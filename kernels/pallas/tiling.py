@@ -9,7 +9,7 @@ A tiling is `(tm, tk, tn)`.  What the three letters tile depends on the phase:
 * ``tgmm``  dW_g[K,N] = lhs_g[:,K]^T dY_g[:,N]: tm the reduction (rows of M), tk and tn the
   output tile of dW.
 
-Defaults come from the production shapes (DESIGN.md): wi M=65536, K=2048, N=512, G=256;
+Defaults come from the production MoE model's shapes: wi M=65536, K=2048, N=512, G=256;
 wo K and N swapped; the dev shard M=8192, G=32 has the same K and N, so the same tilings
 apply to it.  Reasoning per entry:
 

@@ -12,7 +12,7 @@ result answers two questions, never mixed (each criterion names its question):
   2^-8, each rounding ~53 dB of SQNR for uniform relative error u/sqrt(3)), float32
   accumulation (negligible), and the rare element where the layer's own bf16 activation
   rounds to a neighbour of the reference's (the FP8 code of that element moves by one).
-  Measured on the ci scenarios (seed 0, both families, fp8 and bf16 layers) with the
+  Measured on the ci cases (seed 0, both families, fp8 and bf16 layers) with the
   correct kernels: >= 46.1 dB on every tensor and every expert.  `ST_MIN_SQNR_DB` = 40 dB
   leaves 6 dB of margin (a correct run would need 4x the noise energy to fail), while
   every seeded wiring bug (tests/seeded_bugs/layer2.py) gives <= 33 dB on some tensor or
@@ -26,8 +26,8 @@ result answers two questions, never mixed (each criterion names its question):
   of out and of every gradient, per-expert SQNR of the wi and wo gradients (experts with
   few tokens are where FP8 hurts), cosine similarity (reported).  Limits `IMPACT_LIMITS`:
   outputs 23 dB and gradients 21 dB in `strict` (the figures torchao's MoE training tests
-  gate FP8 grouped GEMMs with, per issue 6: ~23 dB outputs, 21-29 dB gradients), 20 / 18 dB
-  in `explore` (the source document's 20 dB "acceptable" floor).  The bf16 layers are held
+  gate FP8 grouped GEMMs with: ~23 dB outputs, 21-29 dB gradients), 20 / 18 dB
+  in `explore` (20 dB, the common "acceptable" floor for FP8 training).  The bf16 layers are held
   to `BF16_IMPACT_MIN_DB` = 35 dB (a bf16 rounding is ~53 dB; a handful compound).
 
 With top_k = 1 the renormalised combine weight is identically 1, so the router gets no
