@@ -47,6 +47,7 @@ from __future__ import annotations
 import ml_dtypes
 import numba
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 from threadpoolctl import threadpool_limits
 
 from fp8check.references import amx, hopper_mma, vnni
@@ -511,21 +512,31 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
             out[r0:r1] = res.astype(out.dtype)
 
 
-def gmm(lhs, rhs, group_sizes, out_dtype=np.float32, accum: str | None = None, *,
+def gmm(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray, group_sizes: ArrayLike,
+        out_dtype: DTypeLike = np.float32, accum: str | None = None, *,
         interval: int = 128) -> np.ndarray:
     """Reference grouped matmul out[rows of g] = lhs[rows of g] @ rhs[g].
 
-    lhs: QTensor with (1,128) blocks [M, K] or a plain float32/bfloat16 array [M, K].
-    rhs: QTensor with (128,128) blocks [G, K, N] or a plain array [G, K, N] (same kind).
-    accum: "deepgemm" (default for QTensors), "cublas", "tokamax", "deepgemm-hopper" (the
-      Hopper tensor core's partials, `hopper_mma`) or "exact" (the only recipe, and the
-      default, for plain operands).
-    interval: deepgemm-hopper only: K elements the tensor core chains from zero before the
-      chain's partial is added in float32 into the block's P (Triton's
-      max_num_imprecise_acc: 32, 64 or 128; 128 is DeepGEMM's one chain per block).
-    out_dtype: float32 or bfloat16 (RNE from the float32 accumulator, or once from the exact
-      value for "exact"), or float64 with "exact" (the exact value correctly rounded).
-    Rows at or past sum(group_sizes) are zero.
+    Args:
+      lhs: QTensor with (1,128) blocks [M, K] or a plain float32/bfloat16 array [M, K].
+      rhs: QTensor with (128,128) blocks [G, K, N] or a plain array [G, K, N] (same kind).
+      group_sizes: int [G], rows per group, non-negative, summing to at most M.
+      out_dtype: float32 or bfloat16 (RNE from the float32 accumulator, or once from the
+        exact value for "exact"), or float64 with "exact" (the exact value correctly
+        rounded).
+      accum: "deepgemm" (default for QTensors), "cublas", "tokamax", "deepgemm-hopper" (the
+        Hopper tensor core's partials, `hopper_mma`) or "exact" (the only recipe, and the
+        default, for plain operands).
+      interval: deepgemm-hopper only: K elements the tensor core chains from zero before
+        the chain's partial is added in float32 into the block's P (Triton's
+        max_num_imprecise_acc: 32, 64 or 128; 128 is DeepGEMM's one chain per block).
+
+    Returns:
+      [M, N] of out_dtype; rows at or past sum(group_sizes) are zero.
+
+    Raises:
+      ValueError: operands of mixed kinds, bad shapes or dtypes, an unknown accum, an
+        interval without deepgemm-hopper, group sizes that do not fit.
     """
     blockwise, m, _, n, g = _check_operands(lhs, rhs)
     accum = accum or ("deepgemm" if blockwise else "exact")
@@ -541,7 +552,7 @@ def gmm(lhs, rhs, group_sizes, out_dtype=np.float32, accum: str | None = None, *
     # float32 in the accumulator and the cast to bf16 below is the kernel's output rounding.
     prec = precision_of(dt)
     out = np.zeros((m, n), dt)
-    if blockwise:
+    if isinstance(lhs, QTensor) and isinstance(rhs, QTensor):  # `blockwise`, for the checker
         _gmm_blockwise(lhs, rhs, gs, out, accum, prec, interval)
         return out
     offs = group_offsets(gs)
@@ -564,12 +575,18 @@ def _check_exact_out(out_dtype) -> np.dtype:
     return _check_out(out_dtype, "exact")
 
 
-def tgmm(lhs, dy, group_sizes, out_dtype=np.float32) -> np.ndarray:
+def tgmm(lhs: np.ndarray, dy: np.ndarray, group_sizes: ArrayLike,
+         out_dtype: DTypeLike = np.float32) -> np.ndarray:
     """Weight gradient dW[g] = lhs[rows of g]^T @ dy[rows of g], exact, rounded once.
 
-    lhs [M, K], dy [M, N] float32 or bfloat16; returns [G, K, N] of out_dtype (float32,
-    bfloat16 or float64).  An empty group gives zeros; rows past sum(group_sizes) are not
-    read.
+    Args:
+      lhs: [M, K] float32 or bfloat16.
+      dy: [M, N] float32 or bfloat16.
+      group_sizes: int [G], rows per group; rows past sum(group_sizes) are not read.
+      out_dtype: float32, bfloat16 or float64.
+
+    Returns:
+      [G, K, N] of out_dtype: the exact value rounded once; an empty group gives zeros.
     """
     lhs, dy = _check_plain("lhs", lhs), _check_plain("dy", dy)
     if lhs.ndim != 2 or dy.ndim != 2 or lhs.shape[0] != dy.shape[0]:
@@ -588,11 +605,19 @@ def tgmm(lhs, dy, group_sizes, out_dtype=np.float32) -> np.ndarray:
     return out
 
 
-def dgrad(dy, rhs, group_sizes, out_dtype=np.float32) -> np.ndarray:
+def dgrad(dy: np.ndarray, rhs: np.ndarray, group_sizes: ArrayLike,
+          out_dtype: DTypeLike = np.float32) -> np.ndarray:
     """Input gradient dX[rows of g] = dy[rows of g] @ rhs[g]^T, exact, rounded once.
 
-    dy [M, N], rhs [G, K, N] float32 or bfloat16; returns [M, K]; rows at or past
-    sum(group_sizes) are zero.
+    Args:
+      dy: [M, N] float32 or bfloat16.
+      rhs: [G, K, N] float32 or bfloat16.
+      group_sizes: int [G], rows per group.
+      out_dtype: float32, bfloat16 or float64.
+
+    Returns:
+      [M, K] of out_dtype: the exact value rounded once; rows at or past sum(group_sizes)
+      are zero.
     """
     dy, rhs = _check_plain("dy", dy), _check_plain("rhs", rhs)
     if dy.ndim != 2 or rhs.ndim != 3 or dy.shape[1] != rhs.shape[2]:
@@ -621,7 +646,8 @@ def _abs_f64(x, sl) -> np.ndarray:
     return np.abs(_to_f64(np.asarray(x)[sl]))
 
 
-def abs_product(lhs, rhs, group_sizes) -> np.ndarray:
+def abs_product(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray,
+                group_sizes: ArrayLike) -> np.ndarray:
     """An upper bound of (|A||B|)_ij on the dequantized operands, float64 [M, N].
 
     The float64 matmul of non-negative exact values has relative error at most

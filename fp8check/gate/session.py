@@ -49,8 +49,14 @@ def _write_documents(plan: GatePlan, done: list[CaseResult], summary: dict[str, 
 
 
 def run_gate(opts: GateOptions, cwd: str | Path = ".") -> int:
-    """Run the gate; 0 when every result passed and every kernel loaded, 1 otherwise.
-    UsageError (exit 2) for bad usage or input, raised before any result is written."""
+    """Run the gate described by `opts` (merged over `cwd`'s `[tool.fp8check]`).
+
+    Returns:
+      The exit status: 0 when every result passed and every kernel loaded, 1 otherwise.
+
+    Raises:
+      UsageError: bad usage or input (the CLI's exit 2), before any result is written.
+    """
     with usage_errors():
         cfg = load_config(cwd)
     plan, notice = make_plan(opts, cfg)

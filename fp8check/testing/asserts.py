@@ -59,6 +59,14 @@ def assert_gmm_matches(
     then `bit_exact` is checked wherever the partials are provably exact
     (`partials_exact_in_f32`).  `acc_unit_roundoff` is the accumulator's u (2^-24 = f32).
     Only rows below sum(group_sizes) are compared.
+
+    Returns:
+      The passing `CaseResult` (layer 1): every criterion with its value and limit.
+
+    Raises:
+      AssertionError: a criterion failed; the message names each, its worst element and
+        a one-line replay of the saved inputs.
+      ValueError: bad input (shapes, dtypes, unknown recipe, accum or profile).
     """
     __tracebackhide__ = True
     from fp8check.references import quantize
