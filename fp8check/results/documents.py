@@ -2,9 +2,9 @@
 XML, and the run's environment and tally that the JSON document carries.
 
 JSON document (version 2):
-`{"version": 2, "summary": {...}, "environment": {...}, "results": [{"kernel", "layer",
-"case", "passed", "metrics", "criteria", "failed", "skipped", "error", "repro", "seconds"}]}`
-(`CaseResult.to_dict`); `layer` is an integer 0-4, each criterion records its
+`{"version": 2, "summary": {"passed", "complete", ...}, "environment": {...},
+"results": [{"kernel", "layer", "case", "passed", "metrics", "criteria", "failed",
+"skipped", "error", "repro", "seconds"}]}` (`CaseResult.to_dict`); `layer` is an integer 0-4, each criterion records its
 `relation` to its limit.  `passed` is null for a skipped case.  Version 1 named layer 1
 "op" and recorded no relation; `read_json` reads it as version 2 (relation null).
 The JSONL stream has one line per result as it completes (written and flushed at once,
@@ -72,10 +72,12 @@ def environment(
     }
 
 
-def tally(results: list[CaseResult], load_errors: dict[str, str]) -> dict[str, Any]:
+def tally(results: list[CaseResult], load_errors: dict[str, str], *,
+          complete: bool = True) -> dict[str, Any]:
     """The document's "summary": counts overall and per kernel, failing criteria by name,
-    skip reasons by reason.  "passed" is true only with no failed result and every
-    kernel loaded."""
+    skip reasons by reason.  `complete` is False for a run that stopped before every
+    planned result was made (an interrupt, a partial merge).  "passed" is true only for a
+    complete run with no failed result and every kernel loaded."""
     per_kernel: dict[str, Counter] = {}
     failed_criteria: Counter = Counter()
     skip_reasons: Counter = Counter()
@@ -93,7 +95,8 @@ def tally(results: list[CaseResult], load_errors: dict[str, str]) -> dict[str, A
     for c in per_kernel.values():
         total.update(c)
     return {
-        "passed": total["failed"] == 0 and not load_errors,
+        "passed": complete and total["failed"] == 0 and not load_errors,
+        "complete": complete,
         "n_results": len(results),
         "n_passed": total["passed"], "n_failed": total["failed"],
         "n_skipped": total["skipped"], "n_errors": total["errors"],
@@ -155,6 +158,9 @@ def read_json(path: str | Path) -> dict[str, Any]:
     if doc["version"] not in _READABLE_VERSIONS:
         raise ValueError(f"{p}: results document version {doc['version']!r}; this fp8check "
                          f"reads versions {', '.join(map(str, _READABLE_VERSIONS))}")
+    # Documents written before "complete" existed were written only by finished runs.
+    if isinstance(doc["summary"], dict):
+        doc["summary"].setdefault("complete", True)
     if doc["version"] == 1:
         doc["results"] = [CaseResult.from_dict(r).to_dict() for r in doc["results"]]
         doc["version"] = RESULTS_VERSION
