@@ -95,12 +95,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"fp8check tune: {args.kernel} at {shape.label()}, phases {','.join(phases)}, "
           f"seed {args.seed}, fitness: {label}")
     print(f"  {proxy_note(shape)}")
-    search = TilingSearch(
-        shape, checker, rounds=args.rounds, population=args.population, seed=args.seed,
-        finalists=args.finalists, phases=phases, fitness_label=label,
-        fitness=(lambda ph, t: measure_us(ph, t, shape)) if measured else None,
-        extra_seeds=starts, native_check=native_check,
-        on_round=lambda r, states: print(round_table(r, states, label), flush=True))
+    with usage_errors():  # the search's own argument checks
+        search = TilingSearch(
+            shape, checker, rounds=args.rounds, population=args.population, seed=args.seed,
+            finalists=args.finalists, phases=phases, fitness_label=label,
+            fitness=(lambda ph, t: measure_us(ph, t, shape)) if measured else None,
+            extra_seeds=starts, native_check=native_check,
+            on_round=lambda r, states: print(round_table(r, states, label), flush=True))
     try:
         res = search.run()
     except registry.KernelLoadError as e:
