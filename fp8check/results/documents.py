@@ -4,11 +4,12 @@ XML, and the run's environment and tally that the JSON document carries.
 JSON document (version 2):
 `{"version": 2, "summary": {"passed", "complete", ...}, "environment": {...},
 "results": [{"kernel", "layer", "case", "passed", "metrics", "criteria", "failed",
-"skipped", "error", "repro", "seconds"}]}` (`CaseResult.to_dict`); `layer` is an integer 0-4, each criterion records its
-`relation` to its limit.  `passed` is null for a skipped case.  Version 1 named layer 1
-"op" and recorded no relation; `read_json` reads it as version 2 (relation null).
-The JSONL stream has one line per result as it completes (written and flushed at once,
-so a crash loses nothing) and a first line `{"event": "start", "environment": ...}`.
+"skipped", "error", "repro", "seconds"}]}` (`CaseResult.to_dict`); `layer` is an integer
+0-4, each criterion records its `relation` to its limit.  `passed` is null for a skipped
+case.  Version 1 named layer 1 "op" and recorded no relation; `read_json` reads it as
+version 2 (relation null).  The JSONL stream has one line per result as it completes
+(written and flushed at once, so a crash loses nothing) and a first line
+`{"event": "start", "environment": ...}`.
 """
 
 from __future__ import annotations
