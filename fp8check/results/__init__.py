@@ -9,7 +9,6 @@ from fp8check.results.documents import (
     package_versions,
     read_document,
     read_json,
-    read_stream,
     results_of,
     tally,
     write_json,
@@ -28,5 +27,5 @@ from fp8check.results.model import (
 __all__ = [
     "LAYER_NAMES", "RELATIONS", "RESULTS_VERSION", "CaseResult", "Criterion", "JsonlStream",
     "Relation", "document", "environment", "holds", "jsonable", "package_versions",
-    "read_document", "read_json", "read_stream", "results_of", "tally", "write_json", "write_junit",
+    "read_document", "read_json", "results_of", "tally", "write_json", "write_junit",
 ]

@@ -15,10 +15,11 @@ The JSONL stream (`JsonlStream`) is the run as it happens, one JSON object a lin
 written and flushed at once, so a crash loses nothing:
 `{"event": "start", "planned": N, "environment": {...}}`, then one line per result as it
 completes (`CaseResult.to_dict`), then `{"event": "end", "n_results": N}` when the run
-finished.  `read_stream` reads it as a version-2 document, complete only when the end
-event is there and the results number the planned count; a cut-short last line (the run
-was killed while writing it) is dropped and said in `summary.incomplete`.  Every reader
-checks what it reads against `fp8check.results.schema`.
+finished.  `read_document` reads it as a version-2 document (`parse_stream`), complete
+only when the end event is there and the results number the planned count; a cut-short
+last line (the run was killed while writing it) is dropped and said in
+`summary.incomplete`.  Every reader checks what it reads against
+`fp8check.results.schema`.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def results_of(doc: dict[str, Any]) -> list[CaseResult]:
 
 def read_document(path: str | Path) -> dict[str, Any]:
     """The results document at `path`: a JSON document (`read_json`) or, for a .jsonl
-    file or one whose first line is a start event, a JSONL stream (`read_stream`)."""
+    file or one whose first line is a start event, a JSONL stream (`parse_stream`)."""
     text = read_text(path, "a gate results document (.json) or stream (.jsonl)")
     if Path(path).suffix.lower() == ".jsonl" or is_stream(text):
         return parse_stream(text, str(path))
@@ -184,11 +185,6 @@ def read_json(path: str | Path) -> dict[str, Any]:
     (one line naming the file, and the path into the document) when the file is
     missing, not JSON or not a valid results document."""
     return parse_json(read_text(path, "a gate results document"), str(path))
-
-
-def read_stream(path: str | Path) -> dict[str, Any]:
-    """The JSONL stream at `path` as a version-2 document (`parse_stream`)."""
-    return parse_stream(read_text(path, "a gate JSONL stream"), str(path))
 
 
 def parse_json(text: str, src: str) -> dict[str, Any]:
