@@ -315,3 +315,38 @@ def test_a_kernel_that_failed_to_load_in_a_shard_fails_the_merge(tmp_path):
     m = json.loads(out.read_text())
     assert m["summary"]["kernel_load_errors"] == {"k": "ImportError: no module x"}
     assert m["summary"]["passed"] is False and m["summary"]["n_failed"] == 0
+
+
+def test_figure_data_is_checked_too(tmp_path, capsys):
+    """The report draws a result's figure data: wrong types or lengths there are bad
+    input (exit 2), not a crash in the plotting code."""
+    from fp8check.cases import build_suite
+    from fp8check.layers.op import validate_case
+    from fp8check.profiles import get_profile
+    from fp8check.reports.plotdata import plot_data
+    from tests.seeded_bugs.kernels import CORRECT
+
+    res = validate_case(CORRECT["numpy-fp8-deepgemm"], build_suite("smoke")[0],
+                        get_profile("strict"), plots=plot_data)
+    doc = make_document([res])
+    read_document(write(tmp_path / "ok.json", doc))
+    plots = doc["results"][0]["metrics"]["plots"]
+    n_groups = len(plots["group_sqnr"]["group_sizes"])
+    n_edges = len(plots["ulp_hist"]["edges"])
+    where = "results[0].metrics.plots"
+    for change, msg in [
+        (lambda p: p["group_sqnr"]["impact"].__setitem__(0, "x"),
+         f'{where}.group_sqnr.impact[0]: expected a number, "nan", "inf", "-inf" or null'),
+        (lambda p: p["group_sqnr"]["vs_exact"].pop(),
+         f"{where}.group_sqnr.vs_exact: expected {n_groups} items, got {n_groups - 1}"),
+        (lambda p: p["ulp_hist"]["counts"].append(3),
+         f"{where}.ulp_hist.counts: expected {n_edges} items, got {n_edges + 1}"),
+        (lambda p: p["err_vs_ab"]["points"].__setitem__(0, [1.0]),
+         f"{where}.err_vs_ab.points[0]: expected at least 3 items"),
+        (lambda p: p.pop("bound_tiles"), f"{where}: missing key 'bound_tiles'"),
+    ]:
+        bad = copy.deepcopy(doc)
+        change(bad["results"][0]["metrics"]["plots"])
+        path = write(tmp_path / "bad.json", bad)
+        assert main(["report", path, "-o", str(tmp_path / "r.html")]) == 2
+        assert one_line_error(capsys) == f"{path}: {msg}"

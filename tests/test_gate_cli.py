@@ -86,6 +86,11 @@ def test_pass_and_fail_with_all_outputs(kernels, tmp_path, capsys):
     assert lines[0]["environment"] == env
     assert [x["case"] for x in lines[1:-1]] == [r["case"] for r in results]
     assert lines[-1] == {"event": "end", "n_results": len(results)}
+    from fp8check.results import read_document
+
+    streamed = read_document(out / "g.jsonl")  # the stream reads as the document it became
+    assert streamed["results"] == results and streamed["summary"] == doc["summary"]
+    assert read_document(out / "g.json") == doc
 
     junit = ET.parse(out / "g.xml").getroot()
     assert len(junit.findall(".//testcase")) == len(results)
