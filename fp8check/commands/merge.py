@@ -31,6 +31,9 @@ Named = tuple[str, dict[str, Any]]
 def parse_shards(text: Any, src: str) -> tuple[set[int], int]:
     """An environment's `shard`, "i/n" or "i,j,.../n", as (indices, n).  ValueError
     (naming `src`) when it is missing or malformed."""
+    if text is None:
+        raise ValueError(f"{src}: records no shard (environment.shard); not a gate run's "
+                         f"document")
     try:
         idx, n_text = str(text).split("/")
         n = int(n_text)
