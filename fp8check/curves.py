@@ -42,7 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from fp8check.results import documents
 from fp8check.results.model import Criterion
+from fp8check.userfiles import read_text
 
 EMA_BETA = 0.9
 FINAL_FRAC = 0.1
@@ -386,20 +388,16 @@ def _records_curve(rows: list[dict[str, Any]], src: str, label: str) -> Curve:
 
 
 def _gate_results(text: str, src: str) -> list[dict[str, Any]] | None:
-    """The result dicts of a gate JSON document or JSONL stream, or None if it is not one."""
+    """The result dicts of a gate JSON document or JSONL stream (checked against the
+    documents' schema), or None if `text` is neither."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:
         doc = None
     if isinstance(doc, dict) and "results" in doc:
-        return list(doc["results"])
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    try:
-        recs = [json.loads(ln) for ln in lines]
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{src}: not JSON / JSONL ({e})") from e
-    if recs and isinstance(recs[0], dict) and recs[0].get("event") == "start":
-        return [r for r in recs[1:] if isinstance(r, dict) and "kernel" in r]
+        return list(documents.parse_document(doc, src)["results"])
+    if documents.is_stream(text):
+        return list(documents.parse_stream(text, src)["results"])
     return None
 
 
@@ -437,9 +435,7 @@ def load_curve(spec: str, label: str | None = None) -> Curve:
     """
     path_s, _, selector = spec.partition("@")
     path = Path(path_s)
-    if not path.is_file():
-        raise ValueError(f"{path_s}: no such file")
-    text = path.read_text()
+    text = read_text(path, "a CSV or JSONL loss log or a gate results file")
     label = label or spec
     if path.suffix.lower() == ".csv":
         if selector:
@@ -453,7 +449,9 @@ def load_curve(spec: str, label: str | None = None) -> Curve:
         return _gate_curve(results, selector, path_s, label)
     if selector:
         raise ValueError(f"{spec}: @selector is only for gate result files")
-    rows = [json.loads(ln) for ln in text.splitlines() if ln.strip()]
-    if not all(isinstance(r, dict) for r in rows):
-        raise ValueError(f"{path_s}: every JSONL line must be an object")
-    return _records_curve(rows, path_s, label)
+    # a log still being written may end in a cut-short line: it is left out
+    records, _ = documents.jsonl_records(text, path_s)
+    for n, r in records:
+        if not isinstance(r, dict):
+            raise ValueError(f"{path_s}: line {n}: expected a JSON object")
+    return _records_curve([r for _, r in records], path_s, label)

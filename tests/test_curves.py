@@ -12,6 +12,7 @@ import pytest
 from fp8check import curves
 from fp8check.cli import main
 from fp8check.curves import Curve, compare, get_limits, load_curve
+from tests.test_documents import make_document
 
 STRICT = get_limits("strict")
 DATA = Path(__file__).resolve().parent / "data"
@@ -252,9 +253,11 @@ def _gate_doc(tmp_path, fp8, bf16):
     res = [{"kernel": f"pallas-train-{v}", "layer": 3, "case": "markov-s0", "passed": True,
             "metrics": {"curves": {"fp8": fp8, "bf16": bf16, "f32": bf16}}}
            for v in ("fp8", "bf16")]
-    res.append({"kernel": "pallas-gmm-fp8", "layer": "op", "case": "c", "metrics": {}})
+    res.append({"kernel": "pallas-gmm-fp8", "layer": "op", "case": "c", "passed": True,
+                "metrics": {}})
+    written = make_document([])  # the summary and environment of a gate document
     p = tmp_path / "gate.json"
-    p.write_text(json.dumps({"version": 1, "results": res}))
+    p.write_text(json.dumps({**written, "version": 1, "results": res}))
     return p
 
 

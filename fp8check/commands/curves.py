@@ -16,6 +16,7 @@ from pathlib import Path
 from fp8check.curves import compare, get_limits, load_curve
 from fp8check.errors import usage_errors
 from fp8check.results.model import jsonable
+from fp8check.userfiles import check_output
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,6 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     la, lb = args.label or (args.candidate, args.baseline)
     with usage_errors():
+        if args.json:
+            check_output(args.json, "--json")
         limits = get_limits(args.profile)
         cand, base = load_curve(args.candidate, la), load_curve(args.baseline, lb)
         cmp = compare(cand, base, limits)  # two curves with no common step are bad input

@@ -70,11 +70,12 @@ def run_gate(opts: GateOptions, cwd: str | Path = ".") -> int:
     env = _environment(plan, kernels.specs, kernels.errors)
     for name, err in kernels.errors.items():
         print(f"fp8check: kernel {name} not loaded: {err}", file=sys.stderr)
-    with JsonlStream(plan.jsonl) as stream, \
-            _progress(sum(b.size for b in batches), opts.progress) as bar:
-        stream.write({"event": "start", "environment": env})
+    planned = sum(b.size for b in batches)
+    with JsonlStream(plan.jsonl) as stream, _progress(planned, opts.progress) as bar:
+        stream.start(env, planned=planned)
         sink = Sink(stream, bar)
         run_batches(batches, sink)
+        stream.end()
     summary = documents.tally(sink.done, kernels.errors)
     _write_documents(plan, sink.done, summary, env)
     c = plan.config
