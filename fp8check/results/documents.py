@@ -90,7 +90,8 @@ def tally(results: list[CaseResult], load_errors: dict[str, str], *,
     """The document's "summary": counts overall and per kernel, failing criteria by name,
     skip reasons by reason.  `complete` is False for a run that stopped before every
     planned result was made (an interrupt, a partial merge).  "passed" is true only for a
-    complete run with no failed result and every kernel loaded."""
+    complete run with no failed result, every kernel loaded and at least one result that
+    passed: a run whose every result was skipped checked nothing, and does not pass."""
     per_kernel: dict[str, Counter] = {}
     failed_criteria: Counter = Counter()
     skip_reasons: Counter = Counter()
@@ -108,7 +109,8 @@ def tally(results: list[CaseResult], load_errors: dict[str, str], *,
     for c in per_kernel.values():
         total.update(c)
     return {
-        "passed": complete and total["failed"] == 0 and not load_errors,
+        "passed": (complete and total["failed"] == 0 and not load_errors
+                   and total["passed"] > 0),
         "complete": complete,
         "n_results": len(results),
         "n_passed": total["passed"], "n_failed": total["failed"],
