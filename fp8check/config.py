@@ -11,6 +11,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+DEFAULT_TIMEOUT = 600.0  # seconds per result: generous, the slowest ci result takes ~1 min
+
 
 @dataclass(frozen=True)
 class GateConfig:
@@ -26,6 +28,8 @@ class GateConfig:
     report: str | None = None
     jsonl: str | None = None  # streaming log (None: gate.plan.jsonl_path decides)
     kernels: tuple[str, ...] = ()
+    isolate: bool = True  # each kernel call in a worker process (fp8check.gate.isolation)
+    timeout: float = DEFAULT_TIMEOUT  # seconds one result may take before its worker is killed
 
 
 _KEYS = {f.name for f in fields(GateConfig)}
@@ -38,6 +42,14 @@ def _coerce(key: str, value: Any) -> Any:
         if not isinstance(value, list):
             raise ValueError(f"[tool.fp8check] {key} must be a list")
         return tuple(int(v) if key == "layers" else str(v) for v in value)
+    if key == "isolate":
+        if not isinstance(value, bool):
+            raise ValueError("[tool.fp8check] isolate must be true or false")
+        return value
+    if key == "timeout":
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ValueError("[tool.fp8check] timeout must be a positive number of seconds")
+        return float(value)
     if key == "seed":
         if not isinstance(value, int):
             raise ValueError("[tool.fp8check] seed must be an integer")
