@@ -31,5 +31,5 @@ HELP = f"""exit status:
   {FAIL}    an accuracy failure or a kernel error (raised, crashed, exited, timed out)
   {USAGE}    bad usage or bad input (one line on stderr)
   {INTERNAL}    internal error of fp8check (one line naming the traceback's file)
-  {SIGINT_EXIT}  interrupted by SIGINT; {SIGTERM_EXIT} by SIGTERM (results so far written, marked
-       incomplete)"""
+  {SIGINT_EXIT}  interrupted by SIGINT (the results so far are written, marked incomplete)
+  {SIGTERM_EXIT}  interrupted by SIGTERM (the same)"""

@@ -38,14 +38,19 @@ class WorkerError(RuntimeError):
     """fp8check itself failed in a worker (its traceback follows the first line)."""
 
 
+def _layout(batches: list[Batch]) -> list[tuple]:
+    """What a worker's batches must share with the parent's: label, size, slots."""
+    return [(b.label, b.size, b.slots) for b in batches]
+
+
 def _serve(plan: GatePlan, conn: Connection) -> None:
     """A worker's life: build the plan's batches, say "ready", run tasks until told to
-    stop (None) or the parent goes away.  Messages: ("ready", n batches), ("start", j)
+    stop (None) or the parent goes away.  Messages: ("ready", the batches' `_layout`), ("start", j)
     before result j, ("result", CaseResult), ("done",) after the task's last result,
     ("ended", why) when a BaseException ended a call, ("raised", traceback) for a bug."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
     batches = plan_batches(plan, load_kernels(plan))
-    conn.send(("ready", len(batches)))
+    conn.send(("ready", _layout(batches)))
     while True:
         try:
             task = conn.recv()
@@ -204,9 +209,9 @@ def run_isolated(plan: GatePlan, batches: list[Batch], sink: Sink, *, jobs: int,
     def handle(w: _Worker, msg: tuple) -> None:
         kind = msg[0]
         if kind == "ready":
-            if msg[1] != len(batches):
-                raise WorkerError(f"a worker planned {msg[1]} batches, the gate "
-                                  f"{len(batches)}")
+            if msg[1] != _layout(batches):
+                raise WorkerError("a worker planned other batches than the gate (state of "
+                                  "this process that a spawned process does not share?)")
             w.ready = True
         elif kind == "start":
             assert w.task is not None
