@@ -42,6 +42,9 @@ def segfault(*args, **kw):
 def abort(*args, **kw):
     os.abort()
 
+def oom_killed(*args, **kw):  # what the kernel's OOM killer does
+    os.kill(os.getpid(), 9)
+
 def hang(*args, **kw):
     time.sleep(3600)
 """
@@ -53,6 +56,7 @@ CAUSES = {
     "hang": "timed out after 5 s",
     "segfault": "killed by SIGSEGV",
     "abort": "killed by SIGABRT",
+    "oom_killed": "killed by SIGKILL (out of memory?)",
 }
 
 
@@ -79,7 +83,8 @@ def _by_kernel(tmp_path):
 def test_hostile_kernels_are_errors_and_the_good_kernel_is_kept(tmp_path, kernels):
     """Each hostile kernel between good ones on one case: each is an error naming its
     cause, the good kernel (run after the exits and the hang) passes, exit 1."""
-    names = ["sys_exit", "os_exit", "keyboard_interrupt", "hang", "good", "segfault", "abort"]
+    names = ["sys_exit", "os_exit", "keyboard_interrupt", "hang", "good", "segfault", "abort",
+             "oom_killed"]
     proc = _gate_process(tmp_path, kernels, names, "--case", CASE, "--timeout", "5")
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == exitcodes.FAIL, err

@@ -45,9 +45,10 @@ def _layout(batches: list[Batch]) -> list[tuple]:
 
 def _serve(plan: GatePlan, conn: Connection) -> None:
     """A worker's life: build the plan's batches, say "ready", run tasks until told to
-    stop (None) or the parent goes away.  Messages: ("ready", the batches' `_layout`), ("start", j)
-    before result j, ("result", CaseResult), ("done",) after the task's last result,
-    ("ended", why) when a BaseException ended a call, ("raised", traceback) for a bug."""
+    stop (None) or the parent goes away.  Messages: ("ready", the batches' `_layout`),
+    ("start", j) before result j, ("result", CaseResult), ("done",) after the task's last
+    result, ("ended", why) when a BaseException ended a call, ("raised", traceback) for an
+    Exception escaping a batch (a bug)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
     batches = plan_batches(plan, load_kernels(plan))
     conn.send(("ready", _layout(batches)))
@@ -227,7 +228,8 @@ def run_isolated(plan: GatePlan, batches: list[Batch], sink: Sink, *, jobs: int,
         elif kind == "ended":
             w.ended = msg[1]
         else:  # "raised"
-            raise WorkerError(f"a worker failed:\n{msg[1]}")
+            last = msg[1].strip().splitlines()[-1]
+            raise WorkerError(f"in a worker: {last}\n{msg[1]}")
 
     try:
         while queue or any(w.task for w in workers):

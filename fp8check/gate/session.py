@@ -23,7 +23,8 @@ def _environment(plan: GatePlan, specs: list, load_errors: dict[str, str]) -> di
     env = documents.environment(specs, suite=c.suite, seed=c.seed, profile=c.profile,
                                 backend=c.backend, load_errors=load_errors)
     env.update(layers=list(c.layers), layers_skipped=list(plan.dropped),
-               families=list(plan.families), shard=f"{plan.shard[0]}/{plan.shard[1]}")
+               families=list(plan.families), shard=f"{plan.shard[0]}/{plan.shard[1]}",
+               isolated=c.isolate, timeout_s=c.timeout)
     if 0 in c.layers:
         env["native_targets"] = list(plan.targets)
     return env
