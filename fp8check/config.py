@@ -14,6 +14,14 @@ from typing import Any
 from fp8check.userfiles import read_text
 
 DEFAULT_TIMEOUT = 600.0  # seconds per result: generous (a smoke result takes at most ~17 s here)
+# the longest timeout taken: a week (inf, nan and 1e308 are not seconds a wait can take)
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
+
+def valid_timeout(value: Any) -> bool:
+    """A number of seconds the gate can wait for one result: 0 < value <= MAX_TIMEOUT."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and 0 < value <= MAX_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -56,9 +64,9 @@ def _coerce(key: str, value: Any, src: str) -> Any:
                              f"got {_toml(value)}")
         return value
     if key == "timeout":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        if not valid_timeout(value):
             raise ValueError(f"{src}: [tool.fp8check] timeout must be a positive number of "
-                             f"seconds, got {_toml(value)}")
+                             f"seconds, at most {MAX_TIMEOUT:.0f}, got {_toml(value)}")
         return float(value)
     if key == "seed":
         if not isinstance(value, int) or isinstance(value, bool):

@@ -424,6 +424,22 @@ def _gate_curve(results: list[dict[str, Any]], selector: str, src: str, label: s
     return Curve.of(values, label)
 
 
+def _csv_records(text: str, src: str) -> list[dict[str, Any]]:
+    """The rows of a CSV loss log as dicts by the header's names; ValueError naming the
+    line of a row with more fields than the header."""
+    reader = csv.DictReader(io.StringIO(text))
+    rows = []
+    try:
+        for r in reader:
+            if None in r:  # DictReader files the extra fields under None
+                raise ValueError(f"{src}: line {reader.line_num}: {len(r) - 1 + len(r[None])} "
+                                 f"fields, the header has {len(reader.fieldnames or ())}")
+            rows.append(r)
+    except csv.Error as e:  # a field over csv's size limit, a NUL byte
+        raise ValueError(f"{src}: line {reader.line_num + 1}: not CSV: {e}") from None
+    return rows
+
+
 def load_curve(spec: str, label: str | None = None) -> Curve:
     """A loss curve from `spec`:
 
@@ -440,7 +456,7 @@ def load_curve(spec: str, label: str | None = None) -> Curve:
     if path.suffix.lower() == ".csv":
         if selector:
             raise ValueError(f"{spec}: a CSV log takes no @selector")
-        return _records_curve(list(csv.DictReader(io.StringIO(text))), path_s, label)
+        return _records_curve(_csv_records(text, path_s), path_s, label)
     results = _gate_results(text, path_s)
     if results is not None:
         if not selector:
