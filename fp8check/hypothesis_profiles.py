@@ -42,7 +42,7 @@ register()
 # (`fp8check-dev`: five times as many).  Sized so that the fuzz files take about a minute
 # of `make test` (pytest -n 2) on a two-core machine: an in-process argument vector or
 # document costs milliseconds to a second (a gate run on one smoke case: ~1-2 s), a hostile
-# kernel example (a gate subprocess whose crashed workers are respawned) ~10-20 s.
+# kernel example (a gate subprocess whose crashed workers are respawned) ~10-30 s.
 FUZZ_EXAMPLES = {
     "FUZZ_ARGV": 25,  # per sub-command: list, report, merge, curves
     "FUZZ_GATE_ARGV": 12,
@@ -50,7 +50,7 @@ FUZZ_EXAMPLES = {
     "FUZZ_DOCUMENTS": 15,
     "FUZZ_LOSS_LOGS": 40,
     "FUZZ_CONFIG": 15,
-    "FUZZ_HOSTILE_KERNELS": 2,
+    "FUZZ_HOSTILE_KERNELS": 3,
 }
 
 

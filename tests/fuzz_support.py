@@ -1,6 +1,7 @@
 """What the fuzz tests of the gate itself share (`tests/test_gate_fuzz*.py`): the
 contract every command must keep whatever it is given (`check_contract`), the in-process
-call that checks it, and strategies for the values a user can type."""
+call that checks it, and strategies for the values a user can type.  For hunting,
+FUZZ_LOG=FILE appends every call's exit status, argv and stderr to FILE."""
 
 from __future__ import annotations
 

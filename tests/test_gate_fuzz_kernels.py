@@ -5,7 +5,7 @@ BaseException subclasses, return odd types, mutate their inputs in place or slee
 document with a failed or error result for each hostile kernel, the correct kernel's
 result passed (its inputs were not corrupted by the others), the kernel file unchanged.
 
-Each example is a gate process whose crashed workers are respawned (~10-20 s here), so
+Each example is a gate process whose crashed workers are respawned (~10-30 s here), so
 the example count (`FUZZ_HOSTILE_KERNELS` in `fp8check.hypothesis_profiles`) is small and
 each example draws several hostile kernels.
 """
@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 from fuzz_support import CASE, GOOD_KERNEL, GOOD_NAME, check_contract, digests
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, event, given
 from hypothesis import strategies as st
 
 from fp8check.hypothesis_profiles import fuzz_settings
@@ -72,9 +72,11 @@ def _kernel_file(names: list[str]) -> str:
 @fuzz_settings("FUZZ_HOSTILE_KERNELS",
                suppress_health_check=[HealthCheck.function_scoped_fixture,
                                       HealthCheck.too_slow])
-@given(names=st.lists(st.sampled_from(sorted(HOSTILE) + sorted(MAY_PASS)), min_size=2,
-                      max_size=4, unique=True).filter(lambda n: set(n) - set(MAY_PASS)))
+@given(names=st.lists(st.sampled_from(sorted(HOSTILE) + sorted(MAY_PASS)), min_size=3,
+                      max_size=6, unique=True).filter(lambda n: set(n) - set(MAY_PASS)))
 def test_hostile_kernels_never_turn_the_gate_green(names, tmp_path_factory):
+    for n in names:
+        event(n)  # --hypothesis-show-statistics: which behaviours ran
     d = tmp_path_factory.mktemp("hostile")
     path = d / "hostile.py"
     path.write_text(_kernel_file(names))
