@@ -21,6 +21,7 @@ import json
 import math
 import os
 import tempfile
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -276,7 +277,8 @@ def test_tune_bad_usage_keeps_the_contract(data, tmp_path, capfd):
 # --- mutated documents ------------------------------------------------------------------
 
 ODD_VALUES = st.sampled_from([None, "", "x", 0, -1, 1, 2, 99, 1.5, -1e308, 1e308, True,
-                              False, [], {}, [None], {"": None}, "NaN", "1/2", [1, "a"]])
+                              False, [], {}, [None], {"": None}, "NaN", "1/2", [1, "a"],
+                              "\ud800", "a\x00\x01<&>\x1b[31m\n", "\U0001f600"])
 
 
 @st.composite
@@ -404,8 +406,10 @@ def test_mutated_documents_keep_the_contract(data, gate_run, tmp_path, capfd):
                 pass
             inputs.append("s2.json")
             before = digests([d / p for p in inputs])
-        rc, _, _ = call(["merge", *inputs, "-o", "merged.json"], capfd)
+        rc, _, _ = call(["merge", *inputs, "-o", "merged.json", "--junit", "j.xml"], capfd)
         assert (d / "merged.json").exists() == (rc in (0, 1))
+        if rc in (0, 1):
+            ET.parse(d / "j.xml")  # well-formed XML, whatever the documents' strings hold
         if rc == 0:
             merged = read_document(d / "merged.json")
             assert _planned_results_all_passed(merged)

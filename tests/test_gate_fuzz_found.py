@@ -1,7 +1,11 @@
 """What fuzzing the gate found (`tests/test_gate_fuzz*.py`), each shrunk example as a
 regular test: bad input, exit 2 with one line, never an internal error (3)."""
 
+import json
+import xml.etree.ElementTree as ET
+
 import pytest
+from test_documents import make_document, make_results
 
 from fp8check import exitcodes
 from fp8check.cli import main
@@ -68,3 +72,31 @@ def test_a_timeout_that_is_not_a_wait_is_bad_input(value, tmp_path, monkeypatch,
     (tmp_path / "pyproject.toml").write_text(f"[tool.fp8check]\ntimeout = {value}\n")
     err = _one_line_usage_error(["gate"], capsys)
     assert "[tool.fp8check] timeout must be a positive number of seconds" in err
+
+
+def _gate_document(tmp_path, kernel: str) -> dict:
+    """A valid results document with one passed result of `kernel`."""
+    return make_document(make_results(1, kernel=kernel))
+
+
+def test_a_lone_surrogate_in_a_document_is_bad_input(tmp_path, monkeypatch, capsys):
+    """`"\\ud800"` is valid JSON but no text: `report` was exit 3 (matplotlib could not
+    draw it); now every reader names where it is."""
+    monkeypatch.chdir(tmp_path)
+    doc = _gate_document(tmp_path, "\ud800")
+    (tmp_path / "d.json").write_text(json.dumps(doc))
+    for argv in (["report", "d.json", "-o", "r.html"], ["merge", "d.json", "-o", "m.json"]):
+        err = _one_line_usage_error(argv, capsys)
+        assert "d.json: summary.kernels.\\ud800: a string with a lone surrogate" in err
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "m.json").exists()
+
+
+def test_junit_stays_well_formed_whatever_the_strings_hold(tmp_path, monkeypatch):
+    """A control character in a kernel name or error (a colored message) made JUnit XML
+    that no reader parses; they are written as escapes now."""
+    monkeypatch.chdir(tmp_path)
+    doc = _gate_document(tmp_path, "k\x01<&>\x1b[31m")
+    (tmp_path / "d.json").write_text(json.dumps(doc))
+    assert main(["merge", "d.json", "-o", "m.json", "--junit", "j.xml"]) in (0, 1)
+    suite = ET.parse(tmp_path / "j.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("name") == "k\\x01<&>\\x1b[31m"
