@@ -49,6 +49,7 @@ FUZZ_EXAMPLES = {
     "FUZZ_TUNE_ARGV": 10,
     "FUZZ_DOCUMENTS": 15,
     "FUZZ_LOSS_LOGS": 40,
+    "FUZZ_GATE_CURVES": 25,  # a gate document with layer-3 curves, mutated, through curves
     "FUZZ_CONFIG": 15,
     "FUZZ_HOSTILE_KERNELS": 3,
 }

@@ -552,3 +552,30 @@ def test_mutated_config_tables_keep_the_contract(data, gate_run, tmp_path, capfd
             assert _tree(d) == tree, f"bad input wrote {_tree(d) - tree}"
         if rc == 0:
             _assert_everything_passed(argv, d)
+
+
+def _layer3_document() -> dict:
+    """A gate document with layer-3 loss curves (as `fp8check curves FILE@fp8` reads)."""
+    from test_documents import make_document
+
+    base = [3 - 0.02 * i for i in range(30)]
+    res = [{"kernel": f"pallas-train-{v}", "layer": 3, "case": "markov-s0", "passed": True,
+            "metrics": {"curves": {"fp8": [x * 1.001 for x in base], "bf16": base,
+                                   "f32": base}}}
+           for v in ("fp8", "bf16")]
+    return {**make_document([]), "version": 1, "results": res}
+
+
+SELECTORS = st.sampled_from(["fp8", "bf16", "f32", "pallas/fp8", "pallas/markov-s0/f32",
+                             "triton/fp8", "", "/", "a/b/c/d", "pallas-train-fp8/fp8"])
+
+
+@fuzz("FUZZ_GATE_CURVES")
+@given(doc=st.builds(_layer3_document).flatmap(mutated_values), a=SELECTORS, b=SELECTORS)
+def test_mutated_gate_curves_keep_the_contract(doc, a, b, tmp_path, capfd):
+    with Workdir(tmp_path) as d:
+        (d / "g.json").write_text(json.dumps(doc))
+        before = digests([d / "g.json"])
+        rc, _, _ = call(["curves", f"g.json@{a}", f"g.json@{b}", "--json", "c.json"], capfd)
+        assert (d / "c.json").exists() == (rc in (0, 1))
+        assert digests(before) == before
