@@ -31,17 +31,14 @@ candidate's loss is higher (worse).  Metrics (all on the steps both curves have)
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from fp8check.logs import LogOptions, read_log
 from fp8check.results.model import Criterion
 
 EMA_BETA = 0.9
@@ -51,8 +48,6 @@ SPIKE_REL_FLOOR = 1e-3
 SPIKE_SHARED_FRAC = 0.5
 SPIKE_SHARED_RATIO = 3.0
 SEED_ALPHA = 0.05
-STEP_KEYS = ("step", "iteration", "iter", "global_step", "steps")
-LOSS_KEYS = ("loss", "train_loss", "lm_loss", "lm loss", "train/loss")
 
 
 @dataclass(frozen=True)
@@ -355,105 +350,14 @@ def seed_test(gaps: Sequence[float], base_aucs: Sequence[float], limit: float,
     return SeedVerdict(verdict, len(g), mean, t, p, noise, alpha)
 
 
-# --- loading curves: CSV / JSONL loss logs and the gate's own results -------------------
+# --- loading curves: the log readers of `fp8check.logs` ---------------------------------
 
 
-def _pick(keys: Sequence[str], wanted: Sequence[str], what: str, src: str) -> str:
-    low = {k.strip().lower(): k for k in keys}
-    for w in wanted:
-        if w in low:
-            return low[w]
-    raise ValueError(f"{src}: no {what} column (looked for {', '.join(wanted)}; "
-                     f"found {', '.join(keys) or 'none'})")
-
-
-def _records_curve(rows: list[dict[str, Any]], src: str, label: str) -> Curve:
-    if not rows:
-        raise ValueError(f"{src}: no records")
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    sk, lk = _pick(keys, STEP_KEYS, "step", src), _pick(keys, LOSS_KEYS, "loss", src)
-    steps, loss = [], []
-    for i, r in enumerate(rows):
-        if r.get(sk) in (None, "") or r.get(lk) in (None, ""):
-            continue  # a record of other metrics (eval, lr) in the same log
-        try:
-            steps.append(float(r[sk]))
-            loss.append(float(r[lk]))
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{src}: record {i + 1}: bad step/loss {r[sk]!r}, {r[lk]!r}"
-                             ) from e
-    return make_curve(np.asarray(steps), np.asarray(loss), label)
-
-
-def _gate_results(text: str, src: str) -> list[dict[str, Any]] | None:
-    """The result dicts of a gate JSON document or JSONL stream, or None if it is not one."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
-        doc = None
-    if isinstance(doc, dict) and "results" in doc:
-        return list(doc["results"])
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    try:
-        recs = [json.loads(ln) for ln in lines]
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{src}: not JSON / JSONL ({e})") from e
-    if recs and isinstance(recs[0], dict) and recs[0].get("event") == "start":
-        return [r for r in recs[1:] if isinstance(r, dict) and "kernel" in r]
-    return None
-
-
-def _gate_curve(results: list[dict[str, Any]], selector: str, src: str, label: str) -> Curve:
-    """The curve `selector` = "[KERNEL/][CASE/]NAME" (NAME: fp8, bf16 or f32) of the
-    layer-3 results; KERNEL may be a family ("pallas")."""
-    *where, name = selector.split("/")
-    found: dict[tuple[str, str], list[float]] = {}
-    for r in results:
-        curves = (r.get("metrics") or {}).get("curves")
-        if r.get("layer") != 3 or not isinstance(curves, dict) or name not in curves:
-            continue
-        family = str(r["kernel"]).split("-")[0]
-        if where and where[0] not in (r["kernel"], family):
-            continue
-        if len(where) > 1 and where[1] != r["case"]:
-            continue
-        found[(family, r["case"])] = curves[name]  # the fp8 and bf16 results share curves
-    if len(found) != 1:
-        have = ", ".join(f"{f}/{c}" for f, c in found) or "none"
-        raise ValueError(f"{src}: selector {selector!r} matches {len(found)} layer-3 "
-                         f"curves ({have}); name one as FILE@FAMILY/CASE/CURVE")
-    values = [math.nan if isinstance(v, str) else float(v) for v in next(iter(found.values()))]
-    return Curve.of(values, label)
-
-
-def load_curve(spec: str, label: str | None = None) -> Curve:
-    """A loss curve from `spec`:
-
-    * `log.csv`: a header row with a step column (step, iteration, iter, global_step) and
-      a loss column (loss, train_loss, lm_loss, ...); rows missing either are ignored;
-    * `log.jsonl`: one JSON object per line with such keys;
-    * `gate.json@SELECTOR` (or the gate's JSONL stream): a layer-3 result's curve, the
-      selector "[FAMILY/][CASE/]fp8|bf16|f32" (enough of it to name one curve).
-    """
-    path_s, _, selector = spec.partition("@")
-    path = Path(path_s)
-    if not path.is_file():
-        raise ValueError(f"{path_s}: no such file")
-    text = path.read_text()
-    label = label or spec
-    if path.suffix.lower() == ".csv":
-        if selector:
-            raise ValueError(f"{spec}: a CSV log takes no @selector")
-        return _records_curve(list(csv.DictReader(io.StringIO(text))), path_s, label)
-    results = _gate_results(text, path_s)
-    if results is not None:
-        if not selector:
-            raise ValueError(f"{path_s} is a gate result file: say which curve, e.g. "
-                             f"{path_s}@fp8 or {path_s}@pallas/fp8")
-        return _gate_curve(results, selector, path_s, label)
-    if selector:
-        raise ValueError(f"{spec}: @selector is only for gate result files")
-    rows = [json.loads(ln) for ln in text.splitlines() if ln.strip()]
-    if not all(isinstance(r, dict) for r in rows):
-        raise ValueError(f"{path_s}: every JSONL line must be an object")
-    return _records_curve(rows, path_s, label)
+def load_curve(spec: str, label: str | None = None, opts: LogOptions | None = None) -> Curve:
+    """The loss curve of the log `spec` (PATH, or a gate result file's PATH@SELECTOR with
+    the selector "[FAMILY/][CASE/]fp8|bf16|f32"), in any format `fp8check.logs` reads
+    (detected, or `opts.fmt`; `opts` also names the step / loss key and the run).  The
+    reader's notes (format, non-finite losses) come first in the curve's notes."""
+    rec = read_log(spec, opts)
+    curve = make_curve(rec.steps, rec.loss, label or spec)
+    return replace(curve, notes=(f"read as {rec.fmt}",) + rec.notes + curve.notes)

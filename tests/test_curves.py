@@ -239,10 +239,10 @@ def test_csv_and_jsonl_logs_load(tmp_path):
 
 def test_bad_logs_are_one_line_value_errors(tmp_path):
     (tmp_path / "x.csv").write_text("step,acc\n1,0.5\n")
-    with pytest.raises(ValueError, match="no loss column"):
+    with pytest.raises(ValueError, match="x.csv: no loss key; found keys: step, acc"):
         load_curve(str(tmp_path / "x.csv"))
     (tmp_path / "y.csv").write_text("step,loss\n1,abc\n")
-    with pytest.raises(ValueError, match="bad step/loss"):
+    with pytest.raises(ValueError, match="y.csv:2: bad loss 'abc'"):
         load_curve(str(tmp_path / "y.csv"))
     with pytest.raises(ValueError, match="no such file"):
         load_curve(str(tmp_path / "missing.jsonl"))
