@@ -3,10 +3,10 @@
 A is the candidate (FP8), B the baseline (BF16): loss logs as real stacks write them
 (Megatron-LM, MaxText and torchtitan console logs, MaxText's metrics file, W&B CSV exports,
 TensorBoard event files), CSV or JSONL step/loss logs, or a gate result file with a
-selector (`gate.json@pallas/fp8`); the format is detected from the content.  Steps are compared where both
-logs have them; steps only one log has are counted and reported.  The metrics and limits
-are layer 3's (`fp8check.curves`).  Exit 0 within the profile's limits, 1 when a gap
-exceeds them or the candidate diverges, 2 on bad input.
+selector (`gate.json@pallas/fp8`); the format is detected from the content.  Steps are
+compared where both logs have them; steps only one log has are counted and reported.
+The metrics and limits are layer 3's (`fp8check.curves`).  Exit 0 within the profile's
+limits, 1 when a gap exceeds them or the candidate diverges, 2 on bad input.
 """
 
 from __future__ import annotations
