@@ -122,26 +122,23 @@ def test_a_spike_is_shared_when_the_baseline_rises_with_it():
 
 
 def test_correct_1000_step_runs_have_no_new_spikes():
-    """Recorded loss curves of the full suite's correct Pallas runs (1000 steps): six
-    whose candidate has data spikes the baseline scores just under the threshold (5.6-8
-    spreads), and seed 7, where the FP8 model's spike (16.6 spreads) is twice the
-    baseline's (8.1).  Every one is shared, and a real spike injected into the candidate
-    is still found."""
+    """Recorded loss curves of the full suite's correct Pallas runs (1000 steps, 64 tokens
+    a batch: ~7% relative noise a step).  Judged against each run's own noise level, the
+    hard batches are no new spikes (under the old local 10-value spread, six pairs had
+    candidate spikes only the sharing rule excused), and a doubled loss injected into the
+    candidate is found."""
     data = np.load(DATA / "layer3_full_pallas_losses.npz")
     pairs = sorted({key.rsplit("_", 1)[0] for key in data.files})
     assert len(pairs) == 7
-    missed = 0
     for pair in pairs:
         cand, base = data[pair + "_cand"], data[pair + "_base"]
         cmp = compare(Curve.of(cand), Curve.of(base), STRICT)
         assert _vlp(cmp.named["new_spikes"]) == (0, 0, True), (pair, cmp.metrics["new_spikes"])
-        near = {j + d for j in cmp.metrics["baseline_spikes"] for d in (-1, 0, 1)}
-        missed += bool(set(cmp.metrics["candidate_spikes"]) - near)
+        assert 0.05 < min(cmp.metrics["noise_rel"]) <= max(cmp.metrics["noise_rel"]) < 0.09
         at = 500 + int(np.argmin(np.abs(np.diff(base[500:520]))))  # a quiet step
         spiked = cand.copy()
         spiked[at] *= 2  # the batch noise of 64 tokens a step is ~0.25 in loss, 10%
         assert at in compare(Curve.of(spiked), Curve.of(base), STRICT).metrics["new_spikes"]
-    assert missed == 6  # the six pairs with the case an exact second detection gets wrong
 
 
 def test_nan_is_divergence_at_its_step():
