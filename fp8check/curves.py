@@ -481,7 +481,9 @@ def load_curve(spec: str, label: str | None = None, opts: LogOptions | None = No
     """The loss curve of the log `spec` (PATH, or a gate result file's PATH@SELECTOR with
     the selector "[FAMILY/][CASE/]fp8|bf16|f32"), in any format `fp8check.logs` reads
     (detected, or `opts.fmt`; `opts` also names the step / loss key and the run).  The
-    reader's notes (format, non-finite losses) come first in the curve's notes."""
+    reader's notes (format, non-finite losses) come first in the curve's notes, each
+    prefixed with the label."""
     rec = read_log(spec, opts)
     curve = make_curve(rec.steps, rec.loss, label or spec)
-    return replace(curve, notes=(f"read as {rec.fmt}",) + rec.notes + curve.notes)
+    notes = (f"read as {rec.fmt}",) + rec.notes + curve.notes
+    return replace(curve, notes=tuple(f"{curve.label}: {n}" for n in notes))

@@ -10,7 +10,9 @@ migrates TF1 `simple_value` scalars to the tensor form), installed by the option
 extra `fp8check[tensorboard]`.  A path is one event file or a directory: its event files
 are read in name order (their names start with the creation time, so a restarted run's
 later file comes last and its repeated steps win).  The loss tag is `--loss-key` or the
-first of `records.LOSS_KEYS` the file has.
+first of `records.LOSS_KEYS` the file has.  Like TensorBoard itself, the reader stops
+at a file's first damaged or incomplete record (a run still writing, a cut copy): the
+records before it are read, a file without any is an error.
 """
 
 from __future__ import annotations
@@ -39,16 +41,11 @@ def scalars(files: list[Path], src: str) -> dict[str, list[tuple[float, float]]]
                          f"package: pip install '{EXTRA}'") from None
     out: dict[str, list[tuple[float, float]]] = {}
     for f in files:
-        try:
-            for ev in EventFileLoader(str(f)).Load():
-                for v in ev.summary.value:
-                    if v.metadata.plugin_data.plugin_name != "scalars":
-                        continue
+        for ev in EventFileLoader(str(f)).Load():
+            for v in ev.summary.value:
+                if v.metadata.plugin_data.plugin_name == "scalars":
                     val = float(tensor_util.make_ndarray(v.tensor).item())
                     out.setdefault(v.tag, []).append((float(ev.step), val))
-        except Exception as e:  # the reader's own errors: a truncated or foreign file
-            raise ValueError(f"{f}: not a readable TensorBoard event file "
-                             f"({type(e).__name__}: {e})") from None
     return out
 
 
@@ -60,6 +57,9 @@ def read(path: Path, text: str, opts: LogOptions) -> LogRecords:
     if not files:
         raise ValueError(f"{src}: no TensorBoard event files (events.out.tfevents.*)")
     tags = scalars(files, src)
+    if not tags:
+        raise ValueError(f"{src}: no scalars in {len(files)} TensorBoard event file(s) "
+                         f"(empty, truncated, or not an event file)")
     tag = pick_key(list(tags), opts.loss_key, LOSS_KEYS, "loss", src)
     notes = (f"{len(files)} event files",) if len(files) > 1 else ()
     return LogRecords.of(tags[tag], "tensorboard", src, notes + (f"tag {tag!r}",))
