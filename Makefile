@@ -54,3 +54,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/gate.py
 	$(BIN)/python benchmarks/native.py
 	$(BIN)/python benchmarks/promotion_interval.py
+	$(BIN)/python benchmarks/curves.py

@@ -59,6 +59,7 @@ from fp8check.results.model import Criterion
 EMA_BETA = 0.9
 FINAL_FRAC = 0.1
 SPIKE_HALF = 8
+SPIKE_CLEAN_Z = 4.0
 SPIKE_REL_FLOOR = 1e-4
 NOISE_WINDOW = 200
 NOISE_MIN = 12
@@ -202,7 +203,8 @@ def first_nonfinite(y: np.ndarray) -> int | None:
     return int(bad[0]) if bad.size else None
 
 
-def noise_rel(y: np.ndarray, window: int = NOISE_WINDOW) -> np.ndarray:
+def noise_rel(y: np.ndarray, window: int = NOISE_WINDOW, relative: bool = True
+              ) -> np.ndarray:
     """Per step i, the run's own noise level there, relative to the loss: the standard
     deviation of one loss value about the curve's trend over |loss|, estimated robustly
     from the relative second differences (y[j-1] - 2 y[j] + y[j+1]) / |y[j]| (a locally
@@ -210,14 +212,17 @@ def noise_rel(y: np.ndarray, window: int = NOISE_WINDOW) -> np.ndarray:
     deviation s * sqrt(6)) as 1.4826 * MAD / sqrt(6) over the `window` or so differences
     around i, leaving out the three that contain y[i] (so a spike never raises its own
     noise level, and a spike score is linear in y[i]).  Relative, because a loss's noise
-    scales with it: early steps at 10 nats are noisier than late ones at 2.  NaN where
-    fewer than `NOISE_MIN` finite differences are at hand (a short curve)."""
+    scales with it: early steps at 10 nats are noisier than late ones at 2;
+    `relative=False` measures a series near 0 (a gap) in its own units.  NaN where fewer
+    than `NOISE_MIN` finite differences are at hand (a short curve)."""
     y = np.asarray(y, np.float64)
     n = len(y)
     if n < 5:
         return np.full(n, np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
-        d2 = (y[2:] - 2 * y[1:-1] + y[:-2]) / np.abs(y[1:-1])  # d2[j]: centred on y[j + 1]
+        d2 = y[2:] - 2 * y[1:-1] + y[:-2]  # d2[j]: centred on y[j + 1]
+        if relative:
+            d2 = d2 / np.abs(y[1:-1])
     h = window // 2 + 1
     pad = np.full(h + 1, np.nan)
     wins = np.lib.stride_tricks.sliding_window_view(np.concatenate([pad, d2, pad]),
@@ -271,22 +276,38 @@ def spike_scores(y: np.ndarray, sigma: np.ndarray | None = None,
     relative noise level at i (`noise_rel`, or `sigma`) times |fitted value| times
     sqrt(1 + sum c^2) (c: the fit's weights; 1.07 inside the curve, 1.32 at its ends),
     floored at `SPIKE_REL_FLOOR` of the fitted value (a noiseless curve's zero noise must
-    not turn rounding into spikes).  White noise scores N(0, 1).  NaN where a value of
-    the window is not finite, the noise is not measured, or the curve is shorter than
-    2 half + 1 steps."""
+    not turn rounding into spikes).  White noise scores N(0, 1).  The fit's end weights
+    are negative, so a big spike would lower the fit `half` steps away and score a ghost
+    there: values scoring above `SPIKE_CLEAN_Z` are replaced by their fit in the other
+    steps' windows, and every step is scored again.  NaN where a value of the window is
+    not finite, the noise is not measured, or the curve is shorter than 2 half + 1
+    steps."""
     y = np.asarray(y, np.float64)
+    if len(y) < 2 * half + 1:
+        return np.full(len(y), np.nan)
+    sig = noise_rel(y) if sigma is None else sigma
+    score, fit = _fit_scores(y, sig, half)
+    with np.errstate(invalid="ignore"):
+        out = score > SPIKE_CLEAN_Z
+    if out.any():  # a big spike in a neighbour's window must not make that one a spike
+        score = _fit_scores(y, sig, half, np.where(out, fit, y))[0]
+    return score
+
+
+def _fit_scores(y: np.ndarray, sig: np.ndarray, half: int, around: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, fitted values) of `spike_scores` in one pass: each y[i] against the fit
+    through the values `around` it (default y; a step's own value never enters its fit)."""
     n, w = len(y), 2 * half + 1
-    if n < w:
-        return np.full(n, np.nan)
     coefs = _fit_coefs(half)
     start = np.clip(np.arange(n) - half, 0, n - w)
     pos = np.arange(n) - start
-    fit = np.sum(np.lib.stride_tricks.sliding_window_view(y, w)[start] * coefs[pos], axis=1)
+    src = y if around is None else around
+    fit = np.sum(np.lib.stride_tricks.sliding_window_view(src, w)[start] * coefs[pos], axis=1)
     lever = np.sqrt(1 + np.sum(coefs[pos] ** 2, axis=1))
-    sig = noise_rel(y) if sigma is None else sigma
     spread = np.maximum(sig * lever, SPIKE_REL_FLOOR) * np.abs(fit)
     with np.errstate(invalid="ignore"):
-        return (y - fit) / spread
+        return (y - fit) / spread, fit
 
 
 def new_spikes(cand: np.ndarray, base: np.ndarray, k: float,
@@ -369,10 +390,13 @@ def compare(cand: Curve, base: Curve, limits: CurveLimits) -> CurveComparison:
     m["max_abs_gap"] = float(np.max(np.abs(gap))) if np.all(np.isfinite(gap)) else math.inf
     m["max_abs_gap_ema"] = float(np.max(np.abs(gap_ema))) if finite else math.inf
     m["mean_gap"] = float(np.mean(gap))
-    sig_c, sig_b = _filled(noise_c), _filled(noise_b)
-    var = (sig_c * al.cand) ** 2 + (sig_b * al.base) ** 2  # of one step's loss difference
+    # The gap's own noise (not the runs'): noise the two runs share (the same batches in
+    # the same order) cancels in it, and only what differs between them is noise to it.
+    sig_g = _filled(noise_rel(gap, relative=False))
+    var = (sig_g * al.base) ** 2  # of one step's loss difference
     with np.errstate(invalid="ignore", divide="ignore"):
-        m["noise_rel"] = [float(np.median(sig_c)), float(np.median(sig_b))]
+        m["noise_rel"] = [float(np.median(_filled(noise_c))), float(np.median(_filled(noise_b)))]
+        m["gap_noise"] = float(np.median(sig_g))
         wt = trapezoid_weights(al.steps)
         se_auc = float(np.sqrt(np.sum(wt ** 2 * var)) / abs(np.sum(wt * al.base)))
         w = final_window(n)

@@ -289,3 +289,39 @@ def test_cli_reads_the_gates_own_json(tmp_path, capsys):
     assert main(["curves", f"{gate}", f"{gate}@bf16"]) == 2
     assert "say which curve" in capsys.readouterr().err
     assert main(["curves", f"{gate}@triton/fp8", f"{gate}@bf16"]) == 2
+
+
+def _pair(rng, n=300, r=0.01):
+    """Two runs of one power-law loss trend with independent 1% noise, and the trend."""
+    t = 2.2 + 8.0 * (1 + np.arange(n) / rng.uniform(3, 15)) ** -rng.uniform(0.4, 1.0)
+    return (t * (1 + r * rng.standard_normal(n)), t * (1 + r * rng.standard_normal(n)), t)
+
+
+def test_noise_level_and_scores_are_calibrated():
+    """On white noise the relative noise level is its deviation and spike scores are
+    N(0, 1): the thresholds mean what their docstrings say."""
+    rng = np.random.default_rng(11)
+    y = 3.0 * (1 + 0.01 * rng.standard_normal(2000))
+    assert np.nanmedian(curves.noise_rel(y)) == pytest.approx(0.01, rel=0.05)
+    s = curves.spike_scores(y)
+    assert np.nanstd(s) == pytest.approx(1.0, rel=0.1) and abs(np.nanmean(s)) < 0.1
+
+
+def test_false_alarms_and_detection_at_stated_sizes():
+    """The benchmark's claims at one size (benchmarks/curves.py measures all): pairs that
+    differ only by noise pass; a 2% gap after warm-up and a 10-sigma spike fail."""
+    rng = np.random.default_rng(25)
+    trials = 100
+    alarms = gap = spike = 0
+    for _ in range(trials):
+        cand, base, t = _pair(rng)
+        alarms += not compare(Curve.of(cand), Curve.of(base), STRICT).passed
+        shifted = cand.copy()
+        shifted[30:] *= 1.02
+        gap += not compare(Curve.of(shifted), Curve.of(base), STRICT).passed
+        at = int(rng.integers(30, 300))
+        spiked = cand.copy()
+        spiked[at] += 10 * 0.01 * t[at]
+        cmp = compare(Curve.of(spiked), Curve.of(base), STRICT)
+        spike += cmp.metrics["new_spikes"] == [at]
+    assert alarms <= 2 and gap >= 95 and spike >= 95, (alarms, gap, spike)
