@@ -27,7 +27,9 @@ def read_log(spec: str, opts: LogOptions | None = None) -> LogRecords:
     line naming the file (and the line, where one is at fault), for a missing, binary or
     unreadable file, an unknown format, an option the format does not take, or a log
     without step / loss records."""
-    path_s, _, selector = spec.partition("@")
+    path_s, selector = spec, ""
+    if "@" in spec and not Path(spec).exists():  # a path may hold an @ itself
+        path_s, _, selector = spec.rpartition("@")
     opts = replace(opts or LogOptions(), selector=selector)
     path = Path(path_s)
     if not path.exists():

@@ -1,10 +1,10 @@
-"""Which reader a log needs, from its content (the extension only breaks no tie): the
-format names of `--format` and how each is recognised.
+"""Which reader a log needs, from its content (not its extension): the format names of
+`--format` and how each is recognised.
 
-Order: a directory or binary file is TensorBoard (an event file's records are binary;
-any other binary file is an error naming it); then console logs, by the line their stack
-prints for a training step (Megatron `iteration N/ M |`, MaxText `completed step: N,`,
-torchtitan `step: N  loss:`), searched in the first `SNIFF_LINES` lines; then JSON (the
+Order: a directory, or a binary file named `*tfevents*`, is TensorBoard (any other binary
+file is an error naming it); then console logs, by the line their stack prints for a
+training step (Megatron `iteration N/ M |`, MaxText `completed step: N,`, torchtitan
+`step: N  loss:`), anywhere in the log (start-up output can be long); then JSON (the
 gate's own result file, a MaxText metrics file by its `learning/loss` key, else JSONL);
 then CSV (a W&B panel export by its `RUN - METRIC` / `__MIN` columns, W&B history by
 `_step`, else CSV).
@@ -36,7 +36,6 @@ FORMATS: dict[str, tuple[Reader, frozenset[str]]] = {
     "jsonl": (plain.read_jsonl, frozenset({"step_key", "loss_key"})),
     "gate": (plain.read_gate, frozenset({"selector"})),
 }
-SNIFF_LINES = 2000
 CONSOLE = (("megatron", megatron.LINE), ("maxtext-log", maxtext.LINE),
            ("torchtitan", torchtitan.LINE))
 
@@ -55,11 +54,11 @@ def is_binary(head: bytes) -> bool:
 
 def detect_text(text: str) -> str:
     """The format of a text log (module docstring)."""
-    lines = text.splitlines()[:SNIFF_LINES]
+    plain_text = strip_ansi(text)
     for name, pat in CONSOLE:
-        if any(pat.search(strip_ansi(ln)) for ln in lines):
+        if pat.search(plain_text):
             return name
-    first = next((ln.strip() for ln in lines if ln.strip()), "")
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     if first.startswith("{"):
         if plain.gate_results(text) is not None:
             return "gate"
