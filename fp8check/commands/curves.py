@@ -64,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
             shown = "all finite" if c.passed else f"non-finite from step {c.value}"
         elif c.name == "new_spikes":
             shown = f"{c.value} {m['new_spikes']}"
+        elif c.name == "max_abs_gap_ema":  # counted only where beyond the gap's noise
+            shown = (f"{c.value:.4%} beyond noise (limit {c.limit:.2%}; largest "
+                     f"|EMA gap| {m['max_abs_gap_ema']:.4%})")
         else:  # the relative gaps
             shown = f"{c.value:+.4%} (limit |.| <= {c.limit:.2%})"
         print(f"  {'ok  ' if c.passed else 'FAIL'} {c.name}: {shown}")
