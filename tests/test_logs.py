@@ -195,3 +195,15 @@ def test_a_restarted_tensorboard_run_keeps_the_later_files_steps(tmp_path):
     c = load_curve(str(tb))
     fp8 = load_curve(str(LOGS / "tb_fp8"))
     assert np.array_equal(c.loss, fp8.loss) and any("100 repeated" in n for n in c.notes)
+
+
+@pytest.mark.parametrize("key", ["loss_metrics/global_avg_loss", "lm loss", "learning/loss",
+                                 "train/loss"])
+def test_each_stacks_own_loss_key_is_found_without_flags(tmp_path, key):
+    """W&B history of a torchtitan, Megatron-LM, MaxText or generic run: the stack's loss
+    key is a default, other metrics beside it are not taken for it."""
+    p = tmp_path / "history.csv"
+    p.write_text(f"_step,grad_norm,{key},lr\n" + "".join(f"{s},1.5,{9 - s},0.1\n"
+                                                          for s in range(5)))
+    rec = read_log(str(p))
+    assert rec.fmt == "wandb" and rec.loss.tolist() == [9, 8, 7, 6, 5]
