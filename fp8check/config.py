@@ -11,6 +11,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from fp8check.userfiles import read_text
+
 DEFAULT_TIMEOUT = 600.0  # seconds per result: generous (a smoke result takes at most ~17 s here)
 
 
@@ -35,41 +37,68 @@ class GateConfig:
 _KEYS = {f.name for f in fields(GateConfig)}
 
 
-def _coerce(key: str, value: Any) -> Any:
+def _coerce(key: str, value: Any, src: str) -> Any:
+    """`value` of `key` as GateConfig holds it; ValueError naming the key, the file and
+    what is expected."""
+    def bad(expected: str) -> ValueError:
+        return ValueError(f"{src}: [tool.fp8check] {key} = {_toml(value)}: expected {expected}")
+
     if key in ("layers", "kernels"):
-        if isinstance(value, int | str):
-            value = [value]
-        if not isinstance(value, list):
-            raise ValueError(f"[tool.fp8check] {key} must be a list")
-        return tuple(int(v) if key == "layers" else str(v) for v in value)
+        item = int if key == "layers" else str
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, item) and not isinstance(v, bool) for v in values):
+            raise bad("a list of integers, e.g. layers = [1, 2]" if key == "layers" else
+                      'a list of strings, e.g. kernels = ["pallas", "mypkg.kernels:gmm"]')
+        return tuple(values)
     if key == "isolate":
         if not isinstance(value, bool):
-            raise ValueError("[tool.fp8check] isolate must be true or false")
+            raise bad("true or false, e.g. isolate = false")
         return value
     if key == "timeout":
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ValueError("[tool.fp8check] timeout must be a positive number of seconds")
+            raise bad("a positive number of seconds, e.g. timeout = 600")
         return float(value)
     if key == "seed":
-        if not isinstance(value, int):
-            raise ValueError("[tool.fp8check] seed must be an integer")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise bad("an integer, e.g. seed = 0")
         return value
     if not isinstance(value, str):
-        raise ValueError(f"[tool.fp8check] {key} must be a string")
+        raise bad(f'a string, e.g. {key} = "..."')
     return value
 
 
+def _toml(value: Any) -> str:
+    """`value` roughly as TOML writes it (for messages)."""
+    if isinstance(value, str):
+        return '"' + value.replace('"', '\\"') + '"'
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{...}"
+    return str(value)
+
+
 def load_config(cwd: str | Path = ".") -> GateConfig:
-    """Defaults overlaid with `[tool.fp8check]` from `cwd/pyproject.toml` (if present)."""
+    """Defaults overlaid with `[tool.fp8check]` from `cwd/pyproject.toml` (if present).
+    ValueError (one line naming the file and the key) for invalid TOML, a `tool` or
+    `tool.fp8check` that is not a table, an unknown key or a value of the wrong type."""
     path = Path(cwd) / "pyproject.toml"
     if not path.is_file():
         return GateConfig()
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(read_text(path, "a TOML file"))
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: invalid TOML: {e}") from e
-    table = data.get("tool", {}).get("fp8check", {})
+    tool = data.get("tool", {})
+    table = tool.get("fp8check", {}) if isinstance(tool, dict) else {}
+    if not isinstance(tool, dict) or not isinstance(table, dict):
+        name, value = ("tool", tool) if not isinstance(tool, dict) else ("tool.fp8check", table)
+        raise ValueError(f"{path}: {name} = {_toml(value)}: expected a table, e.g. "
+                         f"[tool.fp8check] followed by key = value lines")
     unknown = sorted(set(table) - _KEYS)
     if unknown:
-        raise ValueError(f"{path}: unknown [tool.fp8check] keys: {', '.join(unknown)}")
-    return replace(GateConfig(), **{k: _coerce(k, v) for k, v in table.items()})
+        raise ValueError(f"{path}: unknown [tool.fp8check] keys: {', '.join(unknown)} "
+                         f"(known: {', '.join(sorted(_KEYS))})")
+    return replace(GateConfig(), **{k: _coerce(k, v, str(path)) for k, v in table.items()})

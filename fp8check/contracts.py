@@ -219,17 +219,25 @@ def to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+def _array_or_as_is(x: Any) -> Any:
+    """`to_numpy(x)` for an array of any framework; anything else (None, a list, a
+    number) as it is, so that a wrong return is reported as what it was."""
+    is_array = hasattr(x, "__array__") or type(x).__module__.startswith("torch")
+    return to_numpy(x) if is_array else x
+
+
 def call_kernel(spec: KernelSpec, args: Sequence[np.ndarray], out_dtype: str | None = None) -> Any:
-    """Call `spec.fn` on numpy `args` converted to its framework; results come back as numpy
-    (a tuple for quantizers).  Exceptions from the kernel propagate."""
+    """Call `spec.fn` on numpy `args` converted to its framework; arrays come back as
+    numpy (a quantizer's (values, scales) as a tuple of them).  Whatever else the kernel
+    returns comes back as it is.  Exceptions from the kernel propagate."""
     fargs = [to_framework(a, spec.framework) for a in args]
     kwargs = {}
     if out_dtype is not None and len(spec.out_dtypes) > 1:
         kwargs["out_dtype"] = framework_dtype(spec.framework, out_dtype)
     out = spec.fn(*fargs, **kwargs)
-    if isinstance(out, tuple | list):
-        return tuple(to_numpy(o) for o in out)
-    return to_numpy(out)
+    if spec.contract == "quantizer" and isinstance(out, tuple | list):
+        return tuple(_array_or_as_is(o) for o in out)
+    return _array_or_as_is(out)
 
 
 # --- plain functions as kernels -----------------------------------------------------------

@@ -44,6 +44,7 @@ def _gate(*args):
 
 def test_pass_and_fail_with_all_outputs(kernels, tmp_path, capsys):
     out = tmp_path / "out"
+    out.mkdir()
     rc = _gate("--kernel", f"{kernels}:good", "--kernel", f"{kernels}:truncating",
                "--json", str(out / "g.json"), "--junit", str(out / "g.xml"),
                "--report", str(out / "g.html"))
@@ -80,9 +81,16 @@ def test_pass_and_fail_with_all_outputs(kernels, tmp_path, capsys):
     assert "fidelity_fixes" in env["kernels"]["numpy-fp8-deepgemm"]
     assert doc["summary"]["n_failed"] == len(failing) and doc["summary"]["passed"] is False
 
-    lines = (out / "g.jsonl").read_text().splitlines()
-    assert json.loads(lines[0])["event"] == "start"
-    assert [json.loads(x)["case"] for x in lines[1:]] == [r["case"] for r in results]
+    lines = [json.loads(x) for x in (out / "g.jsonl").read_text().splitlines()]
+    assert lines[0]["event"] == "start" and lines[0]["planned"] == len(results)
+    assert lines[0]["environment"] == env
+    assert [x["case"] for x in lines[1:-1]] == [r["case"] for r in results]
+    assert lines[-1] == {"event": "end", "n_results": len(results)}
+    from fp8check.results import read_document
+
+    streamed = read_document(out / "g.jsonl")  # the stream reads as the document it became
+    assert streamed["results"] == results and streamed["summary"] == doc["summary"]
+    assert read_document(out / "g.json") == doc
 
     junit = ET.parse(out / "g.xml").getroot()
     assert len(junit.findall(".//testcase")) == len(results)
@@ -198,13 +206,17 @@ def test_results_of_a_version_1_document_are_read_as_version_2(tmp_path):
     """`fp8check report` and `merge` read documents written before layer ids were
     integers: layer "op" is layer 1 and criteria have no recorded relation."""
     from fp8check.results import read_json, results_of
+    from tests.test_documents import make_document
 
-    v1 = {"version": 1, "summary": {}, "environment": {}, "results": [
-        {"kernel": "k", "layer": "op", "case": "c", "passed": False, "metrics": {},
-         "criteria": {"bound_ratio": {"question": "correctness", "value": 2.0, "limit": 1.0,
-                                      "passed": False}},
-         "failed": ["bound_ratio"], "skipped": None, "error": None, "repro": "x",
-         "seconds": 0.5}]}
+    written = make_document([])  # a version-1 summary and environment were the same
+    v1 = {"version": 1, "summary": written["summary"],
+          "environment": written["environment"], "results": [
+              {"kernel": "k", "layer": "op", "case": "c", "passed": False, "metrics": {},
+               "criteria": {"bound_ratio": {"question": "correctness", "value": 2.0,
+                                            "limit": 1.0, "passed": False}},
+               "failed": ["bound_ratio"], "skipped": None, "error": None, "repro": "x",
+               "seconds": 0.5}]}
+    del v1["summary"]["complete"]
     p = tmp_path / "v1.json"
     p.write_text(json.dumps(v1))
     doc = read_json(p)

@@ -131,3 +131,53 @@ def test_spec_target_must_agree_with_flags(tmp_path):
     assert spec_from_target(f"{f}:K", None, None).name == "k"
     with pytest.raises(ValueError, match="disagrees"):
         spec_from_target(f"{f}:K", "tgmm", None)
+
+
+@pytest.mark.parametrize("returns, what", [
+    (lambda out: out.tolist(), "a list"),
+    (lambda out: None, "None"),
+    (lambda out: (out,), "a tuple"),
+    (lambda out: 1.5, "a float"),
+])
+def test_a_wrong_return_is_reported_as_what_it_was(returns, what):
+    """A kernel returning a list was reported as "returned tuple", None as "returned
+    shape ()": the result says what came back and what was expected."""
+    from fp8check.cases import build_suite
+    from fp8check.layers.op import validate_case
+    from fp8check.profiles import get_profile
+
+    case = next(c for c in build_suite("smoke") if c.out_dtype == "f32")
+
+    def kernel(lhs, rhs, group_sizes, out_dtype=None):
+        m, n = lhs.shape[0], rhs.shape[-1]
+        return returns(np.zeros((m, n), np.float32))
+
+    spec = KernelSpec(name="odd", contract="gmm", framework="numpy", fn=kernel)
+    res = validate_case(spec, case, get_profile("strict"))
+    assert res.passed is False
+    assert res.error.startswith(f"bad output: returned {what}, expected an array of shape (")
+    assert res.error.endswith(") float32")
+
+
+@pytest.mark.parametrize("returns, what", [
+    (lambda v, s: [v, s], None),  # a list of the two arrays is accepted
+    (lambda v, s: None, "None"),
+    (lambda v, s: (v, s, v), "a tuple"),
+])
+def test_a_quantizer_must_return_values_and_scales(returns, what):
+    from fp8check.cases import build_suite
+    from fp8check.layers.op import validate_case
+    from fp8check.profiles import get_profile
+    from fp8check.references import quantize
+
+    def quantizer(x):
+        q = quantize(np.asarray(x, np.float32), (1, 128), "deepgemm")
+        return returns(q.values, q.scales)
+
+    spec = KernelSpec(name="q", contract="quantizer", framework="numpy", fn=quantizer,
+                      recipe="deepgemm", block=(1, 128))
+    res = validate_case(spec, build_suite("smoke")[0], get_profile("strict"))
+    if what is None:
+        assert res.error is None
+    else:
+        assert res.error == f"bad output: returned {what}, expected a tuple (values, scales)"

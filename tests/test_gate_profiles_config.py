@@ -2,6 +2,7 @@
 
 import pytest
 
+from fp8check.cli import main
 from fp8check.config import GateConfig, load_config
 from fp8check.profiles import PROFILES, get_profile, sqnr_band
 
@@ -51,7 +52,7 @@ def test_config_reads_tool_table(tmp_path):
     "text, msg",
     [
         ('[tool.fp8check]\nsuit = "ci"\n', "unknown"),
-        ('[tool.fp8check]\nseed = "zero"\n', "seed must be an integer"),
+        ('[tool.fp8check]\nseed = "zero"\n', 'seed = "zero": expected an integer'),
         ("[tool.fp8check\n", "invalid TOML"),
     ],
 )
@@ -59,3 +60,28 @@ def test_bad_config_is_a_value_error(tmp_path, text, msg):
     (tmp_path / "pyproject.toml").write_text(text)
     with pytest.raises(ValueError, match=msg):
         load_config(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "text, msg",
+    [
+        # a comma list as in --layers: the key, the file and what is expected
+        ('[tool.fp8check]\nlayers = "1,2"\n',
+         '[tool.fp8check] layers = "1,2": expected a list of integers, e.g. layers = [1, 2]'),
+        ('[tool.fp8check]\nkernels = [1]\n', "kernels = [1]: expected a list of strings"),
+        # not a table: said as such, not as "unknown keys: x"
+        ('[tool]\nfp8check = "x"\n', 'tool.fp8check = "x": expected a table'),
+        ('tool = "x"\n', 'tool = "x": expected a table'),
+        ('[tool.fp8check]\nsuit = "ci"\n', "unknown [tool.fp8check] keys: suit (known: "),
+    ],
+)
+def test_bad_config_names_the_file_and_the_key(tmp_path, monkeypatch, capsys, text, msg):
+    (tmp_path / "pyproject.toml").write_text(text)
+    with pytest.raises(ValueError) as e:
+        load_config(tmp_path)
+    assert str(e.value).startswith(f"{tmp_path / 'pyproject.toml'}: ") and msg in str(e.value)
+    assert "invalid literal" not in str(e.value) and "unknown keys: x" not in str(e.value)
+    monkeypatch.chdir(tmp_path)  # the command line: exit 2, the same one line
+    assert main(["gate", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"fp8check: error: {e.value}\n"

@@ -62,14 +62,19 @@ def test_jobs_give_identical_results(kernels, tmp_path):
 
 
 def test_merge_rejects_overlapping_or_mismatched_shards(kernels, tmp_path):
-    _, doc = _gate(kernels, tmp_path / "a.json", "--suite", "smoke")
-    with pytest.raises(ValueError, match="two shards"):
-        merge_documents([doc, doc])
-    other = json.loads(json.dumps(doc))
+    _, doc = _gate(kernels, tmp_path / "a.json", "--suite", "smoke", "--shard", "1/2")
+    _, doc2 = _gate(kernels, tmp_path / "b.json", "--suite", "smoke", "--shard", "2/2")
+    with pytest.raises(ValueError, match="shard 1 appears in a.json and b.json"):
+        merge_documents([("a.json", doc), ("b.json", doc)])
+    dup = json.loads(json.dumps(doc2))
+    dup["results"].append(doc["results"][0])
+    with pytest.raises(ValueError, match=r"result \S+ layer 1 \S+ appears in a.json and b.json"):
+        merge_documents([("a.json", doc), ("b.json", dup)])
+    other = json.loads(json.dumps(doc2))
     other["environment"]["seed"] = 7
-    other["results"] = []
-    with pytest.raises(ValueError, match="disagree on seed"):
-        merge_documents([doc, other])
+    with pytest.raises(ValueError, match="seed differs: 0 in a.json, 7 in b.json"):
+        merge_documents([("a.json", doc), ("b.json", other)])
+    assert merge_documents([("a.json", doc), ("b.json", doc2)])["summary"]["complete"]
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     assert main(["merge", str(bad), "-o", str(tmp_path / "m.json")]) == 2

@@ -96,6 +96,7 @@ def test_torch_kernel_without_hopper_jobs_is_skipped_not_passed(tmp_path):
     assert r["passed"] is None and "hopper_jobs" in r["skipped"]
     assert doc["summary"]["n_passed"] == 0
     assert "SKIP" in err and "hopper_jobs" in err
+    assert rc == 1 and doc["summary"]["passed"] is False  # nothing was checked
 
 
 def test_torch_kernel_with_hopper_jobs_compiles_for_sm90a(tmp_path):

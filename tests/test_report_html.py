@@ -227,14 +227,15 @@ def test_report_command_rebuilds_the_gate_report(tmp_path, capsys):
     doc, page = _rendered()
     src = tmp_path / "results.json"
     src.write_text(json.dumps(doc))
-    out = tmp_path / "sub" / "report.html"
+    out = tmp_path / "report.html"
     assert main(["report", str(src), "-o", str(out)]) == 0
     assert out.read_text() == page
 
 
 @pytest.mark.parametrize("content, why", [
-    (None, "does not exist"), ("{not json", "not JSON"), ('{"results": []}', "not a gate"),
-    ('{"event": "start", "environment": {}}\n', "not a gate"),
+    (None, "results.json: no such file"), ("{not json", "not JSON"),
+    ('{"results": []}', "not a gate"),
+    ('{"event": "start", "environment": {}}\n', "line 1: environment: missing key 'python'"),
 ])
 def test_report_command_bad_input_is_one_line_exit_2(tmp_path, capsys, content, why):
     src = tmp_path / "results.json"

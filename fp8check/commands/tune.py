@@ -37,6 +37,7 @@ from fp8check.tune.native import NativeCheck
 from fp8check.tune.output import finalists_table, round_table, snippet, tune_section
 from fp8check.tune.search import TilingSearch
 from fp8check.tune.shapes import NAMED_SHAPES, parse_shape
+from fp8check.userfiles import check_output
 
 KERNELS = ("pallas-fp8",)
 _SEED_TILING = re.compile(r"^(fwd|tgmm|dgrad)=(\d+)x(\d+)x(\d+)$")
@@ -82,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
     if args.kernel not in KERNELS:
         raise UsageError(f"--kernel {args.kernel!r}: the search supports {', '.join(KERNELS)}")
     with usage_errors():
+        for option in ("json", "report", "emit"):
+            if getattr(args, option):
+                check_output(getattr(args, option), f"--{option}")
         shape = parse_shape(args.shape)
         phases = tuple(p.strip() for p in args.phases.split(",") if p.strip())
         measured = args.fitness == "measured" or (args.fitness == "auto" and native_available())
@@ -95,12 +99,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"fp8check tune: {args.kernel} at {shape.label()}, phases {','.join(phases)}, "
           f"seed {args.seed}, fitness: {label}")
     print(f"  {proxy_note(shape)}")
-    search = TilingSearch(
-        shape, checker, rounds=args.rounds, population=args.population, seed=args.seed,
-        finalists=args.finalists, phases=phases, fitness_label=label,
-        fitness=(lambda ph, t: measure_us(ph, t, shape)) if measured else None,
-        extra_seeds=starts, native_check=native_check,
-        on_round=lambda r, states: print(round_table(r, states, label), flush=True))
+    with usage_errors():  # the search's own argument checks
+        search = TilingSearch(
+            shape, checker, rounds=args.rounds, population=args.population, seed=args.seed,
+            finalists=args.finalists, phases=phases, fitness_label=label,
+            fitness=(lambda ph, t: measure_us(ph, t, shape)) if measured else None,
+            extra_seeds=starts, native_check=native_check,
+            on_round=lambda r, states: print(round_table(r, states, label), flush=True))
     try:
         res = search.run()
     except registry.KernelLoadError as e:
@@ -122,7 +127,6 @@ def run(args: argparse.Namespace) -> int:
 
         write_html(args.report, doc, workers=None)
     if args.emit:
-        Path(args.emit).parent.mkdir(parents=True, exist_ok=True)
         Path(args.emit).write_text(json.dumps(best) + "\n")
     missing = [ph for ph, t in best.items() if t is None]
     if missing:

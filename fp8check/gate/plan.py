@@ -14,6 +14,7 @@ from fp8check.config import GateConfig
 from fp8check.errors import UsageError, usage_errors
 from fp8check.gate.repro import PlainDeclarations
 from fp8check.profiles import get_profile
+from fp8check.userfiles import check_output
 
 # Where the gate writes what no option places: the working directory's fp8check-out/.
 OUT_DIR = Path("fp8check-out")
@@ -152,6 +153,10 @@ def make_plan(opts: GateOptions, cfg: GateConfig) -> tuple[GatePlan, str | None]
         raise UsageError(f"--timeout must be a positive number of seconds, got {cfg.timeout}")
     shard = parse_shard(opts.shard)
     with usage_errors():
+        for option in ("json", "jsonl", "junit", "report"):  # fp8check-out/ is made if needed
+            path = getattr(cfg, option)
+            if path and Path(path).parent != OUT_DIR:
+                check_output(path, f"--{option}")
         get_profile(cfg.profile)
         targets = parse_targets(opts.targets) if 0 in cfg.layers else ()
         if 1 in cfg.layers:

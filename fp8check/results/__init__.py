@@ -7,6 +7,7 @@ from fp8check.results.documents import (
     document,
     environment,
     package_versions,
+    read_document,
     read_json,
     results_of,
     tally,
@@ -26,5 +27,5 @@ from fp8check.results.model import (
 __all__ = [
     "LAYER_NAMES", "RELATIONS", "RESULTS_VERSION", "CaseResult", "Criterion", "JsonlStream",
     "Relation", "document", "environment", "holds", "jsonable", "package_versions",
-    "read_json", "results_of", "tally", "write_json", "write_junit",
+    "read_document", "read_json", "results_of", "tally", "write_json", "write_junit",
 ]

@@ -52,9 +52,20 @@ def criterion(name: str, value: Any, relation: Any, limit: Any, **kw: Any) -> Cr
                            meaning=MEANINGS[name], **kw)
 
 
+def returned(out: Any) -> str:
+    """What a kernel returned, for messages: "None", "a list", "an int"."""
+    if out is None:
+        return "None"
+    name = type(out).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
 def shape_error(out: Any, expected: tuple[int, ...], out_dtype: str) -> str | None:
+    """What is wrong with a kernel's output `out` (as `call_kernel` returns it), in
+    words ("returned a list, expected an array of shape ..."), or None."""
     if not isinstance(out, np.ndarray):
-        return f"returned {type(out).__name__}, expected an array"
+        return (f"returned {returned(out)}, expected an array of shape {expected} "
+                f"{NUMPY_DTYPES[out_dtype]}")
     if out.shape != expected:
         return f"returned shape {out.shape}, expected {expected}"
     if out.dtype != NUMPY_DTYPES[out_dtype]:

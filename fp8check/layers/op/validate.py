@@ -15,6 +15,7 @@ from fp8check.layers.op.criteria import (
     criterion,
     output_criteria,
     quantizer_output_criteria,
+    returned,
     same_bits,
     shape_error,
 )
@@ -99,6 +100,8 @@ def _quantizer_criteria(spec: KernelSpec, inp: CaseInputs, m: dict[str, Any]) ->
     x = inp.w if tuple(spec.block) == (128, 128) else inp.x
     x = x.astype(NUMPY_DTYPES[spec.in_dtype])
     runs = [call_kernel(spec, (x,)) for _ in range(2 if spec.deterministic else 1)]
+    if not (isinstance(runs[0], tuple) and len(runs[0]) == 2):
+        raise BadOutput(f"returned {returned(runs[0])}, expected a tuple (values, scales)")
     values, scales = runs[0]
     if spec.recipe is None:
         raise ValueError(f"quantizer {spec.name} declares no recipe")
