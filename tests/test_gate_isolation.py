@@ -149,6 +149,8 @@ def test_an_interrupt_writes_the_results_so_far_marked_incomplete(tmp_path, kern
     doc, results = _by_kernel(tmp_path)
     assert doc["summary"]["complete"] is False and doc["summary"]["passed"] is False
     assert list(results) == [(GOOD, CASE)] and results[(GOOD, CASE)]["passed"] is True
+    events = [json.loads(line).get("event") for line in stream.read_text().splitlines()]
+    assert events == ["start", None]  # one result, no end event: the stream is incomplete
 
 
 def test_no_isolate_runs_in_process_and_says_so(tmp_path, kernels):
