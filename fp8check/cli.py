@@ -1,25 +1,22 @@
 """`fp8check`: the command line.  Sub-commands live in `fp8check.commands`.
 
-Exit status: 0 success (every gate result passed); 1 a failed check (an accuracy
-failure, a built-in kernel that failed to load); 2 bad usage or bad input (one line on
-stderr, no traceback); 3 an internal error of fp8check (one line on stderr naming a file
-that holds the traceback).
+Exit status: `fp8check.exitcodes` (0 pass, 1 fail, 2 bad usage or input, 3 internal
+error, 130/143 interrupted).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import traceback
 from typing import NoReturn
 
+from fp8check import exitcodes
 from fp8check.commands import register_all
-from fp8check.errors import UsageError
-
-EXIT_USAGE = 2
-EXIT_INTERNAL = 3
+from fp8check.errors import Interrupted, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,7 +26,8 @@ class _Parser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="fp8check", description="Numerical-accuracy gate for FP8 grouped-matmul "
-                                             "kernels.")
+                                             "kernels.", epilog=exitcodes.HELP,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     register_all(p.add_subparsers(dest="command", required=True))
     return p
 
@@ -42,7 +40,7 @@ def _internal_error(e: Exception) -> int:
     first = str(e).splitlines()[0] if str(e) else ""
     print(f"fp8check: internal error: {type(e).__name__}: {first} (traceback in {fh.name})",
           file=sys.stderr)
-    return EXIT_INTERNAL
+    return exitcodes.INTERNAL
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,9 +50,13 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except UsageError as e:
         print(f"fp8check: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return exitcodes.USAGE
+    except (KeyboardInterrupt, Interrupted) as e:  # before or after a gate's run: no results
+        signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        print(f"fp8check: interrupted by {signal.Signals(signum).name}", file=sys.stderr)
+        return exitcodes.interrupted(signum)
     except BrokenPipeError:  # the reader went away (`fp8check list | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return exitcodes.FAIL
     except Exception as e:  # a bug of fp8check, not the user's: never exit 0, 1 or 2
         return _internal_error(e)

@@ -13,6 +13,8 @@ from typing import Any
 
 from fp8check.userfiles import read_text
 
+DEFAULT_TIMEOUT = 600.0  # seconds per result: generous (a smoke result takes at most ~17 s here)
+
 
 @dataclass(frozen=True)
 class GateConfig:
@@ -28,6 +30,8 @@ class GateConfig:
     report: str | None = None
     jsonl: str | None = None  # streaming log (None: gate.plan.jsonl_path decides)
     kernels: tuple[str, ...] = ()
+    isolate: bool = True  # each kernel call in a worker process (fp8check.gate.isolation)
+    timeout: float = DEFAULT_TIMEOUT  # seconds one result may take before its worker is killed
 
 
 _KEYS = {f.name for f in fields(GateConfig)}
@@ -46,6 +50,14 @@ def _coerce(key: str, value: Any, src: str) -> Any:
             raise bad("a list of integers, e.g. layers = [1, 2]" if key == "layers" else
                       'a list of strings, e.g. kernels = ["pallas", "mypkg.kernels:gmm"]')
         return tuple(values)
+    if key == "isolate":
+        if not isinstance(value, bool):
+            raise bad("true or false, e.g. isolate = false")
+        return value
+    if key == "timeout":
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise bad("a positive number of seconds, e.g. timeout = 600")
+        return float(value)
     if key == "seed":
         if not isinstance(value, int) or isinstance(value, bool):
             raise bad("an integer, e.g. seed = 0")

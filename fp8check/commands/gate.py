@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from fp8check import cases as cases_mod
-from fp8check import registry
+from fp8check import exitcodes, registry
+from fp8check.config import DEFAULT_TIMEOUT
 from fp8check.contracts import CONTRACTS, FRAMEWORKS, OUT_DTYPES
 from fp8check.gate.plan import GateOptions
 from fp8check.gate.repro import PlainDeclarations
@@ -14,7 +15,8 @@ from fp8check.profiles import PROFILES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    g = subparsers.add_parser("gate", help="run the accuracy gate")
+    g = subparsers.add_parser("gate", help="run the accuracy gate", epilog=exitcodes.HELP,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     g.add_argument("--kernel", action="append", default=None,
                    help="built-in name, family, module:attr or file.py:attr (repeatable; "
                         "default: every built-in kernel)")
@@ -41,7 +43,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "1-2 (family k of layers 0 and 3) goes to shard k mod n + "
                                    "1; join with `fp8check merge`")
     g.add_argument("--jobs", type=int, default=1,
-                   help="worker processes for layer 1 (results identical to --jobs 1)")
+                   help="worker processes (results identical to --jobs 1)")
+    g.add_argument("--timeout", type=float, help=f"seconds one result may take before its "
+                   f"worker is killed and the result is an error (default "
+                   f"{DEFAULT_TIMEOUT:.0f}; [tool.fp8check] timeout)")
+    g.add_argument("--no-isolate", dest="isolate", action="store_false", default=None,
+                   help="run kernels in this process, for debugging: a kernel that exits or "
+                        "crashes then ends the gate and --timeout is not enforced "
+                        "([tool.fp8check] isolate = false)")
     g.set_defaults(func=run)
 
 
@@ -55,6 +64,7 @@ def options(args: argparse.Namespace) -> GateOptions:
         backend=args.backend, targets=args.targets, cases=tuple(args.case or ()),
         json=args.json, jsonl=args.jsonl, junit=args.junit, report=args.report,
         shard=args.shard, jobs=args.jobs, progress=not args.no_progress,
+        isolate=args.isolate, timeout=args.timeout,
     )
 
 

@@ -41,6 +41,8 @@ class GateOptions:
     shard: str | None = None
     jobs: int = 1
     progress: bool = True
+    isolate: bool | None = None  # False: --no-isolate
+    timeout: float | None = None  # seconds per result
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ def _merged(opts: GateOptions, cfg: GateConfig) -> GateConfig:
         json=opts.json or cfg.json, junit=opts.junit or cfg.junit,
         report=opts.report or cfg.report, jsonl=opts.jsonl or cfg.jsonl,
         kernels=opts.kernels or cfg.kernels,
+        isolate=cfg.isolate if opts.isolate is None else opts.isolate,
+        timeout=cfg.timeout if opts.timeout is None else opts.timeout,
     )
 
 
@@ -142,6 +146,11 @@ def make_plan(opts: GateOptions, cfg: GateConfig) -> tuple[GatePlan, str | None]
                          f"{', '.join(cases_mod.SUITES)}")
     if opts.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {opts.jobs}")
+    if opts.jobs > 1 and not cfg.isolate:
+        raise UsageError("--jobs runs worker processes; with isolation off everything runs "
+                         "in this process: drop --jobs or --no-isolate")
+    if not cfg.timeout > 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {cfg.timeout}")
     shard = parse_shard(opts.shard)
     with usage_errors():
         for option in ("json", "jsonl", "junit", "report"):  # fp8check-out/ is made if needed

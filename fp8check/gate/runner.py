@@ -1,25 +1,24 @@
 """Runs a gate plan: each layer's batches through one table, every result into one sink.
 
 A batch is a group of results whose count is known before it runs (the progress bar's
-total), produced by `results()` and given their repro commands by `repro`.  Layer 1 runs
-serially or in a pool of spawned processes (jax and torch do not survive fork); the
-pool hands results back in case order, so its output equals a serial run's.
+total), produced by `results(start)` and given their repro commands by `repro`.  A layer-1
+batch is one case, one result per kernel, each known before it is made: it can start past
+any of them (`fp8check.gate.isolation` goes on after a kernel that ended its worker).
+`run_batches` runs batches in this process (`--no-isolate`); `fp8check.gate.isolation`
+runs the same batches in worker processes.
 """
 
 from __future__ import annotations
 
-import functools
-import multiprocessing
 import sys
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from fp8check import cases as cases_mod
 from fp8check import registry
 from fp8check.cases import Case
-from fp8check.gate.kernels import LoadedKernel, LoadedKernels, load_kernels
+from fp8check.gate.kernels import LoadedKernel, LoadedKernels
 from fp8check.gate.plan import GatePlan
 from fp8check.gate.repro import gate_command
 from fp8check.layers.op import LAYER as OP_LAYER
@@ -30,13 +29,36 @@ from fp8check.results import CaseResult, JsonlStream
 
 @dataclass(frozen=True)
 class Batch:
-    """`size` results of one layer, produced by `results()`; `label` names it in the
-    progress bar; `repro(result)` is the command that reruns a result."""
+    """`size` results of layer `layer`, produced by `results(start)` from the `start`-th
+    on; `label` names it in the progress bar; `repro(result)` is the command that reruns a
+    result.  `slots`: the (kernel, case) of each result, where known before it is made
+    (then `results` takes any start); otherwise `results` takes only 0 and `owner` (a
+    kernel or family name) names a result that ended before it was made."""
 
     size: int
     label: str
-    results: Callable[[], Iterator[CaseResult]]
+    layer: int
+    results: Callable[[int], Iterator[CaseResult]]
     repro: Callable[[CaseResult], str]
+    owner: str = ""
+    slots: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def resumable(self) -> bool:
+        return bool(self.slots)
+
+    def slot(self, j: int) -> tuple[str, str]:
+        """(kernel, case) of the `j`-th result; case "" where it is not known in advance."""
+        return self.slots[j] if j < len(self.slots) else (self.owner, "")
+
+
+def _from_first(make: Callable[[], Iterator[CaseResult]]) -> Callable[[int], Iterator[CaseResult]]:
+    """`results` of a batch that can only start at its first result."""
+    def results(start: int) -> Iterator[CaseResult]:
+        if start != 0:
+            raise ValueError(f"this batch starts only at its first result, not at {start}")
+        return make()
+    return results
 
 
 class Sink:
@@ -93,7 +115,8 @@ def _layer0(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
 
     batches = native.plan_layer0(plan.in_shard(list(plan.families)), plan.config.suite,
                                  plan.targets, [k.spec for k in others])
-    return [Batch(b.size, "layer 0 native compile", b.run, repro) for b in batches]
+    return [Batch(b.size, "layer 0 native compile", 0, _from_first(b.run), repro, b.owner)
+            for b in batches]
 
 
 # --- layer 1 ----------------------------------------------------------------------------------
@@ -124,24 +147,6 @@ def _op_result(k: LoadedKernel, case: Case, profile: Profile,
     return res
 
 
-def _case_results(kernels: LoadedKernels, case: Case, profile: Profile,
-                  problems: ProblemCache) -> list[CaseResult]:
-    return [_op_result(k, case, profile, problems) for k in kernels.kernels]
-
-
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(plan: GatePlan) -> None:
-    _WORKER.update(kernels=load_kernels(plan), profile=get_profile(plan.config.profile),
-                   problems=ProblemCache())
-
-
-def _worker_case(case: Case) -> list[CaseResult]:
-    w = _WORKER
-    return _case_results(w["kernels"], case, w["profile"], w["problems"])
-
-
 def _layer1_cases(plan: GatePlan) -> list[Case]:
     c = plan.config
     if plan.cases:
@@ -150,29 +155,25 @@ def _layer1_cases(plan: GatePlan) -> list[Case]:
 
 
 def _layer1(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
-    suite_cases = _layer1_cases(plan)
+    """One batch per case: each kernel on it, in the plan's kernel order."""
     by_name = kernels.by_name()
 
     def repro(res: CaseResult) -> str:
         return _kernel_repro(plan, by_name[res.kernel], 1, case=res.case)
 
-    n = len(kernels.kernels)
-    if plan.options.jobs > 1:
-        def pooled() -> Iterator[CaseResult]:
-            with ProcessPoolExecutor(plan.options.jobs, initializer=_init_worker,
-                                     mp_context=multiprocessing.get_context("spawn"),
-                                     initargs=(plan,)) as pool:
-                for results in pool.map(_worker_case, suite_cases):
-                    yield from results
-        return [Batch(n * len(suite_cases), "layer 1", pooled, repro)]
     profile = get_profile(plan.config.profile)
     # one problem per contract is live at a time: cases run one after another
     problems = ProblemCache(capacity=4)
-    def one_case(case: Case) -> Iterator[CaseResult]:
-        return iter(_case_results(kernels, case, profile, problems))
 
-    return [Batch(n, case.id[:60], functools.partial(one_case, case), repro)
-            for case in suite_cases]
+    def batch(case: Case) -> Batch:
+        def results(start: int) -> Iterator[CaseResult]:
+            for k in kernels.kernels[start:]:
+                yield _op_result(k, case, profile, problems)
+
+        return Batch(len(kernels.kernels), case.id[:60], OP_LAYER, results, repro,
+                     slots=tuple((k.spec.name, case.id) for k in kernels.kernels))
+
+    return [batch(case) for case in _layer1_cases(plan)]
 
 
 # --- layers 2 and 3 ---------------------------------------------------------------------------
@@ -218,10 +219,12 @@ def _family_layer(layer: int) -> Callable[[GatePlan, LoadedKernels], list[Batch]
                 return run(fam, c.suite, c.seed, c.profile, cases=cases)
 
             def repro(res: CaseResult, fam: str = fam) -> str:
+                # case "": a result that ended before it was known; rerun the whole layer
                 return gate_command(fam, layer, suite=c.suite, seed=c.seed, profile=c.profile,
-                                    backend=c.backend, case=res.case)
+                                    backend=c.backend, case=res.case or None)
 
-            out.append(Batch(size(fam, cases), f"layer {layer} {fam}", results, repro))
+            out.append(Batch(size(fam, cases), f"layer {layer} {fam}", layer,
+                             _from_first(results), repro, fam))
         return out
     return batches
 
@@ -238,7 +241,8 @@ def plan_batches(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
 
 
 def run_batches(batches: list[Batch], sink: Sink) -> None:
+    """Every batch in this process, in order (`--no-isolate`)."""
     for batch in batches:
         sink.bar.set_description(batch.label)
-        for res in batch.results():
+        for res in batch.results(0):
             sink(res, batch.repro(res))

@@ -7,11 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fp8check import exitcodes
 from fp8check.config import load_config
-from fp8check.errors import UsageError, usage_errors
+from fp8check.errors import Interrupted, UsageError, interrupts_raise, usage_errors
+from fp8check.gate.isolation import run_isolated
 from fp8check.gate.kernels import load_kernels
 from fp8check.gate.plan import GateOptions, GatePlan, make_plan
-from fp8check.gate.runner import Sink, plan_batches, run_batches
+from fp8check.gate.runner import Batch, Sink, plan_batches, run_batches
 from fp8check.native import ToolchainMissing
 from fp8check.results import CaseResult, JsonlStream, documents
 
@@ -21,7 +23,8 @@ def _environment(plan: GatePlan, specs: list, load_errors: dict[str, str]) -> di
     env = documents.environment(specs, suite=c.suite, seed=c.seed, profile=c.profile,
                                 backend=c.backend, load_errors=load_errors)
     env.update(layers=list(c.layers), layers_skipped=list(plan.dropped),
-               families=list(plan.families), shard=f"{plan.shard[0]}/{plan.shard[1]}")
+               families=list(plan.families), shard=f"{plan.shard[0]}/{plan.shard[1]}",
+               isolated=c.isolate, timeout_s=c.timeout)
     if 0 in c.layers:
         env["native_targets"] = list(plan.targets)
     return env
@@ -48,11 +51,40 @@ def _write_documents(plan: GatePlan, done: list[CaseResult], summary: dict[str, 
         write_html(c.report, doc, workers=None)  # the command has a main guard
 
 
+ISOLATION_OFF = ("fp8check: isolation is off: kernels run in this process; one that exits or "
+                 "crashes ends the gate, and --timeout is not enforced")
+
+
+def _run(plan: GatePlan, batches: list[Batch], sink: Sink) -> Interrupted | None:
+    """Every batch into `sink`, in worker processes unless isolation is off.  Returns the
+    interrupt (SIGINT, SIGTERM) that ended the run early, None when it ran to the end."""
+    try:
+        with interrupts_raise():
+            if plan.config.isolate:
+                run_isolated(plan, batches, sink, jobs=plan.options.jobs,
+                             timeout=plan.config.timeout)
+            else:
+                run_batches(batches, sink)
+    except Interrupted as e:
+        return e
+    return None
+
+
+def _interrupted_line(plan: GatePlan, stop: Interrupted, kept: int, total: int) -> str:
+    c = plan.config
+    where = ", ".join(str(p) for p in (c.json, c.junit, c.report) if p)
+    where = f"{where} and {plan.jsonl}" if where else str(plan.jsonl)
+    return (f"fp8check gate: interrupted by {stop}: {kept} of {total} results kept in {where} "
+            f"(marked incomplete)")
+
+
 def run_gate(opts: GateOptions, cwd: str | Path = ".") -> int:
     """Run the gate described by `opts` (merged over `cwd`'s `[tool.fp8check]`).
 
     Returns:
-      The exit status: 0 when every result passed and every kernel loaded, 1 otherwise.
+      The exit status (`fp8check.exitcodes`): 0 when every result passed and every kernel
+      loaded, 1 otherwise; 128 + the signal's number when SIGINT or SIGTERM ended the run
+      (the documents then hold the results so far, summary.complete false).
 
     Raises:
       UsageError: bad usage or input (the CLI's exit 2), before any result is written.
@@ -70,17 +102,23 @@ def run_gate(opts: GateOptions, cwd: str | Path = ".") -> int:
     env = _environment(plan, kernels.specs, kernels.errors)
     for name, err in kernels.errors.items():
         print(f"fp8check: kernel {name} not loaded: {err}", file=sys.stderr)
+    if not plan.config.isolate:
+        print(ISOLATION_OFF, file=sys.stderr)
     planned = sum(b.size for b in batches)
     with JsonlStream(plan.jsonl) as stream, _progress(planned, opts.progress) as bar:
         stream.start(env, planned=planned)
         sink = Sink(stream, bar)
-        run_batches(batches, sink)
-        stream.end()
-    summary = documents.tally(sink.done, kernels.errors)
+        stop = _run(plan, batches, sink)
+        if stop is None:
+            stream.end()
+    summary = documents.tally(sink.done, kernels.errors, complete=stop is None)
     _write_documents(plan, sink.done, summary, env)
+    if stop is not None:
+        print(_interrupted_line(plan, stop, len(sink.done), planned), file=sys.stderr)
+        return exitcodes.interrupted(stop.signum)
     c = plan.config
     print(f"fp8check gate: suite={c.suite} profile={c.profile} seed={c.seed} "
           f"layers={','.join(map(str, c.layers))}: "
           f"{summary['n_passed']} passed, {summary['n_failed']} failed, "
           f"{summary['n_skipped']} skipped, {len(kernels.errors)} kernels not loaded")
-    return 0 if summary["passed"] else 1
+    return exitcodes.PASS if summary["passed"] else exitcodes.FAIL

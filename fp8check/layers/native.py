@@ -262,10 +262,12 @@ def check_toolchains(families: Sequence[str], targets: Sequence[str],
 
 @dataclass(frozen=True)
 class Batch:
-    """Layer-0 results that are compiled together: `size` of them, yielded by `run()`."""
+    """Layer-0 results that are compiled together: `size` of them, yielded by `run()`, of
+    the kernel family or the kernel named `owner`."""
 
     size: int
     run: Callable[[], Iterator[CaseResult]]
+    owner: str
 
 
 def plan_layer0(families: Sequence[str], suite: str, targets: Sequence[str] = TARGETS,
@@ -289,30 +291,30 @@ def plan_layer0(families: Sequence[str], suite: str, targets: Sequence[str] = TA
 
             builds = native_builds(shape.m, shape.k, shape.n, shape.g)
             plan.append(Batch(len(builds) * len(chips),
-                              functools.partial(_pallas, builds, shape, chips)))
+                              functools.partial(_pallas, builds, shape, chips), "pallas"))
         if "triton" in families and gpus:
             from fp8check.kernels.triton.native import native_builds as triton_builds
 
             t_builds = triton_builds(shape.m, shape.k, shape.n, shape.g)
-            plan += [Batch(len(t_builds), functools.partial(_triton, t_builds, shape, t))
-                     for t in gpus]
+            plan += [Batch(len(t_builds), functools.partial(_triton, t_builds, shape, t),
+                           "triton") for t in gpus]
     for spec in specs:
         if spec.framework == "jax" and chips:
-            plan += [Batch(len(chips), functools.partial(_user_tpu, spec, shape, chips))
-                     for shape in shapes]
+            plan += [Batch(len(chips), functools.partial(_user_tpu, spec, shape, chips),
+                           spec.name) for shape in shapes]
         elif spec.framework == "torch" and gpus and spec.hopper_jobs is not None:
             for shape in shapes:
                 jobs = list(spec.hopper_jobs(shape.m, shape.k, shape.n, shape.g))
-                plan += [Batch(len(jobs), functools.partial(_user_hopper, spec, jobs, shape, t))
-                         for t in gpus]
+                plan += [Batch(len(jobs), functools.partial(_user_hopper, spec, jobs, shape, t),
+                               spec.name) for t in gpus]
         elif spec.framework == "torch" and gpus:
             plan.append(Batch(1, functools.partial(
                 _skipped, spec, "layer 0: a torch kernel compiles for sm_90a only when its "
-                                "KernelSpec declares hopper_jobs (docs/native.md)")))
+                                "KernelSpec declares hopper_jobs (docs/native.md)"), spec.name))
         else:
             plan.append(Batch(1, functools.partial(
                 _skipped, spec, f"layer 0: no native target among {', '.join(targets)} for "
-                                f"a {spec.framework} kernel")))
+                                f"a {spec.framework} kernel"), spec.name))
     return plan
 
 
