@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -c constraints.txt -e '.[jax,torch,tpu,test]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[jax,torch,tpu,tensorboard,test]'
 	touch $(STAMP)
 
 gate: $(STAMP)
@@ -54,3 +54,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/gate.py
 	$(BIN)/python benchmarks/native.py
 	$(BIN)/python benchmarks/promotion_interval.py
+	$(BIN)/python benchmarks/curves.py

@@ -60,13 +60,12 @@ def _coerce(key: str, value: Any, src: str) -> Any:
         return tuple(values)
     if key == "isolate":
         if not isinstance(value, bool):
-            raise ValueError(f"{src}: [tool.fp8check] isolate must be true or false, "
-                             f"got {_toml(value)}")
+            raise bad("true or false, e.g. isolate = false")
         return value
     if key == "timeout":
         if not valid_timeout(value):
-            raise ValueError(f"{src}: [tool.fp8check] timeout must be a positive number of "
-                             f"seconds, at most {MAX_TIMEOUT:.0f}, got {_toml(value)}")
+            raise bad(f"a positive number of seconds, at most {MAX_TIMEOUT:.0f}, e.g. "
+                      f"timeout = 600")
         return float(value)
     if key == "seed":
         if not isinstance(value, int) or isinstance(value, bool):

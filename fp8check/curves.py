@@ -4,57 +4,70 @@ elsewhere): a candidate curve (FP8) against a baseline (BF16), and the seed stat
 Gaps are relative and signed, (candidate - baseline) / |baseline|: positive means the
 candidate's loss is higher (worse).  Metrics (all on the steps both curves have):
 
-* `gap` per step, raw and EMA-smoothed (`ema`, factor `EMA_BETA`); gated on max |EMA gap|
-  (a single noisy batch must not decide, a sustained drift must);
+Every criterion is judged against the runs' own noise, so that two runs differing only
+by noise pass and a real difference fails at stated rates (`benchmarks/curves.py`
+measures both on synthetic pairs: false alarms <= 1% per criterion, detection >= 95% of a
+2% gap after warm-up and of a 10-sigma spike).  The noise level (`noise_rel`) is the
+robust deviation of one loss value about the trend, relative to the loss, from the
+second differences around each step (1.4826 * MAD / sqrt(6) over `NOISE_WINDOW` of them).
+
+* `gap` per step, raw and EMA-smoothed (`ema`, factor `EMA_BETA`); gated on the largest
+  |EMA gap| among the steps where it exceeds `EMA_GAP_Z` deviations of the smoothed gap
+  that noise alone makes (`ema_var_factor`; the bias-corrected EMA of the first steps
+  averages few values): a single noisy batch must not decide, a sustained drift must.
+  4.5 deviations: the maximum over up to a few hundred effectively independent EMA
+  values;
 * `auc_gap`: relative gap of the trapezoidal area under the curves over the common steps
   (Megatron's CI holds FP8 within 1% of BF16 on it);
 * `final_gap`: relative gap of the mean loss over the last `FINAL_FRAC` of the steps;
-* divergence: the first non-finite loss, and spikes: a loss above the line fitted to the
-  previous `SPIKE_WINDOW` losses (the trend of a falling curve is not noise) by more than
-  `spike_k` times the robust spread of that fit's residuals (1.4826 * MAD, floored at
-  `SPIKE_REL_FLOOR` of the prediction so a flat curve's zero spread cannot flag noise).
-  Only the candidate's spikes that the baseline does not share are gated: a spike in both
-  is the data, not the kernel.  Shared means that within one step the baseline's score
-  reaches `SPIKE_SHARED_FRAC` of the threshold and at least 1 / `SPIKE_SHARED_RATIO` of
-  the candidate's.  Both models see the same batch, and a hard batch that lifts the
-  candidate 8-11 spreads often lifts the baseline "only" 5.6-8, while the FP8 model may
-  respond up to twice as strongly (16.6 against 8.1 spreads; measured on the full suite,
-  16 correct Pallas runs of 1000 steps): an exact second detection, or a fixed margin,
-  would turn the data's spikes into false alarms.  The ratio keeps a kernel's spike far
-  above a mild baseline rise (noise reaches half the threshold by chance) a new spike;
+  both gated at the profile's limit or `GAP_Z` (3) standard errors of the gap under the
+  runs' noise, the larger: a short noisy log cannot tell 2% from noise, and must not
+  fail for it (two-sided normal tail at 3: 0.27%);
+* divergence: the first non-finite loss, and spikes: a loss above the least-squares
+  quadratic through the `SPIKE_HALF` losses on each side (the curving trend of a falling
+  loss is not a spike) by more than `spike_k` deviations of that residual under the
+  run's own noise level at that step (`spike_scores`: white noise scores N(0, 1); the
+  level leaves out the differences containing the step, so a spike cannot hide itself).
+  6 deviations: a 10-sigma spike scores ~9.3, and 1000 steps of Gaussian noise exceed 6
+  with probability ~1e-6.  Only the candidate's spikes that the baseline does not share
+  are gated: a spike in both is the data, not the kernel.  Shared means that within one
+  step the baseline's score reaches `SPIKE_SHARED_FRAC` of the threshold and at least
+  1 / `SPIKE_SHARED_RATIO` of the candidate's (the FP8 model may respond to a hard batch
+  up to twice as strongly as the BF16 one; the ratio keeps a kernel's spike far above a
+  mild baseline rise a new spike);
 * gradient SNR trend (layer 3): robust (Theil-Sen) slope of the SNR (dB) over steps, in
   dB per 100 steps, with Kendall's p-value;
-* across seeds (`seed_test`): a one-sided paired t-test on the per-seed AUC gaps.
+* across seeds (`seed_test`): a one-sided paired t-test on the per-seed AUC gaps; gated
+  (layer 3) only when significant and beyond the AUC limit, so its false-alarm rate is
+  below alpha.
 
 `LIMITS` holds each profile's thresholds; layers 3 and 4 use the same ones.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from fp8check.results import documents
+from fp8check.logs import LogOptions, read_log
 from fp8check.results.model import Criterion
-from fp8check.userfiles import read_text
 
 EMA_BETA = 0.9
 FINAL_FRAC = 0.1
-SPIKE_WINDOW = 10
-SPIKE_REL_FLOOR = 1e-3
+SPIKE_HALF = 8
+SPIKE_CLEAN_Z = 4.0
+SPIKE_REL_FLOOR = 1e-4
+NOISE_WINDOW = 200
+NOISE_MIN = 12
+GAP_Z = 3.0
+EMA_GAP_Z = 4.5
 SPIKE_SHARED_FRAC = 0.5
 SPIKE_SHARED_RATIO = 3.0
 SEED_ALPHA = 0.05
-STEP_KEYS = ("step", "iteration", "iter", "global_step", "steps")
-LOSS_KEYS = ("loss", "train_loss", "lm_loss", "lm loss", "train/loss")
 
 
 @dataclass(frozen=True)
@@ -77,9 +90,9 @@ class CurveLimits:
 # doubles the gaps and takes 5 dB off the SNR floor.
 LIMITS: dict[str, CurveLimits] = {
     "strict": CurveLimits(max_auc_gap=0.01, max_final_gap=0.02, max_ema_gap=0.03,
-                          spike_k=8.0, min_grad_snr_db=20.0, max_snr_drop_db=6.0),
+                          spike_k=6.0, min_grad_snr_db=20.0, max_snr_drop_db=6.0),
     "explore": CurveLimits(max_auc_gap=0.02, max_final_gap=0.04, max_ema_gap=0.06,
-                           spike_k=8.0, min_grad_snr_db=15.0, max_snr_drop_db=10.0),
+                           spike_k=6.0, min_grad_snr_db=15.0, max_snr_drop_db=10.0),
 }
 
 
@@ -169,6 +182,16 @@ def auc(steps: np.ndarray, y: np.ndarray) -> float:
     return float(np.trapezoid(np.asarray(y, np.float64), np.asarray(steps, np.float64)))
 
 
+def trapezoid_weights(steps: np.ndarray) -> np.ndarray:
+    """w with auc(steps, y) == sum(w * y) (the trapezoid rule's weight of each step)."""
+    x = np.asarray(steps, np.float64)
+    w = np.zeros(len(x))
+    d = np.diff(x) / 2
+    w[:-1] += d
+    w[1:] += d
+    return w
+
+
 def rel_gap(cand: np.ndarray | float, base: np.ndarray | float) -> np.ndarray | float:
     """(cand - base) / |base|, elementwise."""
     return (np.asarray(cand, np.float64) - base) / np.abs(base)
@@ -180,41 +203,138 @@ def first_nonfinite(y: np.ndarray) -> int | None:
     return int(bad[0]) if bad.size else None
 
 
-def spike_scores(y: np.ndarray, window: int = SPIKE_WINDOW) -> np.ndarray:
-    """Per step i, how far y[i] lies above the straight line fitted to the previous
-    `window` values (extrapolated to i), in robust spreads of that fit's residuals (module
-    docstring); NaN for the first `window` steps, a non-finite y[i] or fewer than
-    window // 2 finite values before it."""
+def noise_rel(y: np.ndarray, window: int = NOISE_WINDOW, relative: bool = True
+              ) -> np.ndarray:
+    """Per step i, the run's own noise level there, relative to the loss: the standard
+    deviation of one loss value about the curve's trend over |loss|, estimated robustly
+    from the relative second differences (y[j-1] - 2 y[j] + y[j+1]) / |y[j]| (a locally
+    straight trend cancels; white noise of relative deviation s gives differences of
+    deviation s * sqrt(6)) as 1.4826 * MAD / sqrt(6) over the `window` or so differences
+    around i, leaving out the three that contain y[i] (so a spike never raises its own
+    noise level, and a spike score is linear in y[i]).  Relative, because a loss's noise
+    scales with it: early steps at 10 nats are noisier than late ones at 2;
+    `relative=False` measures a series near 0 (a gap) in its own units.  NaN where fewer
+    than `NOISE_MIN` finite differences are at hand (a short curve)."""
     y = np.asarray(y, np.float64)
-    out = np.full(len(y), np.nan)
-    for i in range(window, len(y)):
-        x = np.arange(i - window, i, dtype=np.float64)
-        hist = y[i - window:i]
-        ok = np.isfinite(hist)
-        if ok.sum() < window // 2 or not np.isfinite(y[i]):
-            continue
-        slope, icpt = np.polyfit(x[ok], hist[ok], 1)
-        resid = hist[ok] - (slope * x[ok] + icpt)
-        pred = slope * i + icpt
-        spread = max(1.4826 * float(np.median(np.abs(resid - np.median(resid)))),
-                     SPIKE_REL_FLOOR * abs(pred))
-        out[i] = (y[i] - pred) / spread
-    return out
+    n = len(y)
+    if n < 5:
+        return np.full(n, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d2 = y[2:] - 2 * y[1:-1] + y[:-2]  # d2[j]: centred on y[j + 1]
+        if relative:
+            d2 = d2 / np.abs(y[1:-1])
+    h = window // 2 + 1
+    pad = np.full(h + 1, np.nan)
+    wins = np.lib.stride_tricks.sliding_window_view(np.concatenate([pad, d2, pad]),
+                                                    2 * h + 1)[:n].copy()
+    wins[:, h - 1:h + 2] = np.nan  # row i: d2[i-1-h .. i-1+h]; these three contain y[i]
+    med = _row_median(wins)
+    mad = _row_median(np.abs(wins - med[:, None]))
+    ok = np.sum(np.isfinite(wins), axis=1) >= NOISE_MIN
+    return np.where(ok, 1.4826 * mad / math.sqrt(6), np.nan)
 
 
-def new_spikes(cand: np.ndarray, base: np.ndarray, k: float) -> tuple[list[int], list[int],
-                                                                      list[int]]:
+def _row_median(a: np.ndarray) -> np.ndarray:
+    """The median of each row's finite values (NaN for a row without one); one sort, not
+    numpy's per-row loop for rows with NaN."""
+    fin = np.isfinite(a)
+    srt = np.sort(np.where(fin, a, np.inf), axis=1)
+    k = fin.sum(axis=1)
+    lo = np.take_along_axis(srt, np.maximum((k - 1) // 2, 0)[:, None], axis=1)[:, 0]
+    hi = np.take_along_axis(srt, np.minimum(k // 2, a.shape[1] - 1)[:, None], axis=1)[:, 0]
+    with np.errstate(invalid="ignore"):
+        return np.where(k > 0, (lo + hi) / 2, np.nan)
+
+
+def _filled(sigma: np.ndarray) -> np.ndarray:
+    """`sigma` with its unmeasured steps given the median measured level (0 everywhere
+    when none is measured: a curve too short to measure its noise is judged on the
+    profile's limits alone)."""
+    ok = np.isfinite(sigma)
+    return np.where(ok, sigma, float(np.median(sigma[ok])) if ok.any() else 0.0)
+
+
+def _fit_coefs(half: int) -> np.ndarray:
+    """Row p (0 .. 2 half): weights c over a window of 2 half + 1 values, c[p] = 0, with
+    sum(c * window) the least-squares quadratic through the other 2 half values evaluated
+    at position p (p = half: interpolated from `half` values on each side; at a curve's
+    ends, p moves toward the window's edge)."""
+    n = 2 * half + 1
+    rows = []
+    for p in range(n):
+        x = np.array([j - p for j in range(n) if j != p], np.float64)
+        row = np.linalg.pinv(np.stack([np.ones_like(x), x, x * x], axis=1))[0]
+        rows.append(np.insert(row, p, 0.0))
+    return np.asarray(rows)
+
+
+def spike_scores(y: np.ndarray, sigma: np.ndarray | None = None,
+                 half: int = SPIKE_HALF) -> np.ndarray:
+    """Per step i, how far y[i] lies above the least-squares quadratic through the 2 half
+    values around it (`half` on each side, fewer on one side at a curve's ends), evaluated
+    at i (a curving trend is no spike), in units of that residual's noise: the run's
+    relative noise level at i (`noise_rel`, or `sigma`) times |fitted value| times
+    sqrt(1 + sum c^2) (c: the fit's weights; 1.07 inside the curve, 1.32 at its ends),
+    floored at `SPIKE_REL_FLOOR` of the fitted value (a noiseless curve's zero noise must
+    not turn rounding into spikes).  White noise scores N(0, 1).  The fit's end weights
+    are negative, so a big spike would lower the fit `half` steps away and score a ghost
+    there: values scoring above `SPIKE_CLEAN_Z` are replaced by their fit in the other
+    steps' windows, and every step is scored again.  NaN where a value of the window is
+    not finite, the noise is not measured, or the curve is shorter than 2 half + 1
+    steps."""
+    y = np.asarray(y, np.float64)
+    if len(y) < 2 * half + 1:
+        return np.full(len(y), np.nan)
+    sig = noise_rel(y) if sigma is None else sigma
+    score, fit = _fit_scores(y, sig, half)
+    with np.errstate(invalid="ignore"):
+        out = score > SPIKE_CLEAN_Z
+    if out.any():  # a big spike in a neighbour's window must not make that one a spike
+        score = _fit_scores(y, sig, half, np.where(out, fit, y))[0]
+    return score
+
+
+def _fit_scores(y: np.ndarray, sig: np.ndarray, half: int, around: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, fitted values) of `spike_scores` in one pass: each y[i] against the fit
+    through the values `around` it (default y; a step's own value never enters its fit)."""
+    n, w = len(y), 2 * half + 1
+    coefs = _fit_coefs(half)
+    start = np.clip(np.arange(n) - half, 0, n - w)
+    pos = np.arange(n) - start
+    src = y if around is None else around
+    fit = np.sum(np.lib.stride_tricks.sliding_window_view(src, w)[start] * coefs[pos], axis=1)
+    lever = np.sqrt(1 + np.sum(coefs[pos] ** 2, axis=1))
+    spread = np.maximum(sig * lever, SPIKE_REL_FLOOR) * np.abs(fit)
+    with np.errstate(invalid="ignore"):
+        return (y - fit) / spread, fit
+
+
+def new_spikes(cand: np.ndarray, base: np.ndarray, k: float,
+               sigmas: tuple[np.ndarray, np.ndarray] | None = None
+               ) -> tuple[list[int], list[int], list[int]]:
     """(candidate spikes, baseline spikes, candidate spikes the baseline does not share)
     as indices into the two aligned curves: shared when, within one step, the baseline's
     score reaches `SPIKE_SHARED_FRAC` * k and the candidate's score over
-    `SPIKE_SHARED_RATIO` (module docstring)."""
-    sc, sb = spike_scores(cand), spike_scores(base)
+    `SPIKE_SHARED_RATIO` (module docstring).  `sigmas`: the two curves' `noise_rel`,
+    when the caller has them."""
+    sig_c, sig_b = sigmas or (None, None)
+    sc, sb = spike_scores(cand, sig_c), spike_scores(base, sig_b)
     with np.errstate(invalid="ignore"):
         sp_c, sp_b = np.flatnonzero(sc > k), np.flatnonzero(sb > k)
         near = [sb[max(0, i - 1):i + 2] for i in sp_c]
         new = [int(i) for i, b in zip(sp_c, near, strict=True)
                if not np.any(b >= max(SPIKE_SHARED_FRAC * k, sc[i] / SPIKE_SHARED_RATIO))]
     return [int(i) for i in sp_c], [int(i) for i in sp_b], new
+
+
+def ema_var_factor(n: int, beta: float = EMA_BETA) -> np.ndarray:
+    """Per step i, Var(ema(x)[i]) / Var(x) for white noise x: the bias-corrected EMA's
+    weights (1 - beta) beta^(i - j) / (1 - beta^(i + 1)) squared and summed.  1 at the
+    first step (the EMA is the value), (1 - beta) / (1 + beta) in the long run."""
+    i = np.arange(n, dtype=np.float64)
+    return ((1 - beta) ** 2 * (1 - beta ** (2 * (i + 1))) / (1 - beta ** 2)
+            / (1 - beta ** (i + 1)) ** 2)
 
 
 def final_window(n: int) -> int:
@@ -255,29 +375,50 @@ def compare(cand: Curve, base: Curve, limits: CurveLimits) -> CurveComparison:
     res.criteria.append(Criterion.check(
         "finite", "training", m["candidate_nonfinite_step"], "==", None,
         meaning="first step where the candidate's loss is not finite (None: none)"))
-    sp_c, sp_b, sp_new = new_spikes(al.cand, al.base, limits.spike_k)
+    noise_c, noise_b = noise_rel(al.cand), noise_rel(al.base)
+    sp_c, sp_b, sp_new = new_spikes(al.cand, al.base, limits.spike_k, (noise_c, noise_b))
     new = [int(al.steps[i]) for i in sp_new]
     m.update(candidate_spikes=[int(al.steps[i]) for i in sp_c],
              baseline_spikes=[int(al.steps[i]) for i in sp_b], new_spikes=new)
     res.criteria.append(Criterion.check("new_spikes", "training", len(new), "==", 0,
                                         meaning="loss spikes the baseline does not have"))
     gap = np.asarray(rel_gap(al.cand, al.base))
-    gap_ema = np.asarray(rel_gap(ema(al.cand), ema(al.base)))
+    ema_c, ema_b = ema(al.cand), ema(al.base)
+    gap_ema = np.asarray(rel_gap(ema_c, ema_b))
     m["gap"], m["gap_ema"] = gap.tolist(), gap_ema.tolist()
-    max_ema = float(np.max(np.abs(gap_ema))) if np.all(np.isfinite(gap_ema)) else math.inf
+    finite = bool(np.all(np.isfinite(gap_ema)))
     m["max_abs_gap"] = float(np.max(np.abs(gap))) if np.all(np.isfinite(gap)) else math.inf
-    m["max_abs_gap_ema"] = max_ema
+    m["max_abs_gap_ema"] = float(np.max(np.abs(gap_ema))) if finite else math.inf
     m["mean_gap"] = float(np.mean(gap))
+    # The gap's own noise (not the runs'): noise the two runs share (the same batches in
+    # the same order) cancels in it, and only what differs between them is noise to it.
+    sig_g = _filled(noise_rel(gap, relative=False))
+    var = (sig_g * al.base) ** 2  # of one step's loss difference
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m["noise_rel"] = [float(np.median(_filled(noise_c))), float(np.median(_filled(noise_b)))]
+        m["gap_noise"] = float(np.median(sig_g))
+        wt = trapezoid_weights(al.steps)
+        se_auc = float(np.sqrt(np.sum(wt ** 2 * var)) / abs(np.sum(wt * al.base)))
+        w = final_window(n)
+        se_final = float(np.sqrt(np.sum(var[-w:])) / w / abs(np.mean(al.base[-w:])))
+        band = EMA_GAP_Z * np.sqrt(ema_var_factor(n) * var) / np.abs(ema_b)
+        beyond = np.abs(gap_ema) > band
     auc_gap = float(rel_gap(auc(al.steps, al.cand), auc(al.steps, al.base)))
-    w = final_window(n)
     final_gap = float(rel_gap(np.mean(al.cand[-w:]), np.mean(al.base[-w:])))
-    m.update(auc_gap=auc_gap, final_gap=final_gap, final_window=w)
+    ema_excess = (float(np.max(np.abs(gap_ema[beyond]), initial=0.0)) if finite
+                  else math.inf)
+    m.update(auc_gap=auc_gap, final_gap=final_gap, final_window=w, auc_gap_se=se_auc,
+             final_gap_se=se_final, ema_gap_beyond_noise=ema_excess)
     for name, value, limit, meaning in (
-            ("auc_gap", auc_gap, limits.max_auc_gap, "relative gap of the areas under the "
-                                                     "loss curves"),
-            ("final_gap", final_gap, limits.max_final_gap, "relative gap of the final losses"),
-            ("max_abs_gap_ema", max_ema, limits.max_ema_gap, "largest relative gap of the "
-                                                             "smoothed losses")):
+            ("auc_gap", auc_gap, max(limits.max_auc_gap, GAP_Z * se_auc),
+             f"relative gap of the areas under the loss curves (limit: the profile's or "
+             f"{GAP_Z:g} noise deviations of the gap, the larger)"),
+            ("final_gap", final_gap, max(limits.max_final_gap, GAP_Z * se_final),
+             f"relative gap of the final losses (limit: the profile's or {GAP_Z:g} noise "
+             f"deviations of the gap, the larger)"),
+            ("max_abs_gap_ema", ema_excess, limits.max_ema_gap,
+             f"largest relative gap of the smoothed losses among the steps where it exceeds "
+             f"{EMA_GAP_Z:g} noise deviations (0: none)")):
         # abs(inf) <= limit is false and abs(nan) <= limit too: a diverged run fails
         res.criteria.append(Criterion.check(name, "training", value, "|x|<=", limit,
                                             meaning=meaning))
@@ -357,117 +498,16 @@ def seed_test(gaps: Sequence[float], base_aucs: Sequence[float], limit: float,
     return SeedVerdict(verdict, len(g), mean, t, p, noise, alpha)
 
 
-# --- loading curves: CSV / JSONL loss logs and the gate's own results -------------------
+# --- loading curves: the log readers of `fp8check.logs` ---------------------------------
 
 
-def _pick(keys: Sequence[str], wanted: Sequence[str], what: str, src: str) -> str:
-    low = {k.strip().lower(): k for k in keys}
-    for w in wanted:
-        if w in low:
-            return low[w]
-    raise ValueError(f"{src}: no {what} column (looked for {', '.join(wanted)}; "
-                     f"found {', '.join(keys) or 'none'})")
-
-
-def _records_curve(rows: list[dict[str, Any]], src: str, label: str) -> Curve:
-    if not rows:
-        raise ValueError(f"{src}: no records")
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    sk, lk = _pick(keys, STEP_KEYS, "step", src), _pick(keys, LOSS_KEYS, "loss", src)
-    steps, loss = [], []
-    for i, r in enumerate(rows):
-        if r.get(sk) in (None, "") or r.get(lk) in (None, ""):
-            continue  # a record of other metrics (eval, lr) in the same log
-        try:
-            steps.append(float(r[sk]))
-            loss.append(float(r[lk]))
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{src}: record {i + 1}: bad step/loss {r[sk]!r}, {r[lk]!r}"
-                             ) from e
-    return make_curve(np.asarray(steps), np.asarray(loss), label)
-
-
-def _gate_results(text: str, src: str) -> list[dict[str, Any]] | None:
-    """The result dicts of a gate JSON document or JSONL stream (checked against the
-    documents' schema), or None if `text` is neither."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
-        doc = None
-    if isinstance(doc, dict) and "results" in doc:
-        return list(documents.parse_document(doc, src)["results"])
-    if documents.is_stream(text):
-        return list(documents.parse_stream(text, src)["results"])
-    return None
-
-
-def _gate_curve(results: list[dict[str, Any]], selector: str, src: str, label: str) -> Curve:
-    """The curve `selector` = "[KERNEL/][CASE/]NAME" (NAME: fp8, bf16 or f32) of the
-    layer-3 results; KERNEL may be a family ("pallas")."""
-    *where, name = selector.split("/")
-    found: dict[tuple[str, str], list[float]] = {}
-    for r in results:
-        curves = (r.get("metrics") or {}).get("curves")
-        if r.get("layer") != 3 or not isinstance(curves, dict) or name not in curves:
-            continue
-        family = str(r["kernel"]).split("-")[0]
-        if where and where[0] not in (r["kernel"], family):
-            continue
-        if len(where) > 1 and where[1] != r["case"]:
-            continue
-        found[(family, r["case"])] = curves[name]  # the fp8 and bf16 results share curves
-    if len(found) != 1:
-        have = ", ".join(f"{f}/{c}" for f, c in found) or "none"
-        raise ValueError(f"{src}: selector {selector!r} matches {len(found)} layer-3 "
-                         f"curves ({have}); name one as FILE@FAMILY/CASE/CURVE")
-    values = [math.nan if isinstance(v, str) else float(v) for v in next(iter(found.values()))]
-    return Curve.of(values, label)
-
-
-def _csv_records(text: str, src: str) -> list[dict[str, Any]]:
-    """The rows of a CSV loss log as dicts by the header's names; ValueError naming the
-    line of a row with more fields than the header."""
-    reader = csv.DictReader(io.StringIO(text))
-    rows = []
-    try:
-        for r in reader:
-            if None in r:  # DictReader files the extra fields under None
-                raise ValueError(f"{src}: line {reader.line_num}: {len(r) - 1 + len(r[None])} "
-                                 f"fields, the header has {len(reader.fieldnames or ())}")
-            rows.append(r)
-    except csv.Error as e:  # a field over csv's size limit, a NUL byte
-        raise ValueError(f"{src}: line {reader.line_num + 1}: not CSV: {e}") from None
-    return rows
-
-
-def load_curve(spec: str, label: str | None = None) -> Curve:
-    """A loss curve from `spec`:
-
-    * `log.csv`: a header row with a step column (step, iteration, iter, global_step) and
-      a loss column (loss, train_loss, lm_loss, ...); rows missing either are ignored;
-    * `log.jsonl`: one JSON object per line with such keys;
-    * `gate.json@SELECTOR` (or the gate's JSONL stream): a layer-3 result's curve, the
-      selector "[FAMILY/][CASE/]fp8|bf16|f32" (enough of it to name one curve).
-    """
-    path_s, _, selector = spec.partition("@")
-    path = Path(path_s)
-    text = read_text(path, "a CSV or JSONL loss log or a gate results file")
-    label = label or spec
-    if path.suffix.lower() == ".csv":
-        if selector:
-            raise ValueError(f"{spec}: a CSV log takes no @selector")
-        return _records_curve(_csv_records(text, path_s), path_s, label)
-    results = _gate_results(text, path_s)
-    if results is not None:
-        if not selector:
-            raise ValueError(f"{path_s} is a gate result file: say which curve, e.g. "
-                             f"{path_s}@fp8 or {path_s}@pallas/fp8")
-        return _gate_curve(results, selector, path_s, label)
-    if selector:
-        raise ValueError(f"{spec}: @selector is only for gate result files")
-    # a log still being written may end in a cut-short line: it is left out
-    records, _ = documents.jsonl_records(text, path_s)
-    for n, r in records:
-        if not isinstance(r, dict):
-            raise ValueError(f"{path_s}: line {n}: expected a JSON object")
-    return _records_curve([r for _, r in records], path_s, label)
+def load_curve(spec: str, label: str | None = None, opts: LogOptions | None = None) -> Curve:
+    """The loss curve of the log `spec` (PATH, or a gate result file's PATH@SELECTOR with
+    the selector "[FAMILY/][CASE/]fp8|bf16|f32"), in any format `fp8check.logs` reads
+    (detected, or `opts.fmt`; `opts` also names the step / loss key and the run).  The
+    reader's notes (format, non-finite losses) come first in the curve's notes, each
+    prefixed with the label."""
+    rec = read_log(spec, opts)
+    curve = make_curve(rec.steps, rec.loss, label or spec)
+    notes = (f"read as {rec.fmt}",) + rec.notes + curve.notes
+    return replace(curve, notes=tuple(f"{curve.label}: {n}" for n in notes))

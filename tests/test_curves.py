@@ -123,26 +123,23 @@ def test_a_spike_is_shared_when_the_baseline_rises_with_it():
 
 
 def test_correct_1000_step_runs_have_no_new_spikes():
-    """Recorded loss curves of the full suite's correct Pallas runs (1000 steps): six
-    whose candidate has data spikes the baseline scores just under the threshold (5.6-8
-    spreads), and seed 7, where the FP8 model's spike (16.6 spreads) is twice the
-    baseline's (8.1).  Every one is shared, and a real spike injected into the candidate
-    is still found."""
+    """Recorded loss curves of the full suite's correct Pallas runs (1000 steps, 64 tokens
+    a batch: ~7% relative noise a step).  Judged against each run's own noise level, the
+    hard batches are no new spikes (under the old local 10-value spread, six pairs had
+    candidate spikes only the sharing rule excused), and a doubled loss injected into the
+    candidate is found."""
     data = np.load(DATA / "layer3_full_pallas_losses.npz")
     pairs = sorted({key.rsplit("_", 1)[0] for key in data.files})
     assert len(pairs) == 7
-    missed = 0
     for pair in pairs:
         cand, base = data[pair + "_cand"], data[pair + "_base"]
         cmp = compare(Curve.of(cand), Curve.of(base), STRICT)
         assert _vlp(cmp.named["new_spikes"]) == (0, 0, True), (pair, cmp.metrics["new_spikes"])
-        near = {j + d for j in cmp.metrics["baseline_spikes"] for d in (-1, 0, 1)}
-        missed += bool(set(cmp.metrics["candidate_spikes"]) - near)
+        assert 0.05 < min(cmp.metrics["noise_rel"]) <= max(cmp.metrics["noise_rel"]) < 0.09
         at = 500 + int(np.argmin(np.abs(np.diff(base[500:520]))))  # a quiet step
         spiked = cand.copy()
         spiked[at] *= 2  # the batch noise of 64 tokens a step is ~0.25 in loss, 10%
         assert at in compare(Curve.of(spiked), Curve.of(base), STRICT).metrics["new_spikes"]
-    assert missed == 6  # the six pairs with the case an exact second detection gets wrong
 
 
 def test_nan_is_divergence_at_its_step():
@@ -240,10 +237,10 @@ def test_csv_and_jsonl_logs_load(tmp_path):
 
 def test_bad_logs_are_one_line_value_errors(tmp_path):
     (tmp_path / "x.csv").write_text("step,acc\n1,0.5\n")
-    with pytest.raises(ValueError, match="no loss column"):
+    with pytest.raises(ValueError, match="x.csv: no loss key; found keys: step, acc"):
         load_curve(str(tmp_path / "x.csv"))
     (tmp_path / "y.csv").write_text("step,loss\n1,abc\n")
-    with pytest.raises(ValueError, match="bad step/loss"):
+    with pytest.raises(ValueError, match="y.csv:2: bad loss 'abc'"):
         load_curve(str(tmp_path / "y.csv"))
     with pytest.raises(ValueError, match="no such file"):
         load_curve(str(tmp_path / "missing.jsonl"))
@@ -295,3 +292,39 @@ def test_cli_reads_the_gates_own_json(tmp_path, capsys):
     assert main(["curves", f"{gate}", f"{gate}@bf16"]) == 2
     assert "say which curve" in capsys.readouterr().err
     assert main(["curves", f"{gate}@triton/fp8", f"{gate}@bf16"]) == 2
+
+
+def _pair(rng, n=300, r=0.01):
+    """Two runs of one power-law loss trend with independent 1% noise, and the trend."""
+    t = 2.2 + 8.0 * (1 + np.arange(n) / rng.uniform(3, 15)) ** -rng.uniform(0.4, 1.0)
+    return (t * (1 + r * rng.standard_normal(n)), t * (1 + r * rng.standard_normal(n)), t)
+
+
+def test_noise_level_and_scores_are_calibrated():
+    """On white noise the relative noise level is its deviation and spike scores are
+    N(0, 1): the thresholds mean what their docstrings say."""
+    rng = np.random.default_rng(11)
+    y = 3.0 * (1 + 0.01 * rng.standard_normal(2000))
+    assert np.nanmedian(curves.noise_rel(y)) == pytest.approx(0.01, rel=0.05)
+    s = curves.spike_scores(y)
+    assert np.nanstd(s) == pytest.approx(1.0, rel=0.1) and abs(np.nanmean(s)) < 0.1
+
+
+def test_false_alarms_and_detection_at_stated_sizes():
+    """The benchmark's claims at one size (benchmarks/curves.py measures all): pairs that
+    differ only by noise pass; a 2% gap after warm-up and a 10-sigma spike fail."""
+    rng = np.random.default_rng(25)
+    trials = 100
+    alarms = gap = spike = 0
+    for _ in range(trials):
+        cand, base, t = _pair(rng)
+        alarms += not compare(Curve.of(cand), Curve.of(base), STRICT).passed
+        shifted = cand.copy()
+        shifted[30:] *= 1.02
+        gap += not compare(Curve.of(shifted), Curve.of(base), STRICT).passed
+        at = int(rng.integers(30, 300))
+        spiked = cand.copy()
+        spiked[at] += 10 * 0.01 * t[at]
+        cmp = compare(Curve.of(spiked), Curve.of(base), STRICT)
+        spike += cmp.metrics["new_spikes"] == [at]
+    assert alarms <= 2 and gap >= 95 and spike >= 95, (alarms, gap, spike)

@@ -123,12 +123,17 @@ def test_a_binary_file_is_named_not_decoded(tmp_path, capsys):
     binary.write_bytes(b"\x18\x00\x00\x00\x00\x00\x00\x00\xa3\x7fK\x22\t\x00\x00\x00\xff")
     log = tmp_path / "b.csv"
     log.write_text("step,loss\n1,2.0\n2,1.5\n")
-    for argv in (["curves", str(binary), str(log)],
-                 ["report", str(binary), "-o", str(tmp_path / "r.html")]):
-        assert main(argv) == 2
-        line = one_line_error(capsys)
-        assert line.startswith(f"{binary}: not a text file (byte 0xa3 at offset 8 is not UTF-8)")
-        assert "codec" not in line
+    assert main(["report", str(binary), "-o", str(tmp_path / "r.html")]) == 2
+    line = one_line_error(capsys)
+    assert line.startswith(f"{binary}: not a text file (byte 0xa3 at offset 8 is not UTF-8)")
+    assert "codec" not in line
+    # as a loss log it is read as the TensorBoard event file its name says it is
+    assert main(["curves", str(binary), str(log)]) == 2
+    assert one_line_error(capsys).startswith(f"{binary}: no scalars in 1 TensorBoard event")
+    blob = tmp_path / "weights.bin"
+    blob.write_bytes(binary.read_bytes())
+    assert main(["curves", str(blob), str(log)]) == 2
+    assert one_line_error(capsys).startswith(f"{blob}: a binary file, not a loss log")
 
 
 def test_version_1_documents_are_still_read(tmp_path):
@@ -207,18 +212,18 @@ def test_a_stream_with_fewer_results_than_planned_is_incomplete(tmp_path):
 
 
 @pytest.mark.parametrize("where, text, msg", [
-    (31, "{not json", "line 31: not JSON (Expecting property name enclosed in double quotes)"),
-    (5, '{"kernel": "k", "layer": 1, "case": "c", "passed": true}', "line 5: missing key"),
+    (31, "{not json", "31: not JSON (Expecting property name enclosed in double quotes)"),
+    (5, '{"kernel": "k", "layer": 1, "case": "c", "passed": true}', "5: missing key"),
     (7, json.dumps({**make_document()["results"][0], "criteria": []}),
-     "line 7: criteria: expected an object"),
-    (2, json.dumps({"event": "end", "n_results": 0}), "line 3: a line after the end event"),
+     "7: criteria: expected an object"),
+    (2, json.dumps({"event": "end", "n_results": 0}), "3: a line after the end event"),
 ])
 def test_a_bad_stream_line_is_exit_2_naming_its_line(tmp_path, capsys, where, text, msg):
     lines = write_stream(tmp_path / "s.jsonl", make_document(make_results(40)))
     lines[where - 1] = text
     (tmp_path / "s.jsonl").write_text("\n".join(lines) + "\n")
     assert main(["report", str(tmp_path / "s.jsonl"), "-o", str(tmp_path / "r.html")]) == 2
-    assert one_line_error(capsys).startswith(f"{tmp_path / 's.jsonl'}: {msg}")
+    assert one_line_error(capsys).startswith(f"{tmp_path / 's.jsonl'}:{msg}")
 
 
 def test_a_loss_log_names_its_bad_line(tmp_path, capsys):
@@ -227,7 +232,7 @@ def test_a_loss_log_names_its_bad_line(tmp_path, capsys):
     (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
     (tmp_path / "b.csv").write_text("step,loss\n1,2.0\n2,1.5\n")
     assert main(["curves", str(tmp_path / "a.jsonl"), str(tmp_path / "b.csv")]) == 2
-    assert one_line_error(capsys).startswith(f"{tmp_path / 'a.jsonl'}: line 31: not JSON")
+    assert one_line_error(capsys).startswith(f"{tmp_path / 'a.jsonl'}:31: not JSON")
 
 
 # --- merge: one complete run -------------------------------------------------------------------

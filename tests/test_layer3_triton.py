@@ -16,7 +16,7 @@ from fp8check.layers.training.task import make_task
 
 def test_triton_smoke_passes_and_matches_pallas_at_step0():
     out = [r.to_dict() for r in iter_layer3("triton", "smoke")]
-    tc = SUITES["smoke"]["triton"]
+    [tc] = SUITES["smoke"]["triton"]
     assert [r["kernel"] for r in out] == ["triton-train-fp8", "triton-train-bf16"]
     assert len(out) == layer3_size("smoke")
     for r in out:

@@ -1,10 +1,12 @@
 """`fp8check curves A B`: layer 4, loss curves of runs made elsewhere.
 
-A is the candidate (FP8), B the baseline (BF16): CSV or JSONL loss logs, or a gate
-result file with a selector (`gate.json@pallas/fp8`).  Steps are compared where both
-logs have them; steps only one log has are counted and reported.  The metrics and limits
-are layer 3's (`fp8check.curves`).  Exit 0 within the profile's limits, 1 when a gap
-exceeds them or the candidate diverges, 2 on bad input.
+A is the candidate (FP8), B the baseline (BF16): loss logs as real stacks write them
+(Megatron-LM, MaxText and torchtitan console logs, MaxText's metrics file, W&B CSV exports,
+TensorBoard event files), CSV or JSONL step/loss logs, or a gate result file with a
+selector (`gate.json@pallas/fp8`); the format is detected from the content.  Steps are
+compared where both logs have them; steps only one log has are counted and reported.
+The metrics and limits are layer 3's (`fp8check.curves`).  Exit 0 within the profile's
+limits, 1 when a gap exceeds them or the candidate diverges, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from fp8check.curves import compare, get_limits, load_curve
 from fp8check.errors import usage_errors
+from fp8check.logs import FORMATS, LogOptions
 from fp8check.results.model import jsonable
 from fp8check.userfiles import check_output
 
@@ -29,6 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--label", nargs=2, metavar=("LABEL_A", "LABEL_B"),
                    help="names of A and B in the output (default: the arguments)")
     p.add_argument("--profile", default="strict", help="tolerance profile (strict, explore)")
+    p.add_argument("--format", choices=list(FORMATS), help="read both logs as this format "
+                   "(default: detected from each log's content)")
+    p.add_argument("--step-key", help="the step column / key / field of both logs")
+    p.add_argument("--loss-key", help="the loss column / key / field / TensorBoard tag")
+    p.add_argument("--run", nargs=2, metavar=("RUN_A", "RUN_B"),
+                   help="the runs of A and B in W&B panel exports that hold several")
     p.add_argument("--json", metavar="OUT", help="write the metrics and checks as JSON")
     p.set_defaults(func=run)
 
@@ -39,7 +48,11 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             check_output(args.json, "--json")
         limits = get_limits(args.profile)
-        cand, base = load_curve(args.candidate, la), load_curve(args.baseline, lb)
+        run_a, run_b = args.run or (None, None)
+        cand, base = (load_curve(spec, label, LogOptions(args.format, args.step_key,
+                                                         args.loss_key, run))
+                      for spec, label, run in ((args.candidate, la, run_a),
+                                               (args.baseline, lb, run_b)))
         cmp = compare(cand, base, limits)  # two curves with no common step are bad input
     m = cmp.metrics
     print(f"fp8check curves: {la} vs {lb} (profile {args.profile}): "
@@ -54,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
             shown = "all finite" if c.passed else f"non-finite from step {c.value}"
         elif c.name == "new_spikes":
             shown = f"{c.value} {m['new_spikes']}"
+        elif c.name == "max_abs_gap_ema":  # counted only where beyond the gap's noise
+            shown = (f"{c.value:.4%} beyond noise (limit {c.limit:.2%}; largest "
+                     f"|EMA gap| {m['max_abs_gap_ema']:.4%})")
         else:  # the relative gaps
             shown = f"{c.value:+.4%} (limit |.| <= {c.limit:.2%})"
         print(f"  {'ok  ' if c.passed else 'FAIL'} {c.name}: {shown}")

@@ -104,9 +104,9 @@ def run_gate(opts: GateOptions, cwd: str | Path = ".") -> int:
         print(f"fp8check: kernel {name} not loaded: {err}", file=sys.stderr)
     if not plan.config.isolate:
         print(ISOLATION_OFF, file=sys.stderr)
-    total = sum(b.size for b in batches)
-    with JsonlStream(plan.jsonl) as stream, _progress(total, opts.progress) as bar:
-        stream.start(env, planned=total)
+    planned = sum(b.size for b in batches)
+    with JsonlStream(plan.jsonl) as stream, _progress(planned, opts.progress) as bar:
+        stream.start(env, planned=planned)
         sink = Sink(stream, bar)
         stop = _run(plan, batches, sink)
         if stop is None:
@@ -114,7 +114,7 @@ def run_gate(opts: GateOptions, cwd: str | Path = ".") -> int:
     summary = documents.tally(sink.done, kernels.errors, complete=stop is None)
     _write_documents(plan, sink.done, summary, env)
     if stop is not None:
-        print(_interrupted_line(plan, stop, len(sink.done), total), file=sys.stderr)
+        print(_interrupted_line(plan, stop, len(sink.done), planned), file=sys.stderr)
         return exitcodes.interrupted(stop.signum)
     c = plan.config
     print(f"fp8check gate: suite={c.suite} profile={c.profile} seed={c.seed} "

@@ -233,7 +233,7 @@ def jsonl_records(text: str, src: str) -> tuple[list[tuple[int, Any]], int | Non
         except json.JSONDecodeError as e:
             if n == len(lines):  # the file does not end with a newline
                 return records, n
-            raise ValueError(f"{src}: line {n}: not JSON ({e.msg})") from None
+            raise ValueError(f"{src}:{n}: not JSON ({e.msg})") from None
     return records, None
 
 
@@ -258,11 +258,11 @@ def parse_stream(text: str, src: str) -> dict[str, Any]:
         raise ValueError(f"{src}: not a gate JSONL stream (its first line must be "
                          f'{{"event": "start", ...}})')
     n0, start = records[0]
-    schema.check(start, schema.START_EVENT, f"{src}: line {n0}")
+    schema.check(start, schema.START_EVENT, f"{src}:{n0}")
     results: list[CaseResult] = []
     end: dict[str, Any] | None = None
     for n, rec in records[1:]:
-        where = f"{src}: line {n}"
+        where = f"{src}:{n}"
         if end is not None:
             raise ValueError(f"{where}: a line after the end event")
         if isinstance(rec, dict) and rec.get("event") == "end":

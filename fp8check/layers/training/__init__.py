@@ -1,6 +1,6 @@
 """Layer 3 (training): the tiny MoE model trained in three precisions (`validate`).
 
-Modules: `model` (the model's shape and parameters), `task` (the Markov task), `optimizer`
+Modules: `model` (the model's shape and parameters), `task` (the Markov and text tasks), `optimizer`
 (AdamW), `trainer` (the training loop), `dense` (the f32 dense model), `pallas` and
 `triton` (the model on each kernel family's MoE layer), `validate` (the layer's results).
 """

@@ -10,7 +10,7 @@ import numpy as np
 
 from fp8check.layers.training.model import GradFn, ModelConfig, Params, init_params
 from fp8check.layers.training.optimizer import AdamW, Schedule
-from fp8check.layers.training.task import MarkovTask
+from fp8check.layers.training.task import TrainingTask
 
 
 @dataclass
@@ -30,7 +30,7 @@ def _flat(grads: Params, names: list[str]) -> np.ndarray:
     return np.concatenate([np.asarray(grads[n], np.float64).ravel() for n in names])
 
 
-def train(grad_fn: GradFn, cfg: ModelConfig, sched: Schedule, task: MarkovTask, seed: int,
+def train(grad_fn: GradFn, cfg: ModelConfig, sched: Schedule, task: TrainingTask, seed: int,
           *, snr_ref: GradFn | None = None) -> TrainLog:
     """Train `init_params(cfg, seed)` for `sched.steps` AdamW steps on `task`'s batches.
 

@@ -2,7 +2,12 @@
 AdamW in three precisions (the family's FP8 kernels, its bf16 kernels, and the f32 dense
 model) from the same initialisation on the same batches, seed by seed.
 
-Per seed and family, two results (case `markov-...-s<seed>`):
+A case trains on a task (`task.py`): "markov", a random chain whose entropy rate is the
+achievable loss, or "text", the bytes of the Python standard library's sources, whose
+conditional bigram entropy is the achievable loss of this one-token-context model (the
+corpus follows the Python version; results record its sha256).
+
+Per seed and case, two results (case `<task>-...-s<seed>`):
 
 * `<family>-train-fp8`: the FP8 loss curve against the bf16 one (`fp8check.curves`:
   per-step gap raw and EMA, AUC gap, final-loss gap, NaN / spikes), and the gradient SNR
@@ -15,7 +20,7 @@ Both also check that the run learned: the loss closes at least `MIN_LEARNED` of 
 distance from its first value to the task's entropy rate (the best achievable loss).
 Every result carries `metrics["curves"] = {"fp8": [...], "bf16": [...], "f32": [...]}`.
 
-Across seeds, one more result (case `markov-...-seeds<a>-<b>`, kernel
+Across seeds, one more result (case `<task>-...-seeds<a>-<b>`, kernel
 `<family>-train-fp8`): the paired one-sided t-test of the per-seed AUC gaps
 (`curves.seed_test`); it fails only on the verdict "fp8-worse" (significant and beyond
 the AUC limit), and is skipped with one seed.
@@ -25,8 +30,9 @@ x 60 steps (the whole step is one jitted XLA program: ~25 ms an FP8 step in inte
 mode; measured 16 s for the four seeds, tracing included) and Triton for 2 seeds x 50
 steps (interpret mode; measured 59 s a seed, three precisions and the SNR probes, on the
 shared 2-core box), so each family's seed test runs in ci too (2 seeds: a weak test, it
-can only flag a gap consistent across both); `full` runs 1000 steps, 8 seeds for Pallas
-and 3 for Triton; `smoke` one Pallas seed of 50 steps and one Triton seed of 8 steps (a
+can only flag a gap consistent across both); `full` runs 1000 steps on the Markov task
+(8 seeds for Pallas, 3 for Triton) and on text (vocab 256; 3 seeds for Pallas, 2 for
+Triton); `smoke` one Pallas seed of 50 steps and one Triton seed of 8 steps (a
 wiring check that cannot show learning, so its learning criterion is reported, not gated).
 """
 
@@ -44,7 +50,14 @@ from fp8check.curves import Curve, compare, get_limits, seed_test, trend
 from fp8check.layers.training.dense import dense_f32_grad_fn
 from fp8check.layers.training.model import GradFn, ModelConfig
 from fp8check.layers.training.optimizer import Schedule
-from fp8check.layers.training.task import MarkovTask, make_task
+from fp8check.layers.training.task import (
+    BYTE_VOCAB,
+    TextTask,
+    TrainingTask,
+    make_task,
+    stdlib_corpus,
+    text_task,
+)
 from fp8check.layers.training.trainer import TrainLog, train
 from fp8check.results.model import CaseResult, Criterion
 
@@ -55,36 +68,58 @@ MIN_LEARNED = 0.5
 ModelImpl = Callable[[ModelConfig, str], GradFn]
 
 
+TASKS = ("markov", "text")
+TEXT_MODEL = ModelConfig(vocab=BYTE_VOCAB)
+
+
 @dataclass(frozen=True)
 class TrainingCase:
-    """One family's layer-3 schedule in a suite: `seeds` runs of `schedule`."""
+    """One layer-3 schedule of a family in a suite: `seeds` runs of `schedule` on `task`
+    ("markov": the random chain; "text": the standard library's bytes, vocab 256)."""
 
     schedule: Schedule
     seeds: int
     model: ModelConfig = ModelConfig()
     gate_learning: bool = True
+    task: str = "markov"
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"unknown layer-3 task {self.task!r}; expected one of {TASKS}")
+        if self.task == "text" and self.model.vocab != BYTE_VOCAB:
+            raise ValueError(f"the text task predicts bytes: vocab must be {BYTE_VOCAB}, "
+                             f"got {self.model.vocab}")
+
+    def make_task(self) -> TrainingTask:
+        """The task this case trains on (the text corpus is read here, once a run)."""
+        if self.task == "text":
+            return text_task(*stdlib_corpus())
+        return make_task(self.model.vocab)
 
     def case_id(self, seed: int) -> str:
         c, s = self.model, self.schedule
-        return (f"markov-v{c.vocab}-d{c.d_model}-e{c.experts}-k{c.top_k}-t{s.tokens}"
+        return (f"{self.task}-v{c.vocab}-d{c.d_model}-e{c.experts}-k{c.top_k}-t{s.tokens}"
                 f"-n{s.steps}-s{seed}")
 
     def seeds_case_id(self, seed: int) -> str:
         return self.case_id(seed).rsplit("-s", 1)[0] + f"-seeds{seed}-{seed + self.seeds - 1}"
 
 
-SUITES: dict[str, dict[str, TrainingCase]] = {
-    "smoke": {"pallas": TrainingCase(Schedule(steps=50), seeds=1),
-              "triton": TrainingCase(Schedule(steps=8, warmup=2, snr_every=4), seeds=1,
-                                  gate_learning=False)},
-    "ci": {"pallas": TrainingCase(Schedule(steps=60), seeds=4),
-           "triton": TrainingCase(Schedule(steps=50), seeds=2)},
-    "full": {"pallas": TrainingCase(Schedule(steps=1000, warmup=50, snr_every=25), seeds=8),
-             "triton": TrainingCase(Schedule(steps=1000, warmup=50, snr_every=25), seeds=3)},
+_LONG = Schedule(steps=1000, warmup=50, snr_every=25)
+SUITES: dict[str, dict[str, tuple[TrainingCase, ...]]] = {
+    "smoke": {"pallas": (TrainingCase(Schedule(steps=50), seeds=1),),
+              "triton": (TrainingCase(Schedule(steps=8, warmup=2, snr_every=4), seeds=1,
+                                      gate_learning=False),)},
+    "ci": {"pallas": (TrainingCase(Schedule(steps=60), seeds=4),),
+           "triton": (TrainingCase(Schedule(steps=50), seeds=2),)},
+    "full": {"pallas": (TrainingCase(_LONG, seeds=8),
+                        TrainingCase(_LONG, seeds=3, model=TEXT_MODEL, task="text")),
+             "triton": (TrainingCase(_LONG, seeds=3),
+                        TrainingCase(_LONG, seeds=2, model=TEXT_MODEL, task="text"))},
 }
 
 
-def _check(family: str, suite: str) -> TrainingCase:
+def _check(family: str, suite: str) -> tuple[TrainingCase, ...]:
     registry.check_family(family)
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
@@ -104,7 +139,7 @@ def _plan(suite: str, tc: TrainingCase, seed: int, cases: Sequence[str] | None
     if cases is None:
         return all_seeds, tc.seeds > 1
     wanted = set(cases)
-    known = set().union(*(_case_ids(t, seed) for t in SUITES[suite].values()))
+    known = set().union(*(_case_ids(t, seed) for tcs in SUITES[suite].values() for t in tcs))
     if wanted - known:
         raise ValueError(f"unknown layer-3 case(s) {sorted(wanted - known)}; suite {suite} "
                          f"has {', '.join(sorted(known))}")
@@ -119,11 +154,14 @@ def layer3_size(suite: str, cases: Sequence[str] | None = None, *, seed: int = 0
     family, the largest count over the families (their schedules differ)."""
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
-    tcs = list(SUITES[suite].values()) if family is None else [_check(family, suite)]
+    families = list(SUITES[suite]) if family is None else [family]
     sizes = []
-    for tc in tcs:
-        seeds, stats = _plan(suite, tc, seed, cases)
-        sizes.append(len(VARIANTS) * len(seeds) + int(stats))
+    for fam in families:
+        size = 0
+        for tc in _check(fam, suite):
+            seeds, stats = _plan(suite, tc, seed, cases)
+            size += len(VARIANTS) * len(seeds) + int(stats)
+        sizes.append(size)
     return max(sizes)
 
 
@@ -140,7 +178,7 @@ def _learned(curve: list[float], achievable: float) -> float:
 
 
 def _seed_result(family: str, variant: str, tc: TrainingCase, seed: int, profile: str,
-                 logs: dict[str, TrainLog], task: MarkovTask, seconds: float) -> CaseResult:
+                 logs: dict[str, TrainLog], task: TrainingTask, seconds: float) -> CaseResult:
     base = "bf16" if variant == "fp8" else "f32"
     cid = tc.case_id(seed)
     res = CaseResult(kernel=f"{family}-train-{variant}", layer=LAYER, case=cid, passed=None)
@@ -150,9 +188,11 @@ def _seed_result(family: str, variant: str, tc: TrainingCase, seed: int, profile
     m = res.metrics
     s = tc.schedule
     m.update(baseline=base, steps=s.steps, tokens_per_step=s.tokens, lr=s.lr, seed=seed,
-             model=vars(tc.model), achievable_loss=task.entropy_rate,
+             model=vars(tc.model), task=tc.task, achievable_loss=task.entropy_rate,
              curves={v: logs[v].loss for v in ("fp8", "bf16", "f32")},
              diverged_at={v: logs[v].diverged_at for v in ("fp8", "bf16", "f32")})
+    if isinstance(task, TextTask):  # the corpus follows the Python version: say which
+        m.update(corpus=task.source, corpus_sha256=task.digest, corpus_bytes=task.data.size)
     m.update(cmp.metrics)
     crit = list(cmp.criteria)
     log = logs[variant]
@@ -215,15 +255,24 @@ def iter_layer3(
     family: str, suite: str = "ci", seed: int = 0, profile: str = "strict", *,
     cases: Sequence[str] | None = None, model_impl: ModelImpl | None = None,
 ) -> Iterator[CaseResult]:
-    """Layer 3 of `suite` for one kernel family: per seed (seeds seed, seed+1, ...) the
-    `<family>-train-fp8` and `<family>-train-bf16` results, yielded as each seed finishes,
-    then the across-seed result.  `cases` keeps only the named case ids (naming the
-    across-seed case runs every seed); `model_impl` replaces the family's model."""
-    tc = _check(family, suite)
+    """Layer 3 of `suite` for one kernel family, case by case (`SUITES`): per seed (seeds
+    seed, seed+1, ...) the `<family>-train-fp8` and `<family>-train-bf16` results, yielded
+    as each seed finishes, then the case's across-seed result.  `cases` keeps only the
+    named case ids (naming an across-seed case runs its every seed); `model_impl` replaces
+    the family's model."""
+    tcs = _check(family, suite)
     get_limits(profile)  # unknown profile or "off": ValueError before any training
-    seeds, stats = _plan(suite, tc, seed, cases)
+    plans = [(tc, *_plan(suite, tc, seed, cases)) for tc in tcs]
     model = model_impl or registry.family_module(__package__, family).make_grad_fn
-    task = make_task(tc.model.vocab)
+    for tc, seeds, stats in plans:
+        if seeds:
+            yield from _iter_case(family, tc, seeds, stats, seed, profile, model)
+
+
+def _iter_case(family: str, tc: TrainingCase, seeds: list[int], stats: bool, seed: int,
+               profile: str, model: ModelImpl) -> Iterator[CaseResult]:
+    """`iter_layer3` for one TrainingCase: its `seeds`, then (`stats`) the seed test."""
+    task = tc.make_task()
     f32 = dense_f32_grad_fn(tc.model)
     fns = {v: model(tc.model, v) for v in VARIANTS}
     per_seed = []
@@ -254,4 +303,3 @@ def iter_layer3(
             yield CaseResult(kernel=f"{family}-train-fp8", layer=LAYER,
                              case=tc.seeds_case_id(seed), passed=False,
                              error="a seed's training raised: no seed test")
-
