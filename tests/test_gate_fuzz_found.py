@@ -47,19 +47,23 @@ def test_an_output_name_too_long_is_bad_input(argv, tmp_path, monkeypatch, capsy
 
 def test_a_csv_row_longer_than_its_header_names_its_line(tmp_path, monkeypatch, capsys):
     """Was AttributeError: 'NoneType' object has no attribute 'strip' (csv.DictReader
-    files the extra fields under the key None)."""
+    files the extra fields under the key None); main's log readers (fp8check.logs) now
+    say so too."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "l.csv").write_text("step\n0,3.0\n1,2.9\n")
     (tmp_path / "base.csv").write_text("step,loss\n0,3.0\n1,2.9\n")
     err = _one_line_usage_error(["curves", "l.csv", "base.csv"], capsys)
-    assert "l.csv: line 2: 2 fields, the header has 1" in err
+    assert "l.csv:2: 2 fields, the header has 1" in err
 
 
 def test_a_csv_field_over_the_size_limit_is_bad_input(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "l.csv").write_text("step,loss\n0," + "9" * 200_000 + "\n")
     err = _one_line_usage_error(["curves", "l.csv", "l.csv"], capsys)
-    assert "l.csv: line 2: not CSV: field larger than field limit" in err
+    assert "l.csv:2: not CSV: field larger than field limit" in err
+    (tmp_path / "h.csv").write_text("step," + "x" * 200_000 + "\n0,1\n")
+    err = _one_line_usage_error(["curves", "h.csv", "l.csv"], capsys)
+    assert "h.csv:1: not CSV: field larger than field limit" in err
 
 
 @pytest.mark.parametrize("value", ["inf", "1e308", "nan"])
