@@ -426,9 +426,26 @@ LOSS_JSONL = "".join(json.dumps({"step": i, "loss": 3 - 0.01 * i}) + "\n" for i 
 CELLS = st.one_of(NUMBERS, st.sampled_from(["nan", "inf", "", "step", "loss", "1e400"]))
 
 
+SAMPLE_LOGS = sorted(p for p in (Path(__file__).parent / "data" / "logs").iterdir()
+                     if p.is_file() and p.suffix in (".log", ".jsonl", ".csv"))
+
+
+@st.composite
+def sample_logs(draw) -> tuple[str, bytes]:
+    """A real training log of one of the stacks `fp8check.logs` reads (tests/data/logs),
+    with lines dropped, duplicated, swapped, mutated or cut short, or bytes flipped."""
+    path = draw(st.sampled_from(SAMPLE_LOGS))
+    text = path.read_text()
+    if draw(st.booleans()):
+        return path.name, draw(mutated_streams(text)).encode()
+    return path.name, draw(mutated_bytes(text.encode()))
+
+
 @st.composite
 def loss_logs(draw) -> tuple[str, bytes]:
-    kind = draw(st.sampled_from(["csv", "csv", "jsonl", "bytes"]))
+    kind = draw(st.sampled_from(["csv", "csv", "jsonl", "bytes", "sample", "sample"]))
+    if kind == "sample":
+        return draw(sample_logs())
     if kind == "csv":
         rows = [r.split(",") for r in LOSS_CSV.splitlines()]
         for _ in range(draw(st.integers(1, 4))):
@@ -454,14 +471,19 @@ def loss_logs(draw) -> tuple[str, bytes]:
 
 @fuzz("FUZZ_LOSS_LOGS")
 @given(log=loss_logs(), profile=st.sampled_from(["strict", "explore", "off", ""]),
-       swap=st.booleans())
-def test_mutated_loss_logs_keep_the_contract(log, profile, swap, tmp_path, capfd):
+       swap=st.booleans(), base=st.sampled_from(["base.csv", *(p.name for p in SAMPLE_LOGS)]))
+def test_mutated_loss_logs_keep_the_contract(log, profile, swap, base, tmp_path, capfd):
+    """`curves` on a mutated loss log against an intact one (the same stack's, or CSV)."""
     with Workdir(tmp_path) as d:
         name, content = log
-        (d / name).write_bytes(content)
+        if base == name:
+            base = "base.csv"
         (d / "base.csv").write_text(LOSS_CSV)
-        before = digests([d / name, d / "base.csv"])
-        a, b = (name, "base.csv") if not swap else ("base.csv", name)
+        if base != "base.csv":
+            (d / base).write_bytes((Path(__file__).parent / "data" / "logs" / base).read_bytes())
+        (d / name).write_bytes(content)
+        before = digests([d / name, d / base])
+        a, b = (name, base) if not swap else (base, name)
         rc, _, _ = call(["curves", a, b, "--profile", profile, "--json", "c.json"], capfd)
         assert (d / "c.json").exists() == (rc in (0, 1))
         if rc in (0, 1):
