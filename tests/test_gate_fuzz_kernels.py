@@ -53,16 +53,29 @@ HOSTILE = {
     "sleep_past_timeout": "time.sleep(60)",
     "print_traceback": "traceback.print_stack(); raise RuntimeError('x')",
     "recursion": "return k_recursion(*a)",
+    "evil_array": "return Evil()",
+    "huge_alloc": "return np.ones((1 << 40,), np.uint8)",
 }
-# correct outputs after mutating the inputs afterwards: the gate may pass them only if
-# it hands every call its own copy, so they are not required to fail
-MAY_PASS = {"mutate_after": "out = ref(*a); a[0][...] = 0; a[1][...] = 7; return out"}
+# correct outputs: not required to fail (after mutating the inputs afterwards, the gate
+# may pass them only if it hands every call its own copy; it does)
+MAY_PASS = {"mutate_after": "out = ref(*a); a[0][...] = 0; a[1][...] = 7; return out",
+            # the right values in an ndarray subclass whose methods are hostile: the gate
+            # judges the values (np.asarray), never calls them
+            "evil_subclass": "return ref(*a).view(EvilArray)"}
 TIMEOUT_S = 4
 
 
 def _kernel_file(names: list[str]) -> str:
     src = [GOOD_KERNEL, "import os, time, traceback\nimport numpy as np\n",
            "class Custom(BaseException):\n    pass\n",
+           "class Evil:  # an array-like whose conversion raises\n"
+           "    shape = (256, 256)\n    dtype = np.float32\n"
+           "    def __array__(self, *a, **k):\n        raise KeyboardInterrupt\n"
+           "    def __getattr__(self, name):\n        raise SystemExit(0)\n",
+           "class EvilArray(np.ndarray):  # right values, hostile methods\n"
+           "    def __eq__(self, other):\n        raise GeneratorExit\n"
+           "    def __array_finalize__(self, obj):\n        pass\n"
+           "    def __float__(self):\n        os._exit(0)\n",
            "def ref(*a):\n    return good.fn(*a)\n"]
     for name in names:
         body = {**HOSTILE, **MAY_PASS}[name]
