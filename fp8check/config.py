@@ -14,6 +14,14 @@ from typing import Any
 from fp8check.userfiles import read_text
 
 DEFAULT_TIMEOUT = 600.0  # seconds per result: generous (a smoke result takes at most ~17 s here)
+# the longest timeout taken: a week (inf, nan and 1e308 are not seconds a wait can take)
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
+
+def valid_timeout(value: Any) -> bool:
+    """A number of seconds the gate can wait for one result: 0 < value <= MAX_TIMEOUT."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and 0 < value <= MAX_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -55,8 +63,9 @@ def _coerce(key: str, value: Any, src: str) -> Any:
             raise bad("true or false, e.g. isolate = false")
         return value
     if key == "timeout":
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise bad("a positive number of seconds, e.g. timeout = 600")
+        if not valid_timeout(value):
+            raise bad(f"a positive number of seconds, at most {MAX_TIMEOUT:.0f}, e.g. "
+                      f"timeout = 600")
         return float(value)
     if key == "seed":
         if not isinstance(value, int) or isinstance(value, bool):

@@ -4,6 +4,7 @@ commands' `usage_errors` turns it into exit status 2); nothing here creates a di
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -15,9 +16,12 @@ def read_text(path: str | Path, expected: str) -> str:
         `expected` says what it should have been ("a gate results document").
     """
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"{p}: no such file")
-    data = p.read_bytes()
+    try:
+        if not p.is_file():
+            raise ValueError(f"{p}: no such file")
+        data = p.read_bytes()
+    except OSError as e:  # a name too long, a file we may not read
+        raise ValueError(f"{_short(p)}: cannot read it: {e.strerror or e}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -34,7 +38,18 @@ def check_output(path: str | Path, option: str) -> None:
     """
     p = Path(path)
     parent = p.parent
-    if not parent.is_dir():
-        raise ValueError(f"{option} {p}: directory {parent} does not exist")
-    if p.is_dir():
-        raise ValueError(f"{option} {p}: is a directory")
+    try:
+        if not parent.is_dir():
+            raise ValueError(f"{option} {p}: directory {parent} does not exist")
+        if p.is_dir():
+            raise ValueError(f"{option} {p}: is a directory")
+        if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+            raise ValueError(f"{option} {p}: not writable")
+    except OSError as e:  # a name too long, a directory we may not search
+        raise ValueError(f"{option} {_short(p)}: cannot write it: {e.strerror or e}") from None
+
+
+def _short(p: Path) -> str:
+    """`p` for a one-line message (a name too long for the file system is cut short)."""
+    s = str(p)
+    return s if len(s) <= 80 else s[:60] + "..." + s[-16:]

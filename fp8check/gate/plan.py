@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fp8check import cases as cases_mod
 from fp8check import registry
-from fp8check.config import GateConfig
+from fp8check.config import MAX_TIMEOUT, GateConfig, valid_timeout
 from fp8check.errors import UsageError, usage_errors
 from fp8check.gate.repro import PlainDeclarations
 from fp8check.profiles import get_profile
@@ -149,8 +149,9 @@ def make_plan(opts: GateOptions, cfg: GateConfig) -> tuple[GatePlan, str | None]
     if opts.jobs > 1 and not cfg.isolate:
         raise UsageError("--jobs runs worker processes; with isolation off everything runs "
                          "in this process: drop --jobs or --no-isolate")
-    if not cfg.timeout > 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {cfg.timeout}")
+    if not valid_timeout(cfg.timeout):
+        raise UsageError(f"--timeout must be a positive number of seconds, at most "
+                         f"{MAX_TIMEOUT:.0f}, got {cfg.timeout}")
     shard = parse_shard(opts.shard)
     with usage_errors():
         for option in ("json", "jsonl", "junit", "report"):  # fp8check-out/ is made if needed

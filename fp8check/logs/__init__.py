@@ -22,6 +22,16 @@ FLAGS = {"step_key": "--step-key", "loss_key": "--loss-key", "run": "--run",
          "selector": "@selector"}
 
 
+def _exists(path: Path) -> bool:
+    """Whether `path` exists; ValueError naming it when the system cannot say (a name too
+    long, a directory it may not search)."""
+    try:
+        return path.exists()
+    except OSError as e:
+        name = str(path) if len(str(path)) <= 80 else str(path)[:60] + "..." + str(path)[-16:]
+        raise ValueError(f"{name}: cannot read it: {e.strerror or e}") from None
+
+
 def read_log(spec: str, opts: LogOptions | None = None) -> LogRecords:
     """The (step, loss) records of the log `spec` = PATH or PATH@SELECTOR (a gate result
     file's layer-3 curve), in the format `opts.fmt` or the detected one.  ValueError, one
@@ -29,11 +39,11 @@ def read_log(spec: str, opts: LogOptions | None = None) -> LogRecords:
     unreadable file, an unknown format, an option the format does not take, or a log
     without step / loss records."""
     path_s, selector = spec, ""
-    if "@" in spec and not Path(spec).exists():  # a path may hold an @ itself
+    if "@" in spec and not _exists(Path(spec)):  # a path may hold an @ itself
         path_s, _, selector = spec.rpartition("@")
     opts = replace(opts or LogOptions(), selector=selector)
     path = Path(path_s)
-    if not path.exists():
+    if not _exists(path):
         raise ValueError(f"{path_s}: no such file")
     fmt = opts.fmt or detect(path)
     if fmt not in FORMATS:

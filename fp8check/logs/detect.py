@@ -63,7 +63,10 @@ def detect_text(text: str) -> str:
         if plain.is_gate_file(text):
             return "gate"
         return "maxtext" if re.search(r'"learning/loss"\s*:', text) else "jsonl"
-    header = [h.strip() for h in next(csv.reader(io.StringIO(first)), [])]
+    try:
+        header = [h.strip() for h in next(csv.reader(io.StringIO(first)), [])]
+    except csv.Error:  # not a CSV header (a field over csv's size limit): the CSV reader says so
+        return "csv"
     if wandb.panel_series(header) or any(h.endswith("__MIN") for h in header):
         return "wandb-panel"
     return "wandb" if "_step" in header else "csv"

@@ -52,18 +52,24 @@ def read_csv(path: Path, text: str, opts: LogOptions, fmt: str = "csv") -> LogRe
     """A CSV log with a header row (module docstring)."""
     src = str(path)
     reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
+    try:
+        header = next(reader, None)
+    except csv.Error as e:
+        raise ValueError(f"{src}:1: not CSV: {e}") from None
     if not header:
         raise ValueError(f"{src}: empty CSV file")
     header = [h.strip() for h in header]
     rows = []
-    for row in reader:  # reader.line_num: the physical line the row ends on
-        if not any(c.strip() for c in row):
-            continue
-        if len(row) > len(header):
-            raise ValueError(f"{src}:{reader.line_num}: {len(row)} fields, the header has "
-                             f"{len(header)}")
-        rows.append((reader.line_num, dict(zip(header, row, strict=False))))
+    try:
+        for row in reader:  # reader.line_num: the physical line the row ends on
+            if not any(c.strip() for c in row):
+                continue
+            if len(row) > len(header):
+                raise ValueError(f"{src}:{reader.line_num}: {len(row)} fields, the header "
+                                 f"has {len(header)}")
+            rows.append((reader.line_num, dict(zip(header, row, strict=False))))
+    except csv.Error as e:  # a field over csv's size limit
+        raise ValueError(f"{src}:{reader.line_num}: not CSV: {e}") from None
     return _keyed(rows, header, src, opts, fmt)
 
 

@@ -28,6 +28,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -321,6 +322,19 @@ def write_junit(path: str | Path, results: list[CaseResult]) -> None:
             elif not r.passed:
                 el = ET.SubElement(tc, "failure", message="failed: " + ", ".join(r.failed_criteria))
                 el.text = r.repro or ""
+    for el in root.iter():  # a kernel's error may hold any character: keep the XML valid
+        el.text = _xml_text(el.text) if el.text else el.text
+        el.attrib = {k: _xml_text(v) for k, v in el.attrib.items()}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+# the characters XML 1.0 cannot hold (control characters but tab, newline and carriage
+# return; lone surrogates; U+FFFE, U+FFFF)
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(text: str) -> str:
+    """`text` with each character XML cannot hold written as its escape (\\x1b)."""
+    return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], text)

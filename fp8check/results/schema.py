@@ -175,6 +175,11 @@ def check(instance: Any, schema: dict[str, Any], src: str) -> None:
     """
     import jsonschema  # here: importing the results package stays light
 
+    where = _lone_surrogate(instance, [])
+    if where is not None:  # valid JSON ("\\ud800"), but no text: it cannot be written out
+        at = _at(_where(where)).encode("utf-8", "backslashreplace").decode()
+        raise ValueError(f"{src}: {at}a string with a lone surrogate (U+D800-U+DFFF): "
+                         f"expected text")
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(instance),
                     key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
@@ -185,6 +190,35 @@ def check(instance: Any, schema: dict[str, Any], src: str) -> None:
             _figure_lengths(r, f"results[{i}].", src)
     elif schema is RESULT:
         _figure_lengths(instance, "", src)
+
+
+def _lone_surrogate(value: Any, path: list[Any]) -> list[Any] | None:
+    """The path to the first key or string in `value` that holds a lone surrogate (not
+    encodable as UTF-8), or None."""
+    if isinstance(value, str):
+        return None if value.isascii() or _encodes(value) else path
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not _encodes(k):
+                return [*path, k]
+            found = _lone_surrogate(v, [*path, k])
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if isinstance(v, str | dict | list):
+                found = _lone_surrogate(v, [*path, i])
+                if found is not None:
+                    return found
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _at(where: str) -> str:

@@ -63,7 +63,8 @@ def validate_case(
     except BadOutput as e:
         res.error = f"bad output: {e}"
     except Exception as e:  # the kernel under test may raise anything: report, don't crash
-        res.error = f"{type(e).__name__}: {e}"
+        # as text every document can hold (a message may carry lone surrogates)
+        res.error = f"{type(e).__name__}: {e}".encode("utf-8", "backslashreplace").decode()
     res.decide()
     res.seconds = time.perf_counter() - t0
     if "kernel" in timing:
