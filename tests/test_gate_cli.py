@@ -117,6 +117,17 @@ def test_plain_function_with_declared_limits_skips_and_passes(kernels, tmp_path)
     assert doc["summary"]["skipped_reasons"]
 
 
+def test_a_run_that_checked_nothing_fails(kernels, tmp_path, capsys):
+    # the f32-only plain function on one bf16 case: its only result is skipped
+    rc = _gate("--kernel", f"{kernels}:naive", "--contract", "gmm-fp8", "--framework", "numpy",
+               "--case", "wo-m256-k512-n768-g4-residues-fp8-ties-bf16-s0",
+               "--json", str(tmp_path / "p.json"))
+    summary = json.loads((tmp_path / "p.json").read_text())["summary"]
+    assert (summary["n_results"], summary["n_skipped"], summary["passed"]) == (1, 1, False)
+    assert rc == 1
+    assert "every result was skipped: nothing was checked" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "args, msg",
     [

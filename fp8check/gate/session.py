@@ -111,11 +111,20 @@ def run_gate(opts: GateOptions, cwd: str | Path = ".") -> int:
         stop = _run(plan, batches, sink)
         if stop is None:
             stream.end()
-    summary = documents.tally(sink.done, kernels.errors, complete=stop is None)
+    # A result that is missing counts as failed: a run that made fewer than it planned is
+    # incomplete, and an incomplete run never passes.
+    made_all = stop is None and len(sink.done) == planned
+    summary = documents.tally(sink.done, kernels.errors, complete=made_all)
     _write_documents(plan, sink.done, summary, env)
     if stop is not None:
         print(_interrupted_line(plan, stop, len(sink.done), planned), file=sys.stderr)
         return exitcodes.interrupted(stop.signum)
+    if not made_all:
+        print(f"fp8check gate: {len(sink.done)} results made of {planned} planned: the run "
+              f"is incomplete and fails", file=sys.stderr)
+    if summary["n_passed"] == 0 and not summary["n_failed"]:
+        what = "every result was skipped" if summary["n_results"] else "no result was made"
+        print(f"fp8check gate: {what}: nothing was checked, which fails", file=sys.stderr)
     c = plan.config
     print(f"fp8check gate: suite={c.suite} profile={c.profile} seed={c.seed} "
           f"layers={','.join(map(str, c.layers))}: "
