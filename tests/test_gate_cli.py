@@ -117,6 +117,18 @@ def test_plain_function_with_declared_limits_skips_and_passes(kernels, tmp_path)
     assert doc["summary"]["skipped_reasons"]
 
 
+def test_a_fail_line_is_one_line_whatever_the_kernel_raised(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "raising.py").write_text(
+        "def gmm(*args, **kwargs):\n    raise ValueError('first line\\nsecond line')\n")
+    rc = _gate("--kernel", f"{tmp_path / 'raising.py'}:gmm", "--contract", "gmm-fp8",
+               "--framework", "numpy", "--case", "wi-m256-k512-n256-g4-zero-middle-fp8-ties-f32-s0")
+    err = capsys.readouterr().err.splitlines()
+    [fail] = [i for i, line in enumerate(err) if line.startswith("FAIL ")]
+    assert rc == 1 and err[fail].endswith("first line")
+    assert err[fail + 1].lstrip().startswith("repro: fp8check gate")
+
+
 def test_a_run_that_checked_nothing_fails(kernels, tmp_path, capsys):
     # the f32-only plain function on one bf16 case: its only result is skipped
     rc = _gate("--kernel", f"{kernels}:naive", "--contract", "gmm-fp8", "--framework", "numpy",

@@ -32,6 +32,9 @@ from fp8check.gate.runner import Batch, Sink, plan_batches
 from fp8check.results import CaseResult
 
 _STOP_GRACE_S = 5.0  # how long an idle worker has to exit when told to
+# A batch's preparation (layer 1: building the case's references, fp8check's own work) is
+# not the kernel's time: it gets at least this long, whatever the per-result timeout.
+PREPARE_MIN_S = 600.0
 
 
 class WorkerError(RuntimeError):
@@ -46,9 +49,9 @@ def _layout(batches: list[Batch]) -> list[tuple]:
 def _serve(plan: GatePlan, conn: Connection) -> None:
     """A worker's life: build the plan's batches, say "ready", run tasks until told to
     stop (None) or the parent goes away.  Messages: ("ready", the batches' `_layout`),
-    ("start", j) before result j, ("result", CaseResult), ("done",) after the task's last
-    result, ("ended", why) when a BaseException ended a call, ("raised", traceback) for an
-    Exception escaping a batch (a bug)."""
+    ("preparing",) before a batch's `prepare`, ("start", j) before result j, ("result",
+    CaseResult), ("done",) after the task's last result, ("ended", why) when a
+    BaseException ended a call, ("raised", traceback) for an Exception escaping a batch (a bug)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
     batches = plan_batches(plan, load_kernels(plan))
     conn.send(("ready", _layout(batches)))
@@ -60,6 +63,14 @@ def _serve(plan: GatePlan, conn: Connection) -> None:
         if task is None:
             return
         i, start = task
+        prepare = batches[i].prepare
+        if prepare is not None:
+            conn.send(("preparing",))
+            try:
+                prepare()
+            except Exception:
+                conn.send(("raised", traceback.format_exc()))
+                return
         results = batches[i].results(start)
         for j in range(start, batches[i].size + 1):
             conn.send(("start", j))
@@ -100,6 +111,7 @@ class _Worker:
         self.ready = False
         self.task: tuple[int, int] | None = None
         self.deadline: float | None = None
+        self.preparing = False  # between "preparing" and the first "start" of a task
         self.ended: str | None = None
 
     def assign(self, i: int, start: int) -> None:
@@ -214,9 +226,13 @@ def run_isolated(plan: GatePlan, batches: list[Batch], sink: Sink, *, jobs: int,
                 raise WorkerError("a worker planned other batches than the gate (state of "
                                   "this process that a spawned process does not share?)")
             w.ready = True
+        elif kind == "preparing":
+            w.preparing = True
+            w.deadline = time.monotonic() + max(timeout, PREPARE_MIN_S)
         elif kind == "start":
             assert w.task is not None
             w.task = (w.task[0], msg[1])
+            w.preparing = False
             w.deadline = time.monotonic() + timeout
         elif kind == "result":
             assert w.task is not None
@@ -251,7 +267,9 @@ def run_isolated(plan: GatePlan, batches: list[Batch], sink: Sink, *, jobs: int,
                 elif dead:
                     ended(w, _death(w.proc.exitcode))
                 elif w.deadline is not None and time.monotonic() > w.deadline:
-                    ended(w, f"timed out after {timeout:g} s")
+                    ended(w, "building the case's references timed out after "
+                             f"{max(timeout, PREPARE_MIN_S):g} s" if w.preparing
+                          else f"timed out after {timeout:g} s")
     except BaseException as e:
         for w in workers:
             w.kill()

@@ -33,7 +33,8 @@ class Batch:
     on; `label` names it in the progress bar; `repro(result)` is the command that reruns a
     result.  `slots`: the (kernel, case) of each result, where known before it is made
     (then `results` takes any start); otherwise `results` takes only 0 and `owner` (a
-    kernel or family name) names a result that ended before it was made."""
+    kernel or family name) names a result that ended before it was made.  `prepare`, when
+    given, is run before the batch's results are asked for."""
 
     size: int
     label: str
@@ -42,6 +43,9 @@ class Batch:
     repro: Callable[[CaseResult], str]
     owner: str = ""
     slots: tuple[tuple[str, str], ...] = ()
+    # fp8check's own work before the first result (layer 1: the case's references), run
+    # apart so that a result's timeout measures the kernel, not the references
+    prepare: Callable[[], None] | None = None
 
     @property
     def resumable(self) -> bool:
@@ -72,7 +76,8 @@ class Sink:
     def __call__(self, res: CaseResult, repro: str) -> None:
         if res.passed is False:
             res.repro = repro
-            why = res.error or ", ".join(res.failed_criteria)
+            # one line: a kernel's error message may hold newlines
+            why = (res.error or "").strip().split("\n")[0] or ", ".join(res.failed_criteria)
             self.bar.write(f"FAIL {res.kernel} {res.case}: {why}\n  repro: {repro}",
                            file=sys.stderr)
         elif res.passed is None and res.layer == 0:  # one per kernel: say why
@@ -122,6 +127,17 @@ def _layer0(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
 # --- layer 1 ----------------------------------------------------------------------------------
 
 
+def _skip_reason(k: LoadedKernel, case: Case) -> str | None:
+    """Why `k` does not run on `case` (an output dtype or alignment it does not declare)."""
+    return cases_mod.supported(case, k.spec.out_dtypes, k.spec.m_align)
+
+
+def _needs_problem(k: LoadedKernel, case: Case) -> bool:
+    """Whether `k`'s result on `case` compares with the case's shared Problem (a quantizer
+    quantizes the case's operand itself)."""
+    return k.spec.contract != "quantizer" and _skip_reason(k, case) is None
+
+
 def _op_result(k: LoadedKernel, case: Case, profile: Profile,
                problems: ProblemCache) -> CaseResult:
     """Layer 1 of one kernel on one case; the case's references come from `problems`
@@ -132,7 +148,7 @@ def _op_result(k: LoadedKernel, case: Case, profile: Profile,
     spec = k.spec
     if spec.contract == "quantizer":  # quantizes the case's operand: no output dtype
         return validate_case(spec, case, profile)
-    reason = cases_mod.supported(case, spec.out_dtypes, spec.m_align)
+    reason = _skip_reason(k, case)
     if reason is not None:
         return skipped_result(spec, case, reason)
     try:
@@ -170,8 +186,14 @@ def _layer1(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
             for k in kernels.kernels[start:]:
                 yield _op_result(k, case, profile, problems)
 
+        def prepare() -> None:
+            for k in kernels.kernels:
+                if _needs_problem(k, case):
+                    problems.prepare(k.spec.contract, case)
+
         return Batch(len(kernels.kernels), case.id[:60], OP_LAYER, results, repro,
-                     slots=tuple((k.spec.name, case.id) for k in kernels.kernels))
+                     slots=tuple((k.spec.name, case.id) for k in kernels.kernels),
+                     prepare=prepare)
 
     return [batch(case) for case in _layer1_cases(plan)]
 

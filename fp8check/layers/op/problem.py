@@ -85,21 +85,32 @@ class ProblemCache:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self._entries: dict[tuple[str, str], Problem | Exception] = {}
+        self._unreported: dict[tuple[str, str], float] = {}  # build seconds, until a `get`
+
+    def prepare(self, contract: str, case: Case) -> None:
+        """Build the problem now if it is not cached (a failed build is cached too); the
+        next `get` reports the build's time."""
+        key = (contract, case.id)
+        if key in self._entries:
+            return
+        t = time.perf_counter()
+        try:
+            self._entries[key] = build_problem(contract, case)
+        except Exception as e:  # cached: every kernel of the contract reports it
+            self._entries[key] = e
+        self._unreported[key] = time.perf_counter() - t
+        while len(self._entries) > self.capacity:
+            old = next(iter(self._entries))
+            del self._entries[old]
+            self._unreported.pop(old, None)
 
     def get(self, contract: str, case: Case) -> tuple[Problem, float]:
-        """(the problem, seconds spent building it now: 0.0 when it was cached).  Raises
-        the build's exception, this time and every later time."""
+        """(the problem, seconds spent building it not yet reported by an earlier `get`:
+        0.0 when it was cached).  Raises the build's exception, this time and every later
+        time."""
+        self.prepare(contract, case)
         key = (contract, case.id)
-        built = 0.0
-        if key not in self._entries:
-            t = time.perf_counter()
-            try:
-                self._entries[key] = build_problem(contract, case)
-            except Exception as e:  # cached: every kernel of the contract reports it
-                self._entries[key] = e
-            built = time.perf_counter() - t
-            while len(self._entries) > self.capacity:
-                del self._entries[next(iter(self._entries))]
+        built = self._unreported.pop(key, 0.0)
         entry = self._entries[key]
         if isinstance(entry, Exception):
             raise entry
