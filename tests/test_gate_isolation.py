@@ -180,3 +180,19 @@ def test_exit_codes_are_in_the_help():
         assert "exit status:" in text
         for code in (0, 1, 2, 3, 130, 143):
             assert f"\n  {code} " in text, code
+
+
+def test_layers_2_and_3_run_in_workers(tmp_path):
+    """The Pallas family's MoE layer and training on the smoke suite, through the workers:
+    every planned result made and passed, in the order a serial run makes them."""
+    out = tmp_path / "g.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fp8check", "gate", "--no-progress", "--suite", "smoke",
+         "--kernel", "pallas", "--layers", "2,3", "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == exitcodes.PASS, proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    layers = [r["layer"] for r in doc["results"]]
+    assert layers == sorted(layers) and set(layers) == {2, 3}
+    assert all(r["passed"] for r in doc["results"])
+    assert doc["summary"]["complete"] is True and doc["environment"]["isolated"] is True
