@@ -235,7 +235,8 @@ def test_report_command_rebuilds_the_gate_report(tmp_path, capsys):
 @pytest.mark.parametrize("content, why", [
     (None, "results.json: no such file"), ("{not json", "not JSON"),
     ('{"results": []}', "not a gate"),
-    ('{"event": "start", "environment": {}}\n', "line 1: environment: missing key 'python'"),
+    ('{"event": "start", "environment": {}}\n',
+     "results.json:1: environment: missing key 'python'"),
 ])
 def test_report_command_bad_input_is_one_line_exit_2(tmp_path, capsys, content, why):
     src = tmp_path / "results.json"
