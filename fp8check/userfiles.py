@@ -29,6 +29,20 @@ def read_text(path: str | Path, expected: str) -> str:
                          f"{e.start} is not UTF-8); expected {expected}") from None
 
 
+def exists(path: str | Path) -> bool:
+    """Whether `path` exists.
+
+    Raises:
+      ValueError: one line naming it when the system cannot say (a name too long, a
+        directory we may not search).
+    """
+    p = Path(path)
+    try:
+        return p.exists()
+    except OSError as e:
+        raise ValueError(f"{_short(p)}: cannot read it: {e.strerror or e}") from None
+
+
 def check_output(path: str | Path, option: str) -> None:
     """Check, before anything is written, that the output `path` given as `option`
     ("-o", "--json") can be written: its directory exists and it is not a directory.

@@ -14,22 +14,12 @@ from pathlib import Path
 
 from fp8check.logs.detect import FORMATS, detect
 from fp8check.logs.records import LogOptions, LogRecords
-from fp8check.userfiles import read_text
+from fp8check.userfiles import exists, read_text
 
 __all__ = ["FORMATS", "LogOptions", "LogRecords", "read_log"]
 
 FLAGS = {"step_key": "--step-key", "loss_key": "--loss-key", "run": "--run",
          "selector": "@selector"}
-
-
-def _exists(path: Path) -> bool:
-    """Whether `path` exists; ValueError naming it when the system cannot say (a name too
-    long, a directory it may not search)."""
-    try:
-        return path.exists()
-    except OSError as e:
-        name = str(path) if len(str(path)) <= 80 else str(path)[:60] + "..." + str(path)[-16:]
-        raise ValueError(f"{name}: cannot read it: {e.strerror or e}") from None
 
 
 def read_log(spec: str, opts: LogOptions | None = None) -> LogRecords:
@@ -39,11 +29,11 @@ def read_log(spec: str, opts: LogOptions | None = None) -> LogRecords:
     unreadable file, an unknown format, an option the format does not take, or a log
     without step / loss records."""
     path_s, selector = spec, ""
-    if "@" in spec and not _exists(Path(spec)):  # a path may hold an @ itself
+    if "@" in spec and not exists(spec):  # a path may hold an @ itself
         path_s, _, selector = spec.rpartition("@")
     opts = replace(opts or LogOptions(), selector=selector)
     path = Path(path_s)
-    if not _exists(path):
+    if not exists(path):
         raise ValueError(f"{path_s}: no such file")
     fmt = opts.fmt or detect(path)
     if fmt not in FORMATS:

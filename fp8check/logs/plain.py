@@ -75,19 +75,14 @@ def read_csv(path: Path, text: str, opts: LogOptions, fmt: str = "csv") -> LogRe
 
 def json_lines(text: str, src: str) -> list[tuple[int, dict[str, Any]]]:
     """(line number, object) of each non-blank line; ValueError at the first line that is
-    not a JSON object."""
-    out = []
-    for i, ln in enumerate(text.splitlines(), 1):
-        if not ln.strip():
-            continue
-        try:
-            obj = json.loads(ln)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{src}:{i}: not JSON ({e.msg})") from None
+    not a JSON object (a cut-short last line too: a loss log is read whole)."""
+    records, cut = documents.jsonl_records(text, src)
+    if cut is not None:
+        raise ValueError(f"{src}:{cut}: not JSON (a cut-short last line)")
+    for i, obj in records:
         if not isinstance(obj, dict):
             raise ValueError(f"{src}:{i}: a JSONL line must be an object")
-        out.append((i, obj))
-    return out
+    return records
 
 
 def read_jsonl(path: Path, text: str, opts: LogOptions, fmt: str = "jsonl") -> LogRecords:
