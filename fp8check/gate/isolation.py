@@ -100,7 +100,8 @@ def _death(exitcode: int | None) -> str:
 
 class _Worker:
     """One worker process and what the parent knows of it: `task` (batch, result index
-    in flight), `deadline` of that result, `ended` (why a call ended it, when it said)."""
+    in flight), `deadline` of that result and `late`, the error once it passes, `ended`
+    (why a call ended it, when it said)."""
 
     def __init__(self, ctx: Any, plan: GatePlan) -> None:
         self.conn, child = ctx.Pipe()
@@ -111,8 +112,13 @@ class _Worker:
         self.ready = False
         self.task: tuple[int, int] | None = None
         self.deadline: float | None = None
-        self.preparing = False  # between "preparing" and the first "start" of a task
+        self.late = ""  # the error when `deadline` passes
         self.ended: str | None = None
+
+    def expect(self, seconds: float, what: str = "") -> None:
+        """What runs now (`what`, else a kernel's result) must end within `seconds`."""
+        self.deadline = time.monotonic() + seconds
+        self.late = f"{what + ' ' if what else ''}timed out after {seconds:g} s"
 
     def assign(self, i: int, start: int) -> None:
         self.conn.send((i, start))
@@ -227,13 +233,11 @@ def run_isolated(plan: GatePlan, batches: list[Batch], sink: Sink, *, jobs: int,
                                   "this process that a spawned process does not share?)")
             w.ready = True
         elif kind == "preparing":
-            w.preparing = True
-            w.deadline = time.monotonic() + max(timeout, PREPARE_MIN_S)
+            w.expect(max(timeout, PREPARE_MIN_S), "building the case's references")
         elif kind == "start":
             assert w.task is not None
             w.task = (w.task[0], msg[1])
-            w.preparing = False
-            w.deadline = time.monotonic() + timeout
+            w.expect(timeout)
         elif kind == "result":
             assert w.task is not None
             order.add(w.task[0], msg[1])
@@ -267,9 +271,7 @@ def run_isolated(plan: GatePlan, batches: list[Batch], sink: Sink, *, jobs: int,
                 elif dead:
                     ended(w, _death(w.proc.exitcode))
                 elif w.deadline is not None and time.monotonic() > w.deadline:
-                    ended(w, "building the case's references timed out after "
-                             f"{max(timeout, PREPARE_MIN_S):g} s" if w.preparing
-                          else f"timed out after {timeout:g} s")
+                    ended(w, w.late)
     except BaseException as e:
         for w in workers:
             w.kill()
