@@ -28,8 +28,8 @@ e5m2 values span 2^-16 .. 57344, so their 128-wide partials need up to ~70 bits:
 reference computes them with the exact superaccumulator instead of float64 BLAS.
 
 Plain (unquantized bf16 / float32) operands have no blocks and no scales: their only recipe
-is `exact`, rounded once to out_dtype; `exact_matmul` (also behind `tgmm` and `dgrad`)
-explains how slices make float64 BLAS exact for them.
+is `exact`, rounded once to out_dtype; `references.matmul.exact_matmul` (also behind
+`tgmm` and `dgrad`) explains how it is exact at nearly the speed of float64 BLAS.
 
 Speed: the e4m3 recipes run fused (`_gmm_e4m3`: partials per 64-row chunk consumed in
 cache, parallel); the float32 fma is vectorized with an exact fallback where float64 may
@@ -51,17 +51,18 @@ from numpy.typing import ArrayLike, DTypeLike
 from threadpoolctl import threadpool_limits
 
 from fp8check.references import amx, hopper_mma, vnni
+from fp8check.references.certified import round_certified, scaled_terms_exact, two_sum
 from fp8check.references.exact import (
     ACC_SIZE,
     acc_add,
     acc_round,
-    exact_sum_rows,
     fma_f32_scalar,
     may_double_round_f32,
     precision_of,
     round_pair_f32,
     two_product,
 )
+from fp8check.references.matmul import exact_matmul
 from fp8check.references.quant import QTensor, expand_scales
 
 ACCUMS = ("deepgemm", "cublas", "tokamax", "deepgemm-hopper", "exact")
@@ -298,94 +299,40 @@ def _gmm_e4m3_amx(values, table, tiles, sa, sb, code, rows):
 @numba.njit(parallel=True, cache=True)
 def _accumulate_exact(p_hi, p_lo, sa, sb, prec, emin):
     """Exact sum over K blocks of (p_hi + p_lo) * sa * sb, rounded once -> float64 [m, N]
-    (parallel over rows)."""
+    (parallel over rows).
+
+    Fast and certified: each term P * s (s = sa * sb, exact: 24 + 24 bits) is split by
+    two_product into an exact pair, and the L pair halves are added with TwoSum (Ogita,
+    Rump and Oishi's Sum2): t = s + sum(q) exactly for the TwoSum errors q, whose float64
+    sum sigma errs by at most gamma_L sum|q|; (L + 2) u times the computed sum|q| covers that
+    and its own rounding (as in `references.matmul`).  `certified.round_certified` rounds
+    TwoSum(s, sigma) once or flags it; flagged elements are summed exactly in the
+    superaccumulator (`certified.scaled_terms_exact`)."""
     kb_n, m, n = p_hi.shape
     has_lo = p_lo.shape[0] != 0
+    parts = 2 if has_lo else 1
+    err_per_q = (2 * kb_n * parts + 2) * 2.0**-53
     out = np.empty((m, n), np.float64)
     for i in numba.prange(m):
-        acc = np.zeros(ACC_SIZE, np.int64)
         for j in range(n):
+            total = 0.0
+            sigma = 0.0
+            qabs = 0.0
             for kb in range(kb_n):
                 s = np.float64(sa[i, kb]) * np.float64(sb[kb, j])  # exact: 24 + 24 bits
-                for p in (p_hi[kb, i, j], p_lo[kb, i, j] if has_lo else 0.0):
-                    hi, lo = two_product(p, s)
-                    acc_add(acc, hi)
-                    acc_add(acc, lo)
-            out[i, j] = acc_round(acc, prec, emin)
+                for x in range(parts):
+                    hi, lo = two_product(p_hi[kb, i, j] if x == 0 else p_lo[kb, i, j], s)
+                    total, q = two_sum(total, hi)
+                    sigma += q
+                    qabs += abs(q)
+                    total, q = two_sum(total, lo)
+                    sigma += q
+                    qabs += abs(q)
+            hi, lo = two_sum(total, sigma)
+            r, certain = round_certified(hi, lo, qabs * err_per_q, prec, emin)
+            out[i, j] = r if certain else scaled_terms_exact(p_hi, p_lo, sa, sb, i, j, prec,
+                                                             emin)
     return out
-
-
-@numba.njit(parallel=True, cache=True)
-def _exact_matmul_terms(a, b, prec, emin):
-    """exact_matmul term by term: every product into the superaccumulator (parallel over
-    rows).  The fallback for operands whose slices would be too many."""
-    m, k = a.shape
-    n = b.shape[1]
-    out = np.empty((m, n), np.float64)
-    for i in numba.prange(m):
-        acc = np.zeros(ACC_SIZE, np.int64)
-        for j in range(n):
-            for t in range(k):
-                acc_add(acc, a[i, t] * b[t, j])
-            out[i, j] = acc_round(acc, prec, emin)
-    return out
-
-
-def slices(x: np.ndarray, beta: int, max_slices: int) -> list[np.ndarray] | None:
-    """Split float64 x [m, k] row by row into x = sum(slices) exactly, each slice holding
-    per row integers of magnitude <= 2^beta times a power of two (the row's unit); None if
-    more than max_slices are needed.
-
-    Per row, unit = 2^(floor(log2 max|r|) + 1 - beta) for the remainder r, hi = rint(r /
-    unit) * unit and r -= hi.  All exact: dividing by a power of two and rint are exact,
-    |r / unit| < 2^beta, and r - hi is a multiple of ulp(r_i) (hi is a multiple of unit,
-    itself a multiple of ulp(r_i) whenever hi_i != r_i) of magnitude <= unit / 2.  The
-    values here are images of float32 / bf16 data, far from float64's under/overflow.
-    """
-    out: list[np.ndarray] = []
-    r = np.array(x, dtype=np.float64)
-    while r.any():
-        if len(out) == max_slices:
-            return None
-        mu = np.max(np.abs(r), axis=1, keepdims=True)
-        e = np.frexp(np.where(mu > 0, mu, 1.0))[1] - 1  # floor(log2 mu), exactly
-        unit = np.ldexp(1.0, e + 1 - beta)
-        hi = np.rint(r / unit) * unit
-        out.append(hi)
-        r = r - hi
-    return out
-
-
-_MAX_SLICE_PAIRS = 16
-
-
-def exact_matmul(a: np.ndarray, b: np.ndarray, prec: int, emin: int) -> np.ndarray:
-    """Exact a @ b for float64 a [m, k], b [k, n] holding images of float32 / bf16 values,
-    rounded once to prec bits (subnormals below 2^emin) -> float64 [m, n].
-
-    Sliced (Ozaki's error-free splitting): a's rows and b's columns are split into slices
-    of integers of at most beta = floor((53 - ceil(log2 k)) / 2) bits times a per-row
-    (per-column) power of two.  A slice product a_s @ b_t then sums k integers of at most
-    2 beta bits times one common power of two per output element, so every partial sum
-    is an integer below 2^53 units: float64 BLAS returns it exactly in any order, with or
-    without fma.  The true product is the sum of the few slice products, which the
-    superaccumulator adds exactly and rounds once.  Data spanning many binades per row
-    needs many slices: past _MAX_SLICE_PAIRS products it falls back to adding every term.
-    """
-    k = a.shape[1]
-    if a.shape[0] == 0 or b.shape[1] == 0:
-        return np.zeros((a.shape[0], b.shape[1]))
-    beta = (53 - max(1, k - 1).bit_length()) // 2
-    sa = slices(a, beta, _MAX_SLICE_PAIRS)
-    sb = slices(np.ascontiguousarray(b.T), beta, _MAX_SLICE_PAIRS)
-    if sa is None or sb is None or len(sa) * len(sb) > _MAX_SLICE_PAIRS:
-        return _exact_matmul_terms(np.ascontiguousarray(a), np.ascontiguousarray(b), prec,
-                                   emin)
-    if not sa or not sb:  # a zero operand
-        return np.zeros((a.shape[0], b.shape[1]))
-    prods = np.stack([x @ y.T for x in sa for y in sb])  # [pairs, m, n], each exact
-    terms = prods.reshape(prods.shape[0], -1).T
-    return exact_sum_rows(terms, prec, emin).reshape(a.shape[0], b.shape[1])
 
 
 @numba.njit(cache=True)
@@ -560,7 +507,7 @@ def gmm(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray, group_sizes: Array
     for gi in range(g):
         if gs[gi]:
             r0, r1 = offs[gi], offs[gi + 1]
-            out[r0:r1] = exact_matmul(a64[r0:r1], _to_f64(np.asarray(rhs)[gi]), *prec).astype(dt)
+            out[r0:r1] = exact_matmul(a64[r0:r1], _to_f64(np.asarray(rhs)[gi]), dt)
     return out
 
 
@@ -596,12 +543,10 @@ def tgmm(lhs: np.ndarray, dy: np.ndarray, group_sizes: ArrayLike,
     offs = group_offsets(gs)
     a64, d64 = _to_f64(lhs), _to_f64(dy)
     out = np.zeros((gs.shape[0], lhs.shape[1], dy.shape[1]), dt)
-    prec = precision_of(dt)
     for g in range(gs.shape[0]):
         if gs[g]:
             r0, r1 = offs[g], offs[g + 1]
-            at = np.ascontiguousarray(a64[r0:r1].T)
-            out[g] = exact_matmul(at, np.ascontiguousarray(d64[r0:r1]), *prec).astype(dt)
+            out[g] = exact_matmul(a64[r0:r1].T, d64[r0:r1], dt)
     return out
 
 
@@ -627,12 +572,10 @@ def dgrad(dy: np.ndarray, rhs: np.ndarray, group_sizes: ArrayLike,
     offs = group_offsets(gs)
     d64 = _to_f64(dy)
     out = np.zeros((dy.shape[0], rhs.shape[1]), dt)
-    prec = precision_of(dt)
     for g in range(gs.shape[0]):
         if gs[g]:
             r0, r1 = offs[g], offs[g + 1]
-            wt = np.ascontiguousarray(_to_f64(rhs[g]).T)
-            out[r0:r1] = exact_matmul(np.ascontiguousarray(d64[r0:r1]), wt, *prec).astype(dt)
+            out[r0:r1] = exact_matmul(d64[r0:r1], _to_f64(rhs[g]).T, dt)
     return out
 
 

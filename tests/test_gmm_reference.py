@@ -1,6 +1,5 @@
 """Reference gmm / tgmm / dgrad against exact-rational emulations of each recipe."""
 
-import importlib
 from fractions import Fraction as F
 
 import ml_dtypes
@@ -10,7 +9,6 @@ import pytest
 from fp8check.references import QTensor, abs_product, dequantize, dgrad, gmm, quantize, tgmm
 from tests.oracle import fma_f32, rn32, round_fraction
 
-gmm_module = importlib.import_module("fp8check.references.gmm")  # the package exports the function
 UNIT = {"e4m3fn": 9, "e5m2": 16}  # every value is an integer multiple of 2^-UNIT
 
 
@@ -233,62 +231,3 @@ def test_bad_dtypes_and_accum():
     with pytest.raises(ValueError, match="needs blockwise"):
         gmm(np.ones((4, 128), np.float32), np.ones((1, 128, 128), np.float32), np.array([4]),
             accum="deepgemm")
-
-
-def _wide_rows(rng, shape, spread, dtype):
-    """Normal values times 2^U(-spread, spread) per element, with zero rows and columns."""
-    x = rng.standard_normal(shape) * np.exp2(rng.integers(-spread, spread + 1, shape))
-    x[0] = 0.0
-    x[:, -1] = 0.0
-    return x.astype(dtype).astype(np.float64)
-
-
-@pytest.mark.parametrize("spread", [0, 12, 40])
-def test_slices_split_exactly_into_narrow_integers(spread):
-    rng = np.random.default_rng(spread)
-    x = _wide_rows(rng, (40, 300), spread, np.float32)
-    beta = 20
-    parts = gmm_module.slices(x, beta, 64)
-    assert parts is not None
-    total = np.zeros_like(x)
-    for part in parts:
-        for row in part:  # integers of magnitude <= 2^beta times one power of two, i.e.
-            nz = row[row != 0]  # max |entry| <= 2^beta * (the finest set bit of the row)
-            if nz.size:
-                mant, exp = np.frexp(nz)
-                ints = (np.abs(mant) * 2.0**53).astype(np.int64)
-                lsb = np.ldexp(1.0, exp - 53) * (ints & -ints)
-                assert np.abs(nz).max() <= 2.0**beta * lsb.min()
-        total += part
-    assert (total == x).all() and all(np.abs(p).max() <= np.abs(x).max() for p in parts)
-    assert gmm_module.slices(x, 20, len(parts) - 1) is None if len(parts) > 1 else True
-
-
-@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("spread, k", [(0, 4096), (8, 700), (60, 300)])
-def test_sliced_exact_matmul_equals_term_by_term(dtype, spread, k):
-    """Against the superaccumulator over every product (tested against Fractions above):
-    near-max values of one sign at k = 4096 fill BLAS's 53 bits (2 beta + log2 k = 52;
-    two more bits of beta and float64 rounds these sums), wide spreads need several
-    slices or the fallback."""
-    rng = np.random.default_rng(k + spread)
-    a = _wide_rows(rng, (33, k), spread, dtype)
-    b = _wide_rows(rng, (k, 17), spread, dtype).copy()
-    if spread == 0:  # all in [1.9, 2): every slice integer near 2^beta, sums near 2^53
-        a, b = (1.9 + 0.099 * rng.random(x.shape) for x in (a, b))
-        a, b = a.astype(dtype).astype(np.float64), b.astype(dtype).astype(np.float64)
-    for prec, emin in ((24, -126), (53, -1022), (8, -126)):
-        fast = gmm_module.exact_matmul(a, b, prec, emin)
-        slow = gmm_module._exact_matmul_terms(a, b, prec, emin)
-        np.testing.assert_array_equal(fast, slow)
-
-
-def test_sliced_exact_matmul_matches_fractions_on_a_small_wide_problem():
-    rng = np.random.default_rng(5)
-    a = _wide_rows(rng, (6, 40), 30, np.float32)
-    b = _wide_rows(rng, (40, 5), 30, np.float32)
-    got = gmm_module.exact_matmul(a, b, 24, -126)
-    for i in range(6):
-        for j in range(5):
-            want = sum((F(a[i, t]) * F(b[t, j]) for t in range(40)), F(0))
-            assert got[i, j] == round_fraction(want, "f32")

@@ -1,0 +1,100 @@
+"""Certified rounding: the correctly rounded value of a number known only to within a
+proven error bound, with a flag for the rare cases the bound cannot decide.
+
+The fast exact paths (`references.matmul`, the exact recipe of `references.gmm`) know the
+true value t as an unevaluated float64 pair s + e plus a proven bound E with
+|t - (s + e)| <= E.  `round_certified` returns r = RN_p(s) (round to nearest even at p
+significant bits, subnormals below 2^emin) and whether r = RN_p(t) is certain.  Its
+argument:
+
+* r is computed exactly: with q = max(floor(log2|s|), emin) - p + 1 the exponent of the
+  last bit kept, 2^-941 <= |s 2^-q| < 2^p for nonzero s and the formats here (float64,
+  float32, bfloat16: emin - p + 1 <= -133), so scaling by a power of two is exact, `rint`
+  rounds half to even, so r = rint(s 2^-q) 2^q is exactly RN_p(s).  d = s - r is exact: both are
+  multiples of ulp64(s) (r of 2^q >= ulp64(s) for p <= 53) and |d| <= 2^(q-1), at most
+  53 bits of ulp64(s).
+* Every real within h of r, strictly, rounds to r, where h is half the distance from r to
+  its nearer neighbour at p bits: 2^(q-1), or 2^(q-2) when r is a power of two (the
+  neighbour towards zero may sit in a finer binade).  The distance |t - r| is at most
+  |d + e| + E; the check computes it rounded upwards with margin (each float64 operation
+  errs by at most 2^-53 relative; the factors 1 + 2^-51 cover the three of them) and asks
+  it to be < h.
+* If E = 0 and e = 0, t = s exactly and r = RN_p(t) even at a tie: certain (an exact zero
+  gives +0.0, as the superaccumulator's rounding does).  A result that rounds to zero from
+  a nonzero t is never certain: its sign is t's, which s need not carry.
+
+Overflow needs no case of its own: r is the rounding with an unbounded exponent, and the
+caller's cast of r to the output format (2^128 -> inf for float32) is the IEEE overflow
+rule, the same cast the exact fallback's results get.  A non-finite s or E is never
+certain.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from fp8check.references.exact import ACC_SIZE, acc_add, acc_round, two_product
+
+_MARGIN = 1.0 + 2.0**-51
+
+
+@numba.njit(cache=True, inline="always")
+def two_sum(a, b):
+    """(s, e) with s = RN64(a + b) and s + e == a + b exactly (Knuth's TwoSum)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+@numba.njit(cache=True, inline="always")
+def round_certified(s, e, err, p, emin):
+    """(RN_p(s) as float64, whether it is RN_p(t) for every t with |t - (s+e)| <= err)."""
+    if not (math.isfinite(s) and math.isfinite(e) and math.isfinite(err)):
+        return s, False
+    if s == 0.0 and e == 0.0 and err == 0.0:
+        return 0.0, True
+    ex = math.frexp(s)[1] - 1 if s != 0.0 else emin
+    q = max(ex, emin) - p + 1
+    r = math.ldexp(np.rint(math.ldexp(s, -q)), q)
+    if e == 0.0 and err == 0.0:
+        return r, True  # t = s: rint keeps s's sign even when r is zero
+    if r == 0.0:
+        return r, False
+    h = math.ldexp(1.0, q - 1)
+    if r != 0.0 and math.frexp(r)[0] in (0.5, -0.5):  # a power of two
+        h *= 0.5
+    off = (s - r) + e
+    return r, abs(off) * _MARGIN + err * _MARGIN < h
+
+
+@numba.njit(parallel=True, cache=True)
+def exact_dots(a, b, rows, cols, p, emin):
+    """The exact dot products a[rows[i], :] . b[:, cols[i]], rounded once to p bits
+    (subnormals below 2^emin), for float64 a [m, k] and b [k, n] whose products are exact
+    in float64 (images of float32 / bf16 values) -> float64 [len(rows)]."""
+    out = np.empty(rows.shape[0], np.float64)
+    for c in numba.prange((rows.shape[0] + 63) // 64):
+        acc = np.zeros(ACC_SIZE, np.int64)
+        for i in range(64 * c, min(rows.shape[0], 64 * (c + 1))):
+            for t in range(a.shape[1]):
+                acc_add(acc, a[rows[i], t] * b[t, cols[i]])
+            out[i] = acc_round(acc, p, emin)
+    return out
+
+
+@numba.njit(cache=True, inline="always")
+def scaled_terms_exact(p_hi, p_lo, sa, sb, i, j, p, emin):
+    """The exact sum over K blocks of (p_hi + p_lo)[kb, i, j] * sa[i, kb] * sb[kb, j],
+    rounded once: every term split exactly by two_product into the superaccumulator."""
+    acc = np.zeros(ACC_SIZE, np.int64)
+    has_lo = p_lo.shape[0] != 0
+    for kb in range(p_hi.shape[0]):
+        s = np.float64(sa[i, kb]) * np.float64(sb[kb, j])  # exact: 24 + 24 bits
+        for part in (p_hi[kb, i, j], p_lo[kb, i, j] if has_lo else 0.0):
+            hi, lo = two_product(part, s)
+            acc_add(acc, hi)
+            acc_add(acc, lo)
+    return acc_round(acc, p, emin)

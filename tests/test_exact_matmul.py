@@ -1,0 +1,286 @@
+"""The exact matmul behind plain gmm, tgmm and dgrad, and the certified rounding it and the
+exact FP8 recipe rest on: against exact rationals and the term-by-term superaccumulator,
+on every path, on data built to sit on rounding boundaries."""
+
+from fractions import Fraction as F
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fp8check.references import certified, dgrad, gmm, matmul, quantize, tgmm
+from fp8check.references.exact import precision_of
+from tests.oracle import round_fraction
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FMT = {np.dtype(np.float32): "f32", BF16: "bf16", np.dtype(np.float64): "f64"}
+OUT_DTYPES = [np.dtype(np.float32), BF16, np.dtype(np.float64)]
+PATHS = {"fast": np.inf, "dense": 0.0}  # matmul._SPARSE_FRACTION forcing each path
+
+
+def _wide(rng, shape, spread, dtype):
+    """Normal values times 2^U(-spread, spread) per element, with a zero row and column,
+    as float64 images of `dtype` values."""
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(-spread, spread + 1, shape))
+    x[0] = 0.0
+    x[:, -1] = 0.0
+    return x.astype(dtype).astype(np.float64)
+
+
+def _same_bits(got, want):
+    """Equal as values, zeros' signs and NaNs included."""
+    g, w = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert g.shape == w.shape
+    same = (g.view(np.int64) == w.view(np.int64)) | (np.isnan(g) & np.isnan(w))
+    bad = np.argwhere(~same)
+    assert not bad.size, f"{bad.shape[0]} elements differ, first at {tuple(bad[0])}: " \
+                         f"{g[tuple(bad[0])]!r} vs {w[tuple(bad[0])]!r}"
+
+
+def _oracle(a, b, fmt):
+    return np.array([[round_fraction(sum((F(a[i, t]) * F(b[t, j]) for t in range(a.shape[1])),
+                                         F(0)), fmt)
+                      for j in range(b.shape[1])] for i in range(a.shape[0])])
+
+
+# ---- certified rounding ----------------------------------------------------------------
+
+def _interval_rounds_to(r, lo: F, hi: F, fmt) -> bool:
+    return round_fraction(lo, fmt) == r == round_fraction(hi, fmt) and (
+        r != 0 or (lo > 0) == (hi > 0))
+
+
+@pytest.mark.parametrize("fmt", ["f32", "bf16", "f64"])
+def test_round_certified_is_never_wrong_when_it_says_certain(fmt):
+    """Pairs s + e and bounds placed at, just inside and just outside rounding midpoints,
+    powers of two, the subnormal range and zero: whenever the flag says certain, every real
+    of the interval [s + e - err, s + e + err] rounds to the returned value (both ends
+    checked in exact rationals; rounding is monotonic), and most clear cases are certain."""
+    p, emin = {"f32": (24, -126), "bf16": (8, -126), "f64": (53, -1022)}[fmt]
+    rng = np.random.default_rng(p)
+    n_certain = 0
+    for trial in range(4000):
+        e_exp = int(rng.choice([0, 5, -30, emin + 3, emin - p - 2, emin - 5]))
+        base = float(rng.integers(2**(p - 1), 2**p)) * 2.0**(e_exp - p + 1)
+        kind = trial % 5
+        if kind == 0:  # a midpoint, nudged by a few float64 ulps or not at all
+            s = base + 2.0**(max(e_exp, emin) - p) * (1 + 2.0**-30 * rng.integers(-3, 4))
+        elif kind == 1:  # a power of two and its neighbours
+            s = np.nextafter(2.0**e_exp, rng.choice([0.0, np.inf]))
+        elif kind == 2:
+            s = base
+        elif kind == 3:
+            s = base * (1 + rng.random() * 2.0**(1 - p))
+        else:
+            s = float(rng.random()) * 2.0**(emin - p)  # at or below half the smallest step
+        s = float(s) * rng.choice([-1.0, 1.0])
+        ulp53 = np.spacing(abs(s)) if s else 2.0**-1074
+        e = float(rng.choice([0.0, ulp53 / 4, -ulp53 / 3, ulp53 / 2]))
+        err = float(rng.choice([0.0, 0.0, ulp53, ulp53 * 2.0**20, abs(s) * 2.0**-60]))
+        r, certain = certified.round_certified(s, e, err, p, emin)
+        if certain:
+            n_certain += 1
+            mid = F(s) + F(e)
+            assert _interval_rounds_to(r, mid - F(err), mid + F(err), fmt), (s, e, err, r)
+        if e == 0.0 and err == 0.0:
+            want = round_fraction(F(s), fmt)
+            assert certain and r == want and np.signbit(r) == np.signbit(want), (s, r)
+    assert n_certain > 2000
+
+
+def test_round_certified_refuses_non_finite_values():
+    for s, e, err in ((np.inf, 0.0, 0.0), (np.nan, 0.0, 0.0), (1.0, 0.0, np.inf)):
+        assert not certified.round_certified(s, e, err, 24, -126)[1]
+
+
+# ---- exact matmul, every path ----------------------------------------------------------
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("spread, k", [(0, 4096), (8, 700), (40, 300)])
+def test_exact_matmul_equals_term_by_term(monkeypatch, path, dtype, spread, k):
+    """Against the superaccumulator over every product (tested against rationals in
+    test_exact.py): near-max values of one sign at k = 4096 fill BLAS's 53 bits (2 beta +
+    log2 k = 52; two more bits of beta and float64 rounds these sums); wide spreads put
+    nonzeros in most remainders (the fast path then corrects nearly everything, the dense
+    one needs several slices or the term path).  Row- and column-major operands alike."""
+    monkeypatch.setattr(matmul, "_SPARSE_FRACTION", PATHS[path])
+    rng = np.random.default_rng(k + spread)
+    a = _wide(rng, (33, k), spread, dtype)
+    b = _wide(rng, (k, 17), spread, dtype)
+    if spread == 0:  # all in [1.9, 2): every slice integer near 2^beta, sums near 2^53
+        a, b = (1.9 + 0.099 * rng.random(x.shape) for x in (a, b))
+        a, b = a.astype(dtype).astype(np.float64), b.astype(dtype).astype(np.float64)
+    for dt in OUT_DTYPES:
+        want = matmul.exact_matmul_terms(a, b, *precision_of(dt)).astype(dt)
+        _same_bits(matmul.exact_matmul(a, b, dt), want)
+        _same_bits(matmul.exact_matmul(np.asfortranarray(a), b.T.copy().T, dt), want)
+
+
+def _boundary_problem(rng, dtype):
+    """Rows whose exact sums sit on the output formats' rounding boundaries: a float32 tie,
+    a tie broken by a term 2^-60 further down, just below a bf16 tie, exact cancellation
+    down to a subnormal, a sum that is a float32 subnormal but below half bf16's smallest
+    (a signed zero there), and a sum past float32's range (inf in float32 and bf16); the
+    rest Gaussian."""
+    k, n = 64, 9
+    a = rng.standard_normal((12, k))
+    b = rng.standard_normal((k, n))
+    a[:6] = 0.0
+    b[:4, :] = 1.0
+    a[0, :2] = [1.0, 2.0**-24]  # 1 + 2^-24: a float32 tie, to even
+    a[1, :3] = [1.0, 2.0**-24, 2.0**-60]  # just above the tie
+    a[2, :3] = [1.0, 2.0**-8, -(2.0**-70)]  # just below a bf16 tie
+    a[3, :3] = [3.0, -3.0, 2.0**-130]  # cancels to a subnormal
+    a[4, :3] = [-(2.0**-100), 2.0**-100, -(2.0**-40)]  # times column 0: -2^-140
+    a[5, :2] = [2.0**127, 2.0**127]  # 2^128: inf in float32 and bf16
+    # 2^31 + 128 + 2^-60: just above a float32 tie, where the fast path's float64 sum of
+    # the remainders (63 + 63 + 2 + 2^-60 -> 128) lands on the tie itself.
+    a[6] = 0.0
+    a[6, :5] = [2.0**31, 63.0, 63.0, 2.0, 2.0**-60]
+    b[:5, 1:] = 1.0
+    b[:, 0] = 2.0**-100
+    return a.astype(dtype).astype(np.float64), b.astype(dtype).astype(np.float64)
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+def test_exact_matmul_on_rounding_boundaries_matches_rationals(monkeypatch, path, dtype):
+    monkeypatch.setattr(matmul, "_SPARSE_FRACTION", PATHS[path])
+    a, b = _boundary_problem(np.random.default_rng(7), dtype)
+    for dt in OUT_DTYPES:
+        _same_bits(matmul.exact_matmul(a, b, dt), _oracle(a, b, FMT[dt]))
+
+
+def test_exact_matmul_non_finite_inputs_reach_exactly_their_elements():
+    """NaN and +-inf in a row of a and a column of b: the elements they reach get IEEE's
+    value of the sum (NaN where inf meets a zero or -inf, else the infinity), every other
+    element the exact value."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((6, 40)).astype(np.float32).astype(np.float64)
+    b = rng.standard_normal((40, 5)).astype(np.float32).astype(np.float64)
+    a[1, 3], a[2, 4], a[3, 5], a[3, 6] = np.nan, np.inf, np.inf, -np.inf
+    b[7, 2] = -np.inf
+    b[8, 4], a[4, 8] = np.inf, 0.0
+    reached = np.zeros((6, 5), bool)
+    reached[[1, 2, 3]] = True
+    reached[:, [2, 4]] = True
+    ieee = np.array([[sum(float(a[i, t]) * float(b[t, j]) for t in range(40))  # Python floats
+                      for j in range(5)] for i in range(6)])
+    assert not np.isfinite(ieee[reached]).any() and np.isnan(ieee[1]).all()
+    assert np.isnan(ieee[2, 2]) and np.isnan(ieee[4, 4]) and np.isinf(ieee[reached]).any()
+    clean_a, clean_b = np.where(np.isfinite(a), a, 0), np.where(np.isfinite(b), b, 0)
+    for dt in OUT_DTYPES:
+        got = matmul.exact_matmul(a, b, dt).astype(np.float64)
+        _same_bits(got[reached], ieee[reached])
+        want = _oracle(clean_a, clean_b, FMT[np.dtype(dt)])
+        _same_bits(got[~reached], want[~reached])
+
+
+def test_slices_split_exactly_into_narrow_integers():
+    rng = np.random.default_rng(0)
+    for spread in (0, 12, 40):
+        x = _wide(rng, (40, 300), spread, np.float32)
+        parts = matmul.slices(x, 20, 64)
+        assert parts is not None
+        total = np.zeros_like(x)
+        for part in parts:
+            for row in part:  # integers of magnitude <= 2^beta times one power of two
+                nz = row[row != 0]
+                if nz.size:
+                    mant, exp = np.frexp(nz)
+                    ints = (np.abs(mant) * 2.0**53).astype(np.int64)
+                    lsb = np.ldexp(1.0, exp - 53) * (ints & -ints)
+                    assert np.abs(nz).max() <= 2.0**20 * lsb.min()
+            total += part
+        assert (total == x).all()
+        if len(parts) > 1:
+            assert matmul.slices(x, 20, len(parts) - 1) is None
+
+
+# ---- through tgmm, dgrad and plain gmm, at sizes that take the fast path ----------------
+
+def test_tgmm_dgrad_and_plain_gmm_take_the_fast_path_exactly(monkeypatch):
+    """Gaussian bf16 operands with a few tiny values (so remainders are sparse but not
+    empty), groups of realistic size with an empty one: each result equals the
+    term-by-term superaccumulator per group, and the fast path's corrections ran."""
+    calls = []
+    real = matmul._round_block
+    monkeypatch.setattr(matmul, "_round_block",
+                        lambda rows, cols, *rest: calls.append(rows.size) or real(rows, cols,
+                                                                                   *rest))
+    rng = np.random.default_rng(11)
+    m, k, n = 700, 256, 130
+    x = rng.standard_normal((m, k))
+    x[rng.random(x.shape) < 0.002] *= 2.0**-20
+    dy = rng.standard_normal((m, n))
+    dy[rng.random(dy.shape) < 0.002] *= 2.0**-20
+    w = rng.standard_normal((3, k, n))
+    x, dy, w = (v.astype(ml_dtypes.bfloat16) for v in (x, dy, w))
+    gs = np.array([300, 0, 380], np.int32)
+    x64, d64, w64 = (v.astype(np.float64) for v in (x, dy, w))
+    for dt in OUT_DTYPES:
+        prec = precision_of(dt)
+        dw, dx = tgmm(x, dy, gs, out_dtype=dt), dgrad(dy, w, gs, out_dtype=dt)
+        fx = gmm(x, w, gs, out_dtype=dt)
+        assert (dw[1] == 0).all() and (dx[680:] == 0).all() and (fx[680:] == 0).all()
+        for g, (r0, r1) in ((0, (0, 300)), (2, (300, 680))):
+            term = matmul.exact_matmul_terms
+            _same_bits(dw[g], term(np.ascontiguousarray(x64[r0:r1].T), d64[r0:r1],
+                                   *prec).astype(dt))
+            _same_bits(dx[r0:r1], term(d64[r0:r1], np.ascontiguousarray(w64[g].T),
+                                       *prec).astype(dt))
+            _same_bits(fx[r0:r1], term(x64[r0:r1], w64[g], *prec).astype(dt))
+    assert calls and sum(calls) > 0
+
+
+# ---- the exact FP8 recipe (certified compensated sums) ---------------------------------
+
+@pytest.mark.parametrize("out", OUT_DTYPES, ids=lambda d: FMT[d])
+def test_exact_fp8_recipe_matches_term_by_term_on_wide_scales(out):
+    """Scales spread over 2^-60 .. 2^60 per block, so the scaled partials of one output
+    cancel and straddle many binades: the certified sum must equal the superaccumulator's
+    for every element (`certified.scaled_terms_exact` is the fallback itself, run here on
+    every element as the oracle)."""
+    rng = np.random.default_rng(5)
+    m, k, n = 40, 1024, 128
+    qa = quantize(rng.standard_normal((m, k)).astype(np.float32), (1, 128))
+    qb = quantize(rng.standard_normal((1, k, n)).astype(np.float32), (128, 128))
+    sa = (qa.scales * np.exp2(rng.integers(-60, 61, qa.scales.shape))).astype(np.float32)
+    qa = type(qa)(qa.values, sa, qa.block, qa.fmt, qa.recipe)
+    got = gmm(qa, qb, np.array([m], np.int32), out_dtype=out, accum="exact")
+    a64 = qa.values.astype(np.float64)
+    b64 = qb.values[0].astype(np.float64)
+    kb = k // 128
+    p_hi = np.stack([a64[:, 128 * i:128 * (i + 1)] @ b64[128 * i:128 * (i + 1)]
+                     for i in range(kb)])  # exact e4m3 partials (references.gmm's argument)
+    sb = np.repeat(qb.scales[0], 128, axis=1)[:, :n].astype(np.float32)
+    prec = precision_of(out)
+    want = np.array([[certified.scaled_terms_exact(p_hi, np.zeros((0, 0, 0)), sa, sb, i, j,
+                                                   *prec) for j in range(n)]
+                     for i in range(m)]).astype(out)
+    _same_bits(got, want)
+
+
+def test_exact_fp8_recipe_certifies_against_the_float64_error_of_its_sum():
+    """Scaled partials 2^31, 128 + 2^-30, 2^-90, -2^-30: the running sum sits exactly on
+    a float32 tie (2^31 + 128) while the TwoSum errors' float64 sum (2^-30 + 2^-90 - 2^-30)
+    comes out 0 instead of 2^-90, so only the error bound keeps the tie from being
+    rounded to even: the true value lies above it."""
+    from fp8check.references.gmm import _accumulate_exact
+
+    terms = [2.0**31, 128.0 + 2.0**-30, 2.0**-90, -(2.0**-30)]
+    p_hi = np.array(terms).reshape(4, 1, 1)
+    ones = np.ones((1, 4), np.float32)
+    exact = sum((F(x) for x in terms), F(0))
+    for fmt, (p, emin) in (("f32", (24, -126)), ("bf16", (8, -126)), ("f64", (53, -1022))):
+        got = _accumulate_exact(p_hi, np.zeros((0, 0, 0)), ones, ones.T.copy(), p, emin)
+        assert got[0, 0] == round_fraction(exact, fmt), fmt
+
+
+def test_exact_matmul_matches_rationals_on_a_small_wide_problem():
+    rng = np.random.default_rng(5)
+    a = _wide(rng, (6, 40), 30, np.float32)
+    b = _wide(rng, (40, 5), 30, np.float32)
+    for dt in OUT_DTYPES:
+        _same_bits(matmul.exact_matmul(a, b, dt), _oracle(a, b, FMT[dt]))
