@@ -2,6 +2,8 @@
 on fresh random and adversarial blocks; the float32 log2 rule of `deepseek-v3-ue8m0` against
 torch's log2; and the non-finite and all-zero-block behaviours docs/peers.md states."""
 
+import functools
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -12,24 +14,26 @@ from fp8check.references.quant import quantize
 from tests import peer_ports as P
 from tests.quant_blocks import amax_near_powers_of_two, blocks
 
-# recipe -> {block: port(x_torch) -> (fp8 values, float32 scales)}
+# (recipe, block, port name) -> port(x_torch) -> (fp8 values, float32 scales)
 PORTS = {
-    "deepgemm": {(1, 128): lambda t: P.deepgemm_per_token_cast(t, False),
-                 (128, 128): lambda t: P.deepgemm_per_block_cast(t, False)},
-    "deepgemm-ue8m0": {(1, 128): lambda t: P.deepgemm_per_token_cast(t, True),
-                       (128, 128): lambda t: P.deepgemm_per_block_cast(t, True)},
-    "deepgemm-legacy": {(1, 128): P.deepgemm_legacy_per_token_cast,
-                        (128, 128): P.deepgemm_legacy_per_block_cast},
-    "deepseek-v3": {(1, 128): P.deepseek_v3_act_quant},
-    "deepseek-v3-ue8m0": {(1, 128): lambda t: P.deepseek_v3_act_quant(t, scale_fmt="ue8m0")},
-    "transformer-engine": {
-        (1, 128): lambda t: P.te_reference_vectorwise(t, pow_2_scales=False),
-        (128, 128): lambda t: P.te_reference_square(t, pow_2_scales=False)},
-    "transformer-engine-pow2": {
-        (1, 128): lambda t: P.te_reference_vectorwise(t, pow_2_scales=True),
-        (128, 128): lambda t: P.te_reference_square(t, pow_2_scales=True)},
+    ("deepgemm", (1, 128), "per_token"): lambda t: P.deepgemm_per_token_cast(t, False),
+    ("deepgemm", (128, 128), "per_block"): lambda t: P.deepgemm_per_block_cast(t, False),
+    ("deepgemm-ue8m0", (1, 128), "per_token"): lambda t: P.deepgemm_per_token_cast(t, True),
+    ("deepgemm-ue8m0", (128, 128), "per_block"): lambda t: P.deepgemm_per_block_cast(t, True),
+    ("deepgemm-legacy", (1, 128), "per_token"): P.deepgemm_legacy_per_token_cast,
+    ("deepgemm-legacy", (128, 128), "per_block"): P.deepgemm_legacy_per_block_cast,
+    ("deepseek-v3", (1, 128), "act_quant"): P.deepseek_v3_act_quant,
+    ("deepseek-v3-ue8m0", (1, 128), "act_quant"):
+        lambda t: P.deepseek_v3_act_quant(t, scale_fmt="ue8m0"),
 }
-CASES = [(r, b) for r, ports in PORTS.items() for b in ports]
+for _pow2, _recipe in ((False, "transformer-engine"), (True, "transformer-engine-pow2")):
+    PORTS[(_recipe, (1, 128), "reference")] = functools.partial(
+        P.te_reference_vectorwise, pow_2_scales=_pow2)
+    PORTS[(_recipe, (128, 128), "reference")] = functools.partial(
+        P.te_reference_square, pow_2_scales=_pow2)
+    PORTS[(_recipe, (1, 128), "kernel")] = functools.partial(
+        P.te_kernel_vectorwise, pow_2_scales=_pow2)
+CASES = list(PORTS)
 
 
 def _torch(x: np.ndarray) -> torch.Tensor:
@@ -38,14 +42,14 @@ def _torch(x: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(x.copy())
 
 
-def _port(recipe, block, x):
-    v, s = PORTS[recipe][block](_torch(x))
+def _port(recipe, block, x, port):
+    v, s = PORTS[(recipe, block, port)](_torch(x))
     return v.contiguous().view(torch.uint8).numpy(), s.contiguous().numpy()
 
 
-def _assert_port_equal(recipe, block, x):
+def _assert_port_equal(recipe, block, x, port):
     q = quantize(x, block, recipe, nan="propagate")
-    v, s = _port(recipe, block, x)
+    v, s = _port(recipe, block, x, port)
     np.testing.assert_array_equal(q.scales.view(np.uint32), s.view(np.uint32).reshape(
         q.scales.shape), err_msg=f"{recipe} {block} scales")
     np.testing.assert_array_equal(q.values.view(np.uint8), v, err_msg=f"{recipe} values")
@@ -62,22 +66,22 @@ def _adversarial(rng, block) -> np.ndarray:
     return blocks(rng, amaxes, 128)
 
 
-@pytest.mark.parametrize("recipe,block", CASES)
+@pytest.mark.parametrize("recipe,block,port", CASES)
 @pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
-def test_recipe_is_its_peer_bit_for_bit_on_random_data(recipe, block, dtype):
+def test_recipe_is_its_peer_bit_for_bit_on_random_data(recipe, block, port, dtype):
     rng = np.random.default_rng()
     rows = block[0] * int(rng.integers(1, 3))
     x = rng.standard_normal((rows, 128 * int(rng.integers(1, 5))))
     x *= 2.0 ** rng.integers(-20, 15, (rows, 1))
-    _assert_port_equal(recipe, block, x.astype(dtype))
+    _assert_port_equal(recipe, block, x.astype(dtype), port)
 
 
-@pytest.mark.parametrize("recipe,block", CASES)
-def test_recipe_is_its_peer_bit_for_bit_on_adversarial_blocks(recipe, block):
+@pytest.mark.parametrize("recipe,block,port", CASES)
+def test_recipe_is_its_peer_bit_for_bit_on_adversarial_blocks(recipe, block, port):
     rng = np.random.default_rng()
     x = _adversarial(rng, block)
-    _assert_port_equal(recipe, block, x)
-    _assert_port_equal(recipe, block, x.astype(ml_dtypes.bfloat16))
+    _assert_port_equal(recipe, block, x, port)
+    _assert_port_equal(recipe, block, x.astype(ml_dtypes.bfloat16), port)
 
 
 def _ceil_log2_by_torch(s: np.ndarray) -> np.ndarray:
@@ -150,29 +154,14 @@ def test_non_finite_input_raises_by_default(recipe):
             quantize(_special_rows()[row:row + 1], recipe=recipe)
 
 
-@pytest.mark.parametrize("recipe", ["deepgemm", "deepgemm-ue8m0", "deepgemm-legacy",
-                                    "deepseek-v3", "deepseek-v3-ue8m0"])
-def test_all_zero_block_scale_is_the_amax_floor_and_values_zero(recipe):
-    q = quantize(_special_rows()[:1], recipe=recipe)
-    s = np.float32(1e-4) / np.float32(448)
-    expected = {"deepgemm-ue8m0": 2.0**-22, "deepseek-v3-ue8m0": 2.0**-22}.get(recipe, s)
-    assert q.scales[0, 0] == np.float32(expected)
-    assert (q.values.view(np.uint8) == 0).all()
-
-
-@pytest.mark.parametrize("recipe", ["transformer-engine", "transformer-engine-pow2"])
-def test_transformer_engine_all_zero_block_has_scale_one(recipe):
-    q = quantize(_special_rows()[:1], recipe=recipe)
-    assert q.scales[0, 0] == 1.0 and (q.values.view(np.uint8) == 0).all()
-
-
 def test_propagate_matches_the_torch_ports_on_non_finite_blocks():
     """nan="propagate" runs each recipe's arithmetic as written; for the DeepGEMM and
     DeepSeek-V3 recipes that is what their torch ports do on NaN and inf blocks too."""
     x = _special_rows()
-    for recipe in ("deepgemm", "deepgemm-ue8m0", "deepgemm-legacy", "deepseek-v3",
-                   "deepseek-v3-ue8m0"):
-        _assert_port_equal(recipe, (1, 128), x)
+    for recipe, port in (("deepgemm", "per_token"), ("deepgemm-ue8m0", "per_token"),
+                         ("deepgemm-legacy", "per_token"), ("deepseek-v3", "act_quant"),
+                         ("deepseek-v3-ue8m0", "act_quant")):
+        _assert_port_equal(recipe, (1, 128), x, port)
 
 
 def test_transformer_engine_non_finite_blocks_kernel_vs_reference():
@@ -195,3 +184,37 @@ def test_transformer_engine_non_finite_blocks_kernel_vs_reference():
         # The kernel and fp8check agree on the inf block (scale 1, inf saturates to 448).
         np.testing.assert_array_equal(kv[2].view(torch.uint8).numpy(),
                                       q.values[2].view(np.uint8))
+
+
+_FLOOR_SCALE = float(np.float32(np.float32(1e-4) / np.float32(448)))
+# recipe -> block scale of (all-zero, one-NaN, one-inf) rows under nan="propagate"
+_SPECIAL_SCALES = {
+    "deepgemm": (_FLOOR_SCALE, np.nan, np.inf),
+    "deepgemm-legacy": (_FLOOR_SCALE, np.nan, np.inf),
+    "deepseek-v3": (_FLOOR_SCALE, np.nan, np.inf),
+    "deepgemm-ue8m0": (2.0**-22, 2.0**127, 2.0**127),  # exponent field clamped to 254
+    "deepseek-v3-ue8m0": (2.0**-22, np.nan, np.inf),
+    "transformer-engine": (1.0, 1.0, 1.0),
+    "transformer-engine-pow2": (1.0, 1.0, 1.0),
+}
+
+
+@pytest.mark.parametrize("recipe", quant.RECIPES)
+def test_special_block_scales_are_the_documented_ones(recipe):
+    q = quantize(_special_rows(), recipe=recipe, nan="propagate")
+    np.testing.assert_array_equal(q.scales[:, 0], np.float32(_SPECIAL_SCALES[recipe]))
+    assert (q.values[0].view(np.uint8) == 0).all()  # the all-zero block: +0 everywhere
+
+
+def test_deepseek_v3_release_kernel_had_no_amax_floor():
+    """The release act_quant (4c2fdb8f) divides an all-zero block by s = 0: NaN values and
+    scale 0; blocks with amax >= 1e-4 are the deepseek-v3 recipe's."""
+    x = _special_rows()[:1].copy()
+    v, s = P.deepseek_v3_act_quant(_torch(x), amax_floor=False)
+    assert s[0, 0].item() == 0.0 and v.float().isnan().all()
+    rng = np.random.default_rng()
+    y = (rng.standard_normal((4, 256)) * 1e-3).astype(np.float32)
+    v, s = P.deepseek_v3_act_quant(_torch(y), amax_floor=False)
+    q = quantize(y, recipe="deepseek-v3")
+    np.testing.assert_array_equal(q.values.view(np.uint8), v.view(torch.uint8).numpy())
+    np.testing.assert_array_equal(q.scales, s.numpy())
