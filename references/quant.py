@@ -139,8 +139,9 @@ def _log2_stays_at_k() -> np.ndarray:
     nonzero float32, so only n = 0 stays.  t < g/2 <=> n < 2^23 (2^(g/2) - 1)
     = c ln2 (1 + eps) with c = 2^22 g (a power of two, 1/4 .. 32) and 0 < eps < g ln2 / 2
     < 2^-18.  c ln2 for c = 1/4 .. 32 has fractional parts 0.17, 0.35, 0.69, 0.39, 0.77,
-    0.55, 0.09, 0.18: never within 0.09 of an integer, far more than c ln2 eps (< 2^-13)
-    or float64's error in c * log(2); so N(k) = floor(c ln2), computed here in float64.
+    0.55, 0.09, 0.18: at least 0.09 above the integer below and 0.22 below the next, far
+    more than c ln2 eps (< 2^-13, upward) or float64's error in c * log(2); so
+    N(k) = floor(c ln2), computed here in float64.
     """
     table = np.zeros(256, np.int64)
     for biased in range(1, 255):
