@@ -218,3 +218,20 @@ def test_deepseek_v3_release_kernel_had_no_amax_floor():
     q = quantize(y, recipe="deepseek-v3")
     np.testing.assert_array_equal(q.values.view(np.uint8), v.view(torch.uint8).numpy())
     np.testing.assert_array_equal(q.scales, s.numpy())
+
+
+def test_peers_pass_the_quantizer_check_under_their_recipe_and_fail_the_look_alike():
+    """End to end through fp8check.testing: DeepSeek-V3.1's ue8m0 act_quant (its torch port)
+    passes as `deepseek-v3-ue8m0` and fails as `deepgemm-ue8m0` on blocks whose amax/448
+    sits just above a power of two; DeepGEMM's legacy cast passes as `deepgemm-legacy`."""
+    from fp8check import testing
+
+    rng = np.random.default_rng()
+    x = _adversarial(rng, (1, 128))
+    t = _torch(x)
+    v, s = P.deepseek_v3_act_quant(t, scale_fmt="ue8m0")
+    testing.assert_quantizer_matches(v, s, t, (1, 128), "deepseek-v3-ue8m0")
+    with pytest.raises(AssertionError, match="quantizer_bit_exact"):
+        testing.assert_quantizer_matches(v, s, t, (1, 128), "deepgemm-ue8m0")
+    v, s = P.deepgemm_legacy_per_token_cast(t)
+    testing.assert_quantizer_matches(v, s, t, (1, 128), "deepgemm-legacy")
