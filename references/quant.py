@@ -8,25 +8,33 @@ round-to-nearest-even on the exact float32 image of the input (bf16 and f32 inpu
 exactly); the final cast saturates to the finite range before rounding (satfinite), so the
 result never depends on a library's overflow behaviour.
 
-Recipes (s = dequantization multiplier stored in `scales`, q = stored fp8 value):
+Recipes (s = dequantization multiplier stored in `scales`, q = stored fp8 value; a =
+max(amax, RN(1e-4)) where the recipe floors amax).  Which peer kernel each one is, with
+commits and the peers' non-finite and all-zero-block behaviour: `docs/peers.md`.
 
 =========================  ===================================================
-deepgemm                   a = max(amax, 1e-4); s = RN(a / fmax); q = sat(x * RN(1/s))
+deepgemm                   s = RN(a / fmax); q = sat(x * RN(1/s))
 deepgemm-ue8m0             s = 2^e, e = ceil(log2(RN(a / fmax))) from the bits (biased
                            exponent + (mantissa != 0), clamped to [1, 254]); q = sat(x * 2^-e)
+deepgemm-legacy            s = RN(a / fmax); q = sat(x * RN(RN(1/a) * fmax))
 deepseek-v3                s = RN(a / fmax); q = sat(RN(x / s))
+deepseek-v3-ue8m0          s = 2^e, e = ceil(RN32(log2(RN(a / fmax)))): float32 log2, which
+                           returns the integer k for 2^k(1 + n 2^-23) while n <= N(k)
+                           (`_LOG2_STAYS_AT_K`); q = sat(RN(x / s))
 transformer-engine         m = RN(fmax / amax) (eps 0); amax == 0 or non-finite -> m = 1;
                            m = inf -> largest finite of x's dtype; s = RN(1 / m); q = sat(x * m)
 transformer-engine-pow2    as above, then m keeps only sign and exponent (bits & 0xFF800000)
 =========================  ===================================================
 
-`fmax` is the format's largest finite value (448 for e4m3fn, 57344 for e5m2).  For ue8m0
-the product x * 2^-e is exact whenever it stays a normal float32; if it falls below 2^-126
-it is far below the smallest fp8 subnormal and rounds to zero either way.
+`fmax` is the format's largest finite value (448 for e4m3fn, 57344 for e5m2).  For the two
+ue8m0 recipes the product x * 2^-e (or quotient x / 2^e) is exact whenever it stays a normal
+float32; if it falls below 2^-126 it is far below the smallest fp8 subnormal and rounds to
+zero either way.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -37,7 +45,9 @@ from fp8check.formats import get_format, satfinite
 RECIPES = (
     "deepgemm",
     "deepgemm-ue8m0",
+    "deepgemm-legacy",
     "deepseek-v3",
+    "deepseek-v3-ue8m0",
     "transformer-engine",
     "transformer-engine-pow2",
 )
@@ -116,8 +126,55 @@ def _ue8m0(s: np.ndarray) -> np.ndarray:
     return (exp.astype(np.uint32) << 23).view(np.float32)
 
 
+def _log2_stays_at_k() -> np.ndarray:
+    """N(k) indexed by the biased exponent k + 127: float32 log2(2^k (1 + n 2^-23)) is k
+    exactly for 0 <= n <= N(k) and above k (so its ceil is k + 1) for larger n.
+
+    Why, for a correctly rounded float32 log2 (torch's agrees: tests/test_quant_peers.py
+    compares every n within 80 ulps of every power of two): log2 s = k + t with
+    t = log2(1 + n 2^-23) in (0, 1), irrational for n > 0 (so never a rounding tie).  The
+    result is k iff t < g/2, g the gap from k to its float32 neighbour toward k + t:
+    2^(E-23) with E = floor(log2 |k|), except 2^(E-24) when k < 0 and |k| is a power of two
+    (k + t is then inside the finer binade below |k|).  For k = 0 the result is t itself, a
+    nonzero float32, so only n = 0 stays.  t < g/2 <=> n < 2^23 (2^(g/2) - 1)
+    = c ln2 (1 + eps) with c = 2^22 g (a power of two, 1/4 .. 32) and 0 < eps < g ln2 / 2
+    < 2^-18.  c ln2 for c = 1/4 .. 32 has fractional parts 0.17, 0.35, 0.69, 0.39, 0.77,
+    0.55, 0.09, 0.18: at least 0.09 above the integer below and 0.22 below the next, far
+    more than c ln2 eps (< 2^-13, upward) or float64's error in c * log(2); so
+    N(k) = floor(c ln2), computed here in float64.
+    """
+    table = np.zeros(256, np.int64)
+    for biased in range(1, 255):
+        k = biased - 127
+        if k == 0:
+            continue
+        e = abs(k).bit_length() - 1
+        finer_below = k < 0 and abs(k) == 1 << e
+        table[biased] = math.floor(2.0 ** (e - 2 if finer_below else e - 1) * math.log(2))
+    return table
+
+
+_LOG2_STAYS_AT_K = _log2_stays_at_k()
+
+
+def _pow2_ceil_log2_f32(s: np.ndarray) -> np.ndarray:
+    """exp2(ceil(log2(s))) as float32 log2, ceil and exp2 evaluate it, from the bits of s.
+
+    s is a positive normal float32 (the 1e-4 amax floor keeps s = a / fmax >= 2^-30) or
+    non-finite: +inf gives +inf and NaN gives NaN, as log2, ceil and exp2 do.  exp2 of an
+    integer in [-126, 127] is exact, so the result is 2^(k + (n > N(k))).
+    """
+    bits = s.view(np.uint32)
+    biased = ((bits >> 23) & 0xFF).astype(np.int64)
+    n = (bits & 0x7FFFFF).astype(np.int64)
+    biased = biased + (n > _LOG2_STAYS_AT_K[biased])
+    pow2 = (np.minimum(biased, 255).astype(np.uint32) << 23).view(np.float32)  # 255: inf/NaN
+    return np.where(np.isfinite(s), pow2, s)
+
+
 def recipe_scales(amax: np.ndarray, recipe: str, fmax: np.float32, in_dtype) -> tuple:
-    """(dequant scale s, quant multiplier m or None, divide flag) per block, float32."""
+    """(dequant scale s, quant multiplier m) per block, float32; m is None for the recipes
+    that divide x by s instead of multiplying."""
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         if recipe.startswith("transformer-engine"):
             m = fmax / amax
@@ -128,12 +185,18 @@ def recipe_scales(amax: np.ndarray, recipe: str, fmax: np.float32, in_dtype) -> 
             if recipe.endswith("pow2"):
                 m = (m.view(np.uint32) & np.uint32(0xFF800000)).view(np.float32)
             return (np.float32(1) / m).astype(np.float32), m
-        s = (np.maximum(amax, _DEEPGEMM_AMAX_FLOOR) / fmax).astype(np.float32)
+        a = np.maximum(amax, _DEEPGEMM_AMAX_FLOOR)
+        s = (a / fmax).astype(np.float32)
         if recipe == "deepgemm-ue8m0":
             s = _ue8m0(s)
             return s, (np.float32(1) / s).astype(np.float32)  # exact: s is a power of two
+        if recipe == "deepseek-v3-ue8m0":
+            return _pow2_ceil_log2_f32(s), None
         if recipe == "deepseek-v3":
             return s, None
+        if recipe == "deepgemm-legacy":  # x * (448.0 / amax): torch's __rtruediv__ is
+            # amax.reciprocal() * 448, two roundings, not one division
+            return s, ((np.float32(1) / a) * fmax).astype(np.float32)
         return s, (np.float32(1) / s).astype(np.float32)
 
 

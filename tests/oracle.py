@@ -88,6 +88,12 @@ def _pow2_floor(v: float) -> float:
     return math.ldexp(1.0, e)
 
 
+def _fp8(r: float, fmt: str) -> float:
+    """The float32 intermediate r cast to fp8 (satfinite); a float32 -0 stays -0 (a Fraction
+    has no signed zero, so the sign is put back)."""
+    return math.copysign(round_fraction(F(r), fmt, saturate=True), r)
+
+
 def quantize_block(xs: list[float], recipe: str, fmt: str, in_max: float):
     """One block, element by element: (list of fp8 values as floats, scale)."""
     fmax = F(FORMATS[fmt][2])
@@ -102,14 +108,26 @@ def quantize_block(xs: list[float], recipe: str, fmt: str, in_max: float):
         if recipe.endswith("pow2"):
             m = _pow2_floor(m)
         s = rn32(1 / F(m))
-        return [round_fraction(F(rn32(F(v) * F(m))), fmt, saturate=True) for v in xs], s
+        return [_fp8(rn32(F(v) * F(m)), fmt) for v in xs], s
     a = max(amax, F(rn32(F("1e-4"))))
     s = rn32(a / fmax)
+    if recipe == "deepseek-v3-ue8m0":
+        # float32 log2: Python's float64 log2 (error < 2^-52 relative) rounded once more to
+        # float32.  That second rounding is the float32 one except within 2^-52 of a float32
+        # midpoint, and ceil only cares about the midpoint next to the integer k, which the
+        # true log2 misses by more than 2^-30 relative (quant._log2_stays_at_k: 0.09 of a
+        # mantissa step, at least 2^-23 / 8 absolute, against |log2 s| < 2^7).
+        e = math.ceil(round_fraction(F(math.log2(s)), "f32"))
+        return [_fp8(rn32(F(v) / F(2) ** e), fmt) for v in xs], \
+            math.ldexp(1.0, e)
+    if recipe == "deepgemm-legacy":
+        m = rn32(F(rn32(1 / a)) * fmax)
+        return [_fp8(rn32(F(v) * F(m)), fmt) for v in xs], s
     if recipe == "deepgemm-ue8m0":
         e = min(max(_pow2_ceil_exponent(F(s)), -126), 127)
         s = math.ldexp(1.0, e)
-        return [round_fraction(F(rn32(F(v) * F(2) ** -e)), fmt, saturate=True) for v in xs], s
+        return [_fp8(rn32(F(v) * F(2) ** -e), fmt) for v in xs], s
     if recipe == "deepseek-v3":
-        return [round_fraction(F(rn32(F(v) / F(s))), fmt, saturate=True) for v in xs], s
+        return [_fp8(rn32(F(v) / F(s)), fmt) for v in xs], s
     inv = rn32(1 / F(s))
-    return [round_fraction(F(rn32(F(v) * F(inv))), fmt, saturate=True) for v in xs], s
+    return [_fp8(rn32(F(v) * F(inv)), fmt) for v in xs], s

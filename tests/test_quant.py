@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from fp8check.references import quant
 from fp8check.references.quant import RECIPES, dequantize, quantize
 from tests.oracle import quantize_block
+from tests.quant_blocks import amax_near_powers_of_two, blocks
 
 BLOCKS = [(1, 128), (128, 128), (128, 1)]
 
@@ -73,6 +74,16 @@ def _inputs(draw):
 def test_quantize_is_bit_exact_to_the_oracle(recipe, data):
     x, block = data
     _assert_matches_oracle(x, block, recipe)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_quantize_is_bit_exact_to_the_oracle_near_powers_of_two(recipe):
+    """Blocks whose RN(amax/448) is within 9 ulps of 2^k: where the ue8m0 recipes round
+    (and float32 log2 returns k for up to N(k) ulps above 2^k), with values near the fp8
+    max, fp8 and float32 subnormals."""
+    rng = np.random.default_rng()
+    x = blocks(rng, amax_near_powers_of_two([-20, -17, -9, -5, 0, 8, 16, 70]), 2)
+    _assert_matches_oracle(x, (1, 128), recipe)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
