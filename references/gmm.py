@@ -533,7 +533,8 @@ def tgmm(lhs: np.ndarray, dy: np.ndarray, group_sizes: ArrayLike,
       out_dtype: float32, bfloat16 or float64.
 
     Returns:
-      [G, K, N] of out_dtype: the exact value rounded once; an empty group gives zeros.
+      [G, K, N] of out_dtype: the exact value rounded once; an empty group gives zeros; a
+      NaN or infinity in an operand gives IEEE's value to exactly the elements it reaches.
     """
     lhs, dy = _check_plain("lhs", lhs), _check_plain("dy", dy)
     if lhs.ndim != 2 or dy.ndim != 2 or lhs.shape[0] != dy.shape[0]:
@@ -562,7 +563,8 @@ def dgrad(dy: np.ndarray, rhs: np.ndarray, group_sizes: ArrayLike,
 
     Returns:
       [M, K] of out_dtype: the exact value rounded once; rows at or past sum(group_sizes)
-      are zero.
+      are zero; a NaN or infinity in an operand gives IEEE's value to exactly the elements
+      it reaches.
     """
     dy, rhs = _check_plain("dy", dy), _check_plain("rhs", rhs)
     if dy.ndim != 2 or rhs.ndim != 3 or dy.shape[1] != rhs.shape[2]:
