@@ -1,6 +1,6 @@
 """Every notebook under notebooks/ executes top to bottom (nbclient, kernel python3 from
-the venv's ipykernel), run from the repository root.  A cell that raises fails the test
-with the cell's error."""
+the venv's ipykernel), run from its own folder as Jupyter runs it.  A cell that raises
+fails the test with the cell's error."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_there_are_three_notebooks():
 def test_notebook_executes(path: Path):
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                            resources={"metadata": {"path": str(ROOT)}})
+                            resources={"metadata": {"path": str(path.parent)}})
     client.execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
