@@ -336,12 +336,15 @@ def plot_loss_gap(ax: Axes, curves: dict[str, Sequence[Any]]) -> None:
     ax.legend(fontsize=8)
 
 
-def plot_grad_snr(ax: Axes, trend: Sequence[Any] | dict[str, Sequence[Any]]) -> None:
-    """Gradient SNR (dB) per step: one series, or one per named tensor."""
+def plot_grad_snr(ax: Axes, trend: Sequence[Any] | dict[str, Sequence[Any]],
+                  steps: Sequence[int] | None = None) -> None:
+    """Gradient SNR (dB): one series, or one per named tensor, at the training `steps` it
+    was sampled at (`metrics["grad_snr_steps"]`, one per value); None: one value a step."""
     series = trend if isinstance(trend, dict) else {"grad SNR": trend}
     for name, vals in series.items():
         v = np.array([num(a) for a in vals], dtype=float)
-        ax.plot(np.arange(len(v)), v, lw=1, label=name)
+        ax.plot(np.arange(len(v)) if steps is None else np.asarray(steps), v, lw=1,
+                label=name)
     ax.set_xlabel("step")
     ax.set_ylabel("grad SNR dB")
     ax.legend(fontsize=8, ncol=3)
@@ -360,7 +363,7 @@ def layer3_figure(result: dict[str, Any]) -> Figure | None:
     plot_loss_curves(axes[0], curves)
     plot_loss_gap(axes[1], curves)
     if trend:
-        plot_grad_snr(axes[2], trend)
+        plot_grad_snr(axes[2], trend, m.get("grad_snr_steps"))
     fig.tight_layout()
     return fig
 

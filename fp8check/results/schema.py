@@ -75,7 +75,7 @@ _METRICS = {
     **_obj((), plots=_PLOTS, group_sizes=_INTS, impact_sqnr_db=_FLOAT,
            curves=_map_of(_FLOATS),
            grad_snr={"type": ["array", "object"], "items": _FLOAT,
-                     "additionalProperties": _FLOATS}),
+                     "additionalProperties": _FLOATS}, grad_snr_steps=_INTS),
     "patternProperties": {r"^(st_)?sqnr_db\.(?!.*\.expert$)": _FLOAT,
                           r"^(st_)?sqnr_db\..*\.expert$": _FLOATS},
 }
@@ -230,7 +230,13 @@ def _at(where: str) -> str:
 def _figure_lengths(result: dict[str, Any], where: str, src: str) -> None:
     """ValueError when the figure data of a result (checked by the schema) has lists
     whose lengths must agree and do not."""
-    p = result.get("metrics", {}).get("plots")
+    m = result.get("metrics", {})
+    snr, steps = m.get("grad_snr"), m.get("grad_snr_steps")
+    for name, series in (snr.items() if isinstance(snr, dict) else [("", snr)]):
+        if steps is not None and series is not None and len(series) != len(steps):
+            raise ValueError(f"{src}: {where}metrics.grad_snr{'.' if name else ''}{name}: "
+                             f"expected {len(steps)} items (grad_snr_steps), got {len(series)}")
+    p = m.get("plots")
     if not p:
         return
     at = f"{where}metrics.plots"
