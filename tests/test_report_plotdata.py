@@ -139,12 +139,15 @@ def _bf16_case() -> int:
     return index
 
 
-@pytest.mark.parametrize("kernel", ["numpy-fp8-pairwise", "bug-bf16-accumulator"])
+@pytest.mark.parametrize("kernel", ["numpy-fp8-pairwise", "bug-bf16-accumulator",
+                                    "numpy-fp8-hopper", "bug-hopper-declared-f32"])
 def test_err_vs_ab_points_are_above_their_bound_exactly_when_over_it(kernel):
     """On a bf16 case, the bound each point carries is the criterion's: err > bound
     exactly for the points whose ratio is > 1, on the rounded numbers the figure draws;
     it is err / ratio where both are finite and nonzero, and it holds the output's
-    rounding (the old line gamma_n |A||B| had nearly every passing point above it)."""
+    rounding (the old line gamma_n |A||B| had nearly every passing point above it) and,
+    for a kernel declaring the Hopper accumulator, its truncation term (the same kernel
+    declared as float32 fails)."""
     r = _result(kernel, _bf16_case())
     p = r["metrics"]["plots"]["err_vs_ab"]
     pts = np.array(p["points"], dtype=float)
