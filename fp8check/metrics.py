@@ -268,7 +268,8 @@ def bound_ratio(
     """|out - exact| / bound, elementwise (float64); <= 1 for every valid implementation.
 
     bound = gamma_n * abs_ab + 0.5 * ulp(max(|exact|, |out|), out_dtype) + 2^-53 * |exact|,
-    gamma_n = n u / (1 - n u), n = k + 2 ceil(k / 128) + 2 unless given.
+    gamma_n = n u / (1 - n u), n = k + 2 ceil(k / 128) + 2 unless given (`error_bound`
+    returns it).
 
     Why this bounds every valid kernel: the kernel evaluates sum_i s_i a_i b_i (s_i the
     product of the two block scales) with float32 operations, in any order and with or
@@ -298,43 +299,90 @@ def bound_ratio(
     joins the bound, and the float32 roundings then act on values up to abs_ab + extra:
     bound = gamma_n (abs_ab + extra) + extra + the rest as above.
     """
+    o, ex, ab, gamma, f = _bound_operands(out, exact, abs_ab, k, u, out_dtype, n, extra,
+                                        "bound_ratio")
+    return _ratio_all(o, ex, ab, gamma, f.min_exponent, f.mantissa_bits).reshape(
+        np.shape(exact))
+
+
+def error_bound(
+    out: ArrayLike,
+    exact: np.ndarray,
+    abs_ab: np.ndarray,
+    k: int,
+    *,
+    u: float = 2.0**-24,
+    out_dtype=np.float32,
+    n: int | None = None,
+    extra: np.ndarray | None = None,
+) -> np.ndarray:
+    """The bound of `bound_ratio`, elementwise (float64, > 0, same arguments and checks):
+    the error |out - exact| a valid kernel may make, in the output's units.
+
+    Computed by the same scalar core as the ratio's denominator, so for a finite output
+    |out - exact| > error_bound(...) exactly where bound_ratio(...) > 1 (the quotient of
+    two floats e > b is at least 1 + 2^-52 after rounding).  Where `out` is NaN or Inf its
+    magnitude is left out: the bound is what a finite output near `exact` would be allowed.
+    """
+    o, ex, ab, gamma, f = _bound_operands(out, exact, abs_ab, k, u, out_dtype, n, extra,
+                                        "error_bound")
+    return _bound_all(o, ex, ab, gamma, f.min_exponent, f.mantissa_bits).reshape(
+        np.shape(exact))
+
+
+def _bound_operands(
+    out: ArrayLike, exact: np.ndarray, abs_ab: np.ndarray, k: int, u: float, out_dtype,
+    n: int | None, extra: np.ndarray | None, fn: str,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, Format]:
+    """`bound_ratio`'s arguments checked (a one-line ValueError from `fn` naming the bad
+    one) and flattened: (out, exact, abs_ab with `extra` folded in, gamma_n, the out
+    format)."""
     o = _as_f64(out)
     ex, ab = np.asarray(exact), np.asarray(abs_ab)
     for name, arr in (("exact", ex), ("abs_ab", ab)):
         if arr.dtype != np.float64:
-            raise ValueError(f"bound_ratio: {name} must be float64, got {arr.dtype}")
+            raise ValueError(f"{fn}: {name} must be float64, got {arr.dtype}")
         if arr.shape != o.shape:
-            raise ValueError(f"bound_ratio: shape mismatch {name} {arr.shape} vs out {o.shape}")
+            raise ValueError(f"{fn}: shape mismatch {name} {arr.shape} vs out {o.shape}")
         if not np.all(np.isfinite(arr)):
-            raise ValueError(f"bound_ratio: {name} contains NaN or Inf")
+            raise ValueError(f"{fn}: {name} contains NaN or Inf")
     if np.any(ab < 0):
-        raise ValueError("bound_ratio: abs_ab must be >= 0")
+        raise ValueError(f"{fn}: abs_ab must be >= 0")
     if int(k) != k or k < 1:
-        raise ValueError(f"bound_ratio: k must be a positive integer, got {k!r}")
+        raise ValueError(f"{fn}: k must be a positive integer, got {k!r}")
     if n is None:
         n = int(k) + 2 * math.ceil(k / 128) + 2
     if int(n) != n or n < 1:
-        raise ValueError(f"bound_ratio: n must be a positive integer, got {n!r}")
+        raise ValueError(f"{fn}: n must be a positive integer, got {n!r}")
     if not (0 < u and n * u < 1):
-        raise ValueError(f"bound_ratio: need 0 < u and n*u < 1, got u={u!r}, n={n}")
+        raise ValueError(f"{fn}: need 0 < u and n*u < 1, got u={u!r}, n={n}")
     f = get_format(out_dtype)
     if f.name == "f64":
         # 0.5 ulp of float64's smallest subnormal is not a float64: the bound's rounding
         # term would round to 0, and exact == abs_ab == 0 would give 0/0.
-        raise ValueError("bound_ratio: out_dtype must be narrower than float64 (f32, bf16, "
-                         "fp8)")
+        raise ValueError(f"{fn}: out_dtype must be narrower than float64 (f32, bf16, fp8)")
     gamma = n * u / (1 - n * u)
     if extra is not None:
         extra = np.asarray(extra)
         if extra.dtype != np.float64 or extra.shape != o.shape or not (
                 np.all(np.isfinite(extra)) and np.all(extra >= 0)):
-            raise ValueError("bound_ratio: extra must be finite float64 >= 0 of out's shape")
+            raise ValueError(f"{fn}: extra must be finite float64 >= 0 of out's shape")
         # gamma * ab' = gamma (ab + extra) + extra, to float64 rounding (the bound's own
         # 2^-53 |exact| slack is far larger than the 2^-52 relative error of forming ab').
         ab = ab + extra + extra / gamma
     o_flat, ex_flat, ab_flat = (np.ascontiguousarray(v).ravel() for v in (o, ex, ab))
-    return _ratio_all(o_flat, ex_flat, ab_flat, gamma, f.min_exponent,
-                      f.mantissa_bits).reshape(o.shape)
+    return o_flat, ex_flat, ab_flat, gamma, f
+
+
+@numba.njit(cache=True, inline="always")
+def bound_of(o, ex, ab, gamma, emin, mant):
+    """`error_bound` of one element (the numba scalar core of the bound, shared by
+    `ratio_of`): float64 o, ex, ab; the out format's `emin` and `mant`.  A non-finite o
+    is left out of the ulp term's magnitude."""
+    mag = abs(ex)
+    if abs(o) <= F64_MAX and abs(o) > mag:
+        mag = abs(o)
+    return gamma * ab + 0.5 * ulp_of(mag, emin, mant) + 2.0**-53 * abs(ex)
 
 
 @numba.njit(cache=True, inline="always")
@@ -343,8 +391,7 @@ def ratio_of(o, ex, ab, gamma, emin, mant):
     float64 o, ex, ab; the out format's `emin` and `mant`; inf for a non-finite o."""
     if not abs(o) <= F64_MAX:
         return math.inf
-    return abs(o - ex) / (gamma * ab + 0.5 * ulp_of(max(abs(ex), abs(o)), emin, mant)
-                          + 2.0**-53 * abs(ex))
+    return abs(o - ex) / bound_of(o, ex, ab, gamma, emin, mant)
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")  # the denominator is > 0
@@ -352,6 +399,14 @@ def _ratio_all(o, ex, ab, gamma, emin, mant):
     out = np.empty(o.size)
     for i in numba.prange(o.size):
         out[i] = ratio_of(o[i], ex[i], ab[i], gamma, emin, mant)
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def _bound_all(o, ex, ab, gamma, emin, mant):
+    out = np.empty(o.size)
+    for i in numba.prange(o.size):
+        out[i] = bound_of(o[i], ex[i], ab[i], gamma, emin, mant)
     return out
 
 

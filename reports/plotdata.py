@@ -6,12 +6,19 @@ module condenses them into `metrics["plots"]`, small enough to keep for every ca
 
 * `ulp_hist`: ULP distance of the kernel output to the correctly rounded exact value, in
   power-of-two bins: `edges` [0, 1, 2, 4, ..., 2^j] (bin i is [edges[i], edges[i+1]), the
-  last bin is >= edges[-1]), `counts`, and `nan` (elements where either side is NaN).
-* `err_vs_ab`: `points` [[|A||B|_ij, |out - exact|_ij, bound_ratio_ij], ...] for at most
-  `MAX_POINTS` elements: the `N_WORST` largest bound ratios plus a seeded uniform sample
-  of the rest (so the cloud's shape and its worst outliers both show); `gamma` is the
-  bound's gamma_n (the slope of the bound line err = gamma_n |A||B|), `n_elements` the
-  number of compared elements.
+  last bin is >= edges[-1]), `counts`, `over` (of each bin's elements, those over the
+  error bound: bound ratio > 1) and `nan` (elements where either side is NaN, all over
+  the bound).  ULPs are not gated: near cancellation a valid summation order lands
+  millions of ULPs from the exact value while well within the bound, so the verdict of
+  each bin is the bound's, not its ULP count's.
+* `err_vs_ab`: `points` [[|A||B|_ij, |out - exact|_ij, bound_ratio_ij, bound_ij], ...] for
+  at most `MAX_POINTS` elements: the `N_WORST` largest bound ratios plus a seeded uniform
+  sample of the rest (so the cloud's shape and its worst outliers both show).  bound_ij
+  is the error the criterion allows that element (`metrics.error_bound`: gamma_n |A||B|
+  plus the output rounding, the float64 slack and any declared accumulator term), so a
+  point is above its bound exactly when its ratio is > 1; `gamma` is the bound's gamma_n
+  (the slope of its accumulation term gamma_n |A||B|), `n_elements` the number of
+  compared elements.
 * `bound_tiles`: the maximum bound ratio over tiles of `row_tile` x `col_tile` output
   elements, at most `MAX_TILES` x `MAX_TILES` tiles (`max`, rows first); `rows`, `cols`
   the compared extent; `group_starts` the first row of every group (empty groups repeat
@@ -22,13 +29,17 @@ module condenses them into `metrics["plots"]`, small enough to keep for every ca
   None for an empty gmm group (no rows), inf as the string "inf" in JSON; a tgmm
   group always has its K x N slab (zero when empty).
 
-Floats are kept to 4 significant digits (plots need no more).  Rows past sum(group_sizes)
-are not part of any array here, exactly as they are not compared by the gate.
+Floats are kept to 4 significant digits (plots need no more); the error, bound and ratio
+of a point are rounded away from the verdict's edge (`_directed4`), so that the rounded
+numbers keep it: err > bound and ratio > 1 exactly for the points over the bound.  Rows
+past sum(group_sizes) are not part of any array here, exactly as they are not compared by
+the gate.
 """
 
 from __future__ import annotations
 
 import math
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -52,6 +63,18 @@ def _sig4(v: float) -> float:
     return float(f"{v:.4g}") if math.isfinite(v) else float(v)
 
 
+_UP, _DOWN = Context(prec=4, rounding=ROUND_CEILING), Context(prec=4, rounding=ROUND_FLOOR)
+
+
+def _directed4(v: float, up: bool) -> float:
+    """v to 4 significant digits rounded towards +inf (`up`) or -inf; non-finite values
+    unchanged.  The decimal is exact before it is rounded, and float() is monotone, so
+    the result is >= v when `up` and <= v otherwise."""
+    if not math.isfinite(v):
+        return float(v)
+    return float((_UP if up else _DOWN).plus(Decimal(v)))
+
+
 def gamma_n(k: int, u: float, n: int | None = None) -> float:
     """Higham's gamma_n = n u / (1 - n u) with the n of `metrics.bound_ratio`
     (n = k + 2 ceil(k / 128) + 2 unless given): the slope of the bound in |A||B|."""
@@ -60,17 +83,21 @@ def gamma_n(k: int, u: float, n: int | None = None) -> float:
     return n * u / (1 - n * u)
 
 
-def ulp_histogram(ulps: np.ndarray) -> dict[str, Any]:
-    """Power-of-two histogram of int64 ULP distances; NaN sentinels counted apart."""
+def ulp_histogram(ulps: np.ndarray, over: np.ndarray) -> dict[str, Any]:
+    """Power-of-two histogram of int64 ULP distances, NaN sentinels counted apart, with
+    the number of elements of each bin that are over the bound (`over`: a boolean array
+    of ulps' shape)."""
     nan = ulps == metrics.ULP_NAN
     finite = ulps[~nan]
     top = int(finite.max(initial=0))
     # edges 0, 1, 2, 4, ... up to the first power of two above the largest distance
     n_pow = max(1, top.bit_length())
     edges = [0] + [1 << j for j in range(n_pow + 1)]
-    counts = np.histogram(finite, bins=np.array(edges[:-1] + [np.iinfo(np.int64).max]))[0]
+    bins = np.array(edges[:-1] + [np.iinfo(np.int64).max])
+    counts = np.histogram(finite, bins=bins)[0]
+    over_counts = np.histogram(finite[over[~nan]], bins=bins)[0]
     return {"edges": edges[:-1], "counts": [int(c) for c in counts],
-            "nan": int(np.count_nonzero(nan))}
+            "over": [int(c) for c in over_counts], "nan": int(np.count_nonzero(nan))}
 
 
 def _rank_key(values: np.ndarray) -> np.ndarray:
@@ -102,7 +129,10 @@ def worst_indices(values: np.ndarray, count: int) -> np.ndarray:
     return cand[top]
 
 
-def _sample_points(ab: np.ndarray, err: np.ndarray, ratio: np.ndarray) -> list[list[float]]:
+def sample_indices(ratio: np.ndarray) -> np.ndarray:
+    """Flat indices of the elements `err_vs_ab` shows, ascending: all of them when there
+    are at most MAX_POINTS, else the N_WORST largest bound ratios and a seeded uniform
+    sample of the rest, MAX_POINTS in all."""
     flat_r = ratio.ravel()
     if flat_r.size <= MAX_POINTS:
         idx = np.arange(flat_r.size)
@@ -115,8 +145,14 @@ def _sample_points(ab: np.ndarray, err: np.ndarray, ratio: np.ndarray) -> list[l
                                                            replace=False)
         rest = drawn[~np.isin(drawn, worst)][:MAX_POINTS - N_WORST]
         idx = np.sort(np.concatenate([worst, rest]))
-    a, e = ab.ravel(), err.ravel()
-    return [[_sig4(float(a[i])), _sig4(float(e[i])), _sig4(float(flat_r[i]))] for i in idx]
+    return idx
+
+
+def _point(ab: float, err: float, ratio: float, bound: float) -> list[float]:
+    """One `err_vs_ab` point, rounded away from the verdict's edge (see the module)."""
+    over = ratio > 1
+    return [_sig4(ab), _directed4(err, up=over), _directed4(ratio, up=over),
+            _directed4(bound, up=not over)]
 
 
 def _tile_size(extent: int) -> int:
@@ -150,13 +186,14 @@ def _sqnr(ref: np.ndarray, out: np.ndarray) -> float:
 
 
 def plot_data(out: np.ndarray, prob: Problem, u: float, ulps: np.ndarray,
-                 ratio: np.ndarray) -> dict[str, Any]:
+              ratio: np.ndarray, extra: np.ndarray | None) -> dict[str, Any]:
     """The bounded plot data of a layer-1 result (see the module docstring).
 
     `out` is the kernel's output on the compared rows (`out[:prob.rows]`, its own dtype),
     `prob` the case's Problem (exact / abs_ab / unquantized references, k and n for the
     bound), `u` the kernel's declared accumulator unit roundoff, `ulps` and `ratio` the
-    elementwise ULP distance to RN(exact) and bound ratio that the criteria computed
+    elementwise ULP distance to RN(exact) and bound ratio that the criteria computed, and
+    `extra` the declared accumulator's term of the bound on those rows, or None
     (`fp8check.layers.op.output_criteria` calls it as its `plots` hook).  gmm outputs are
     [M, N] with groups along the rows; tgmm outputs [G, K, N] are shown as G*K rows, one group per K
     rows.
@@ -184,10 +221,19 @@ def plot_data(out: np.ndarray, prob: Problem, u: float, ulps: np.ndarray,
     # gmm: an empty group has no rows to measure (None); tgmm: it has a K x N slab that
     # must be exactly zero, the place where an empty-group bug shows.
     measured = [e > s or o.ndim == 3 for s, e in groups]
+    idx = sample_indices(ratio)
+    abs_ab = prob.abs_ab[sl].ravel()[idx]
+    # the criterion's bound, by the same function, on the sampled elements only
+    bound = metrics.error_bound(out.ravel()[idx], exact.ravel()[idx], abs_ab, prob.k, u=u,
+                                out_dtype=prob.out_dtype, n=prob.n_terms,
+                                extra=None if extra is None else extra.ravel()[idx])
+    points = [_point(*v) for v in zip(abs_ab.tolist(), err.ravel()[idx].tolist(),
+                                       ratio.ravel()[idx].tolist(), bound.tolist(),
+                                       strict=True)]
     return {
-        "ulp_hist": ulp_histogram(ulps),
+        "ulp_hist": ulp_histogram(ulps, ratio > 1),
         "err_vs_ab": {"gamma": gamma_n(prob.k, u, prob.n_terms), "n_elements": int(o.size),
-                      "points": _sample_points(prob.abs_ab[sl], err, ratio)},
+                      "points": points},
         "bound_tiles": tiles,
         "group_sqnr": {
             "group_sizes": [int(v) for v in group_sizes],

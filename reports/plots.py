@@ -60,37 +60,61 @@ def _ulp_label(lo: int, last: bool) -> str:
 
 
 def plot_ulp_hist(ax: Axes, hist: dict[str, Any]) -> None:
-    """Bars of the ULP distance to the correctly rounded exact value, NaN in red."""
-    edges, counts = hist["edges"], hist["counts"]
+    """Bars of the ULP distance to the correctly rounded exact value, each bin split into
+    its elements within the error bound and those over it (red; NaN always red).  ULPs are
+    not gated (a valid summation order lands far from a nearly cancelling exact value), so
+    the colour is the bound's verdict; the panel says how many elements are over it.  A
+    document without per-bin verdicts (`over`, written before they were kept) is drawn
+    grey and says so."""
+    edges, counts = hist["edges"], list(hist["counts"])
+    over = hist.get("over")
     labels = [_ulp_label(lo, i == len(edges) - 1) for i, lo in enumerate(edges)]
-    colours = [GOOD if i == 0 else (ALT if lo < 8 else BAD) for i, lo in enumerate(edges)]
-    if hist.get("nan"):
+    nan = int(hist.get("nan") or 0)
+    x = np.arange(len(labels) + (1 if nan else 0))
+    if nan:
         labels.append("NaN")
-        counts = [*counts, hist["nan"]]
-        colours.append(BAD)
-    x = np.arange(len(labels))
-    ax.bar(x, counts, color=colours)
+    if over is None:
+        ax.bar(x, [*counts, nan][:len(x)], color=NEUTRAL)
+        ax.text(0.98, 0.97, "no per-bin verdict in this document", transform=ax.transAxes,
+                ha="right", va="top", fontsize=7)
+    else:
+        within = [*(c - o for c, o in zip(counts, over, strict=True)), 0][:len(x)]
+        bad = [*over, nan][:len(x)]
+        ax.bar(x, within, color=GOOD, label="within the bound")
+        ax.bar(x, bad, bottom=within, color=BAD, label="over the bound")
+        n_over, n_all = sum(bad), sum(counts) + nan
+        note = (f"all {n_all} within the bound" if n_over == 0
+                else f"{n_over} of {n_all} over the bound")
+        legend = ax.legend(fontsize=7, loc="upper right", title=note, title_fontsize=7.5)
+        legend.get_title().set_color("k" if n_over == 0 else BAD)
     ax.set_yscale("symlog", linthresh=1)
     step = max(1, math.ceil(len(labels) / 12))  # at most ~12 labels fit under the panel
     ax.set_xticks(x[::step], labels[::step], fontsize=7)
-    ax.set_xlabel("ULPs (bin from its lower edge)")
+    ax.set_xlabel("ULPs to RN(exact) (bin from its lower edge)")
     ax.set_ylabel("elements")
-    ax.set_title("ULP distance to RN(exact)  (blue: 0, red: >= 8)", fontsize=10)
+    ax.set_title("ULP distance to RN(exact), not gated", fontsize=10)
 
 
 def plot_err_vs_ab(ax: Axes, data: dict[str, Any]) -> None:
-    """|out - exact| against |A||B| (log-log) with the bound line err = gamma_n |A||B|;
-    elements whose bound ratio exceeds 1 in red.  Exact elements (err 0) are drawn on the
-    bottom edge."""
-    pts = np.array([[num(a), num(e), num(r)] for a, e, r in data["points"]], dtype=float)
-    if pts.size == 0:
+    """|out - exact| against |A||B| (log-log) with each element's error bound as a black
+    mark at its |A||B|: the bound the criterion applies (`metrics.error_bound`: gamma_n
+    |A||B| plus half an ulp of the output, the float64 slack and any declared accumulator
+    term), so a point is above its mark exactly when it is over the bound (red).  The
+    dotted line is the accumulation term gamma_n |A||B| alone.  Exact elements (err 0) are
+    drawn on the bottom edge, NaN / Inf outputs as triangles on the top edge.  Points
+    without their bound (documents written before it was kept) get the line only."""
+    rows = [[num(v) for v in pt] for pt in data["points"]]
+    if not rows:
         ax.text(0.5, 0.5, "no elements", ha="center", transform=ax.transAxes)
         return
-    ab, err, ratio = pts.T
+    has_bound = all(len(r) == 4 for r in rows)
+    pts = np.array([r[:4] if has_bound else r[:3] for r in rows], dtype=float)
+    ab, err, ratio = pts[:, 0], pts[:, 1], pts[:, 2]
+    bound = pts[:, 3] if has_bound else np.empty(0)
     bad_out = ~np.isfinite(err)  # NaN / Inf outputs: drawn as triangles on the top edge
-    positive = err[(err > 0) & ~bad_out]
-    floor = positive.min() / 4 if positive.size else 1e-12
-    ceiling = positive.max() * 4 if positive.size else 1.0
+    shown = np.concatenate([err[(err > 0) & ~bad_out], bound[bound > 0]])
+    floor = shown.min() / 4 if shown.size else 1e-12  # below every bound (all are > 0)
+    ceiling = shown.max() * 4 if shown.size else 1.0
     ab_pos = ab[ab > 0]
     ab_floor = ab_pos.min() / 4 if ab_pos.size else 1e-12
     x = np.maximum(ab, ab_floor)
@@ -99,15 +123,22 @@ def plot_err_vs_ab(ax: Axes, data: dict[str, Any]) -> None:
     fine = ~over & ~bad_out
     ax.scatter(x[fine], y[fine], s=6, color=GOOD, alpha=0.6, label="within bound")
     if over.any():
-        ax.scatter(x[over], y[over], s=10, color=BAD, label="bound ratio > 1")
+        ax.scatter(x[over], y[over], s=10, color=BAD, label="over the bound")
     if bad_out.any():
         ax.scatter(x[bad_out], y[bad_out], s=18, marker="^", color=BAD,
                    label=f"NaN/Inf output ({int(bad_out.sum())})")
+    if has_bound:
+        ax.scatter(x, bound, s=14, marker="_", color="k", linewidths=0.8,
+                   label="each element's bound")
     lo, hi = x.min(), x.max() * 1.5
     xs = np.geomspace(lo, hi if hi > lo else lo * 10, 50)
-    ax.plot(xs, data["gamma"] * xs, color="k", lw=1, label=f"bound γ={data['gamma']:.2g}·|A||B|")
+    gamma = data["gamma"]
+    ax.plot(xs, gamma * xs, color="k", lw=1, ls=":" if has_bound else "-",
+            label=f"γ|A||B|, γ={gamma:.2g}" + ("" if has_bound else " (no per-element bound "
+                                                 "in this document)"))
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_ylim(floor / 2, ceiling * 2)
     ax.set_xlabel("|A||B|")
     ax.set_ylabel("|out - exact|")
     ax.set_title(f"error vs |A||B| ({len(pts)} of {data['n_elements']} elements)", fontsize=10)
@@ -305,12 +336,15 @@ def plot_loss_gap(ax: Axes, curves: dict[str, Sequence[Any]]) -> None:
     ax.legend(fontsize=8)
 
 
-def plot_grad_snr(ax: Axes, trend: Sequence[Any] | dict[str, Sequence[Any]]) -> None:
-    """Gradient SNR (dB) per step: one series, or one per named tensor."""
+def plot_grad_snr(ax: Axes, trend: Sequence[Any] | dict[str, Sequence[Any]],
+                  steps: Sequence[int] | None = None) -> None:
+    """Gradient SNR (dB): one series, or one per named tensor, at the training `steps` it
+    was sampled at (`metrics["grad_snr_steps"]`, one per value); None: one value a step."""
     series = trend if isinstance(trend, dict) else {"grad SNR": trend}
     for name, vals in series.items():
         v = np.array([num(a) for a in vals], dtype=float)
-        ax.plot(np.arange(len(v)), v, lw=1, label=name)
+        ax.plot(np.arange(len(v)) if steps is None else np.asarray(steps), v, lw=1,
+                label=name)
     ax.set_xlabel("step")
     ax.set_ylabel("grad SNR dB")
     ax.legend(fontsize=8, ncol=3)
@@ -329,7 +363,7 @@ def layer3_figure(result: dict[str, Any]) -> Figure | None:
     plot_loss_curves(axes[0], curves)
     plot_loss_gap(axes[1], curves)
     if trend:
-        plot_grad_snr(axes[2], trend)
+        plot_grad_snr(axes[2], trend, m.get("grad_snr_steps"))
     fig.tight_layout()
     return fig
 

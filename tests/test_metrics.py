@@ -20,6 +20,7 @@ from fp8check.metrics import (
     bias_z,
     bound_ratio,
     calc_diff,
+    error_bound,
     error_ratio,
     max_abs,
     max_rel,
@@ -412,11 +413,45 @@ def test_bound_ratio_is_its_formula_element_by_element(out_dtype):
     k, u = 256, 2.0**-24
     n = k + 2 * math.ceil(k / 128) + 2
     gamma = n * u / (1 - n * u)
-    expected = []
+    expected, bounds = [], []
     for o, e, a in zip(out.astype(np.float64).tolist(), ex.tolist(), ab.tolist(), strict=True):
         ulp_m = _ulp_by_frexp(max(abs(e), abs(o)), fmt.min_exponent, fmt.mantissa_bits)
-        expected.append(abs(o - e) / (gamma * a + 0.5 * ulp_m + 2.0**-53 * abs(e)))
+        bounds.append(gamma * a + 0.5 * ulp_m + 2.0**-53 * abs(e))
+        expected.append(abs(o - e) / bounds[-1])
     np.testing.assert_array_equal(bound_ratio(out, ex, ab, k, out_dtype=out_dtype), expected)
+    np.testing.assert_array_equal(error_bound(out, ex, ab, k, out_dtype=out_dtype), bounds)
+
+
+@pytest.mark.parametrize("out_dtype", [np.float32, BF16])
+def test_error_bound_is_exceeded_exactly_where_the_ratio_exceeds_1(out_dtype):
+    """Adversarial: |A||B| chosen so that each error sits within a few float64 ulps of
+    its bound, on both sides; `err > error_bound` and `bound_ratio > 1` agree on every
+    element (what the report's bound marks rely on), with or without `extra`."""
+    rng = np.random.default_rng(5)
+    ex = rng.standard_normal(4000) * np.exp2(rng.integers(-20, 20, 4000))
+    out = (ex * (1 + rng.standard_normal(ex.size) * 2.0**-6)).astype(out_dtype)
+    err = np.abs(out.astype(np.float64) - ex)
+    k = 512
+    extra = rng.uniform(0, 1, ex.size) * err * 0.1
+    for ext in (None, extra):
+        zero_ab = error_bound(out, ex, np.zeros_like(ex), k, out_dtype=out_dtype, extra=ext)
+        gamma = error_bound(out, ex, np.ones_like(ex), k, out_dtype=out_dtype) - error_bound(
+            out, ex, np.zeros_like(ex), k, out_dtype=out_dtype)
+        ab = np.maximum((err - zero_ab) / gamma, 0.0)
+        ab = ab * (1 + rng.integers(-4, 5, ab.size) * 2.0**-52)  # straddle the bound
+        bound = error_bound(out, ex, ab, k, out_dtype=out_dtype, extra=ext)
+        ratio = bound_ratio(out, ex, ab, k, out_dtype=out_dtype, extra=ext)
+        np.testing.assert_array_equal(err > bound, ratio > 1)
+        near = np.abs(ratio - 1) < 1e-12
+        assert np.any(near & (ratio > 1)) and np.any(near & (ratio <= 1))
+
+
+def test_error_bound_of_a_nonfinite_output_is_the_bound_at_exact():
+    ex, ab = np.array([3.0, -5.0]), np.array([4.0, 6.0])
+    finite = error_bound(np.float32(ex), ex, ab, 64)
+    for bad in (np.nan, np.inf, -np.inf):
+        np.testing.assert_array_equal(
+            error_bound(np.array([bad, bad], np.float32), ex, ab, 64), finite)
 
 
 def test_bound_ratio_rejects_bad_input():

@@ -271,3 +271,25 @@ def test_figures_rendered_in_worker_processes_are_the_same_pngs():
     serial = report_html.figures(rs, workers=1)
     assert sum(f is not None for f in serial) == len(rs)
     assert report_html.figures(rs, workers=2) == serial
+
+
+def test_layer3_grad_snr_is_drawn_at_the_steps_it_was_sampled(tmp_path, capsys):
+    """grad_snr is sampled every few steps (`grad_snr_steps`): the figure puts each value
+    at its step, on the loss curves' axis; a steps list of another length is bad input."""
+    from fp8check.reports.plots import layer3_figure
+
+    r = _layer3_result(np.random.default_rng(3))
+    steps = list(range(0, 40, 5))
+    r["metrics"]["grad_snr"] = r["metrics"]["grad_snr"][:len(steps)]
+    r["metrics"]["grad_snr_steps"] = steps
+    snr_ax = layer3_figure(r).axes[2]
+    (line,) = snr_ax.get_lines()
+    assert list(line.get_xdata()) == steps
+    doc = report_document(extra_layers=False)
+    r["metrics"]["grad_snr_steps"] = steps[:-1]
+    doc["results"].append(r)
+    src = tmp_path / "g.json"
+    src.write_text(json.dumps(doc))
+    assert main(["report", str(src), "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "metrics.grad_snr: expected 7 items (grad_snr_steps), got 8" in err[0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 
+import matplotlib.colors
 import numpy as np
 import pytest
 from seeded_bugs.kernels import BUGGY, CORRECT
@@ -37,15 +38,19 @@ def test_ulp_histogram_matches_brute_force_on_random_distances():
     for _ in range(20):
         ulps = rng.integers(0, 1 << int(rng.integers(1, 40)), size=int(rng.integers(1, 500)))
         ulps[rng.random(ulps.size) < 0.05] = metrics.ULP_NAN
-        h = plotdata.ulp_histogram(ulps)
+        over = rng.random(ulps.size) < rng.random()
+        h = plotdata.ulp_histogram(ulps, over)
         finite = ulps[ulps != metrics.ULP_NAN]
+        finite_over = over[ulps != metrics.ULP_NAN]
         assert h["nan"] == ulps.size - finite.size
         edges = h["edges"]
         assert edges[:2] == [0, 1]
         assert all(b == 2 * a for a, b in zip(edges[1:], edges[2:], strict=False))
         for i, lo in enumerate(edges):
             hi = edges[i + 1] if i + 1 < len(edges) else np.inf
-            assert h["counts"][i] == np.count_nonzero((finite >= lo) & (finite < hi))
+            in_bin = (finite >= lo) & (finite < hi)
+            assert h["counts"][i] == np.count_nonzero(in_bin)
+            assert h["over"][i] == np.count_nonzero(in_bin & finite_over)
         # the open last bin starts above every distance but the largest power-of-two range
         assert finite.size == 0 or finite.max() < 2 * edges[-1]
 
@@ -83,14 +88,14 @@ def test_sampled_points_hold_the_worst_and_a_uniform_rest():
     rng = np.random.default_rng(12)
     ratio = rng.random((300, 1000))
     ratio[rng.integers(300), rng.integers(1000)] = np.nan
-    pts = np.array(plotdata._sample_points(ratio * 2, ratio * 3, ratio), dtype=float)
-    assert len(pts) == plotdata.MAX_POINTS
+    idx = plotdata.sample_indices(ratio)
+    assert idx.size == plotdata.MAX_POINTS == np.unique(idx).size
+    picked = ratio.ravel()[idx]
     top = _ranked(ratio.ravel())[-plotdata.N_WORST:]
-    np.testing.assert_allclose(_ranked(pts[:, 2])[-plotdata.N_WORST:], top, rtol=1e-3)
-    rest = _ranked(pts[:, 2])[:-plotdata.N_WORST]
+    np.testing.assert_array_equal(_ranked(picked)[-plotdata.N_WORST:], top)
+    rest = _ranked(picked)[:-plotdata.N_WORST]
     # the rest is a uniform sample of U(0, 1) values, not more of the largest
     assert 0.3 < float(np.median(rest)) < 0.7
-    assert pts[:, 0] == pytest.approx(2 * pts[:, 2], rel=1e-3, nan_ok=True)  # one element per point
 
 
 def test_tile_max_matches_brute_force_and_stays_bounded():
@@ -128,18 +133,81 @@ def test_correct_kernel_summary_is_bounded_and_consistent_with_the_gate():
         m["bound_ratio_max"], rel=1e-3)
 
 
-def test_err_vs_ab_gamma_is_the_bound_ratio_slope():
-    """err / ratio is the bound; its |A||B| term is gamma_n |A||B| (the rest is >= 0 and
-    small next to it), so a drift between plotdata.gamma_n and metrics.bound_ratio shows."""
-    p = _result("numpy-fp8-pairwise", 0)["metrics"]["plots"]["err_vs_ab"]
-    pts = np.array([pt for pt in p["points"] if pt[1] > 0 and pt[2] > 0], dtype=float)
-    assert len(pts) > 50
-    bound = pts[:, 1] / pts[:, 2]
-    lower = p["gamma"] * pts[:, 0]
-    assert np.all(bound >= lower * (1 - 2e-3))  # 4 significant digits on three factors
-    # for elements with a large |A||B| the gamma term dominates the half-ulp term
-    big = pts[:, 0] > np.median(pts[:, 0])
-    assert np.median(bound[big] / lower[big]) < 1.5
+def _bf16_case() -> int:
+    index = next(i for i, c in enumerate(SMOKE) if c.out_dtype == "bf16")
+    assert SMOKE[index].k > 128  # several K blocks: gamma_n |A||B| alone is not the bound
+    return index
+
+
+@pytest.mark.parametrize("kernel", ["numpy-fp8-pairwise", "bug-bf16-accumulator",
+                                    "numpy-fp8-hopper", "bug-hopper-declared-f32"])
+def test_err_vs_ab_points_are_above_their_bound_exactly_when_over_it(kernel):
+    """On a bf16 case, the bound each point carries is the criterion's: err > bound
+    exactly for the points whose ratio is > 1, on the rounded numbers the figure draws;
+    it is err / ratio where both are finite and nonzero, and it holds the output's
+    rounding (the old line gamma_n |A||B| had nearly every passing point above it) and,
+    for a kernel declaring the Hopper accumulator, its truncation term (the same kernel
+    declared as float32 fails)."""
+    r = _result(kernel, _bf16_case())
+    p = r["metrics"]["plots"]["err_vs_ab"]
+    pts = np.array(p["points"], dtype=float)
+    ab, err, ratio, bound = pts.T
+    np.testing.assert_array_equal(err > bound, ratio > 1)
+    assert np.count_nonzero(ratio > 1) == 0 if r["passed"] else np.count_nonzero(ratio > 1) > 0
+    assert r["passed"] == ("bound_ratio" not in r["failed"])
+    both = (err > 0) & np.isfinite(ratio)
+    assert np.count_nonzero(both) > 50
+    np.testing.assert_allclose(bound[both], err[both] / ratio[both], rtol=2e-3)
+    # half a bf16 ulp of the output dominates gamma_n |A||B| for most elements
+    assert np.median(bound / (p["gamma"] * ab)) > 2
+    if r["passed"]:
+        assert np.mean(err > p["gamma"] * ab) > 0.5  # what the old bound line showed
+
+
+def test_bound_figure_draws_each_point_under_its_mark_iff_within_bound():
+    """The drawn figure: every blue point is at or below the bound mark at its |A||B|,
+    every red point above it (a failing bf16 case has both)."""
+    from matplotlib.figure import Figure
+
+    from fp8check.reports.plots import plot_err_vs_ab
+
+    data = _result("bug-bf16-accumulator", _bf16_case())["metrics"]["plots"]["err_vs_ab"]
+    ax = Figure().subplots()
+    plot_err_vs_ab(ax, data)
+    by_label = {c.get_label(): np.asarray(c.get_offsets()) for c in ax.collections}
+    marks = by_label["each element's bound"]
+    within, over = by_label["within bound"], by_label["over the bound"]
+    assert len(marks) == len(data["points"]) == len(within) + len(over)
+    assert len(within) and len(over)
+    for pts, above in ((within, False), (over, True)):
+        for x, y in pts:
+            mark = marks[marks[:, 0] == x][:, 1]
+            assert mark.size, "no bound mark at a point's |A||B|"
+            assert np.all(y > mark) if above else np.any(y <= mark)
+
+
+def test_ulp_view_of_a_passing_case_is_all_within_the_bound():
+    """A correct kernel in another valid order is millions of ULPs from the exact value
+    on a nearly cancelling f32 element; its ULP view marks no bin over the bound and says
+    every element is within it.  A failing kernel's bins count the same elements as the
+    bound_ratio criterion's n_bad."""
+    from matplotlib.figure import Figure
+
+    from fp8check.reports.plots import BAD, plot_ulp_hist
+
+    good = _result("numpy-fp8-pairwise", 0)
+    assert good["passed"] and good["metrics"]["ulp_max_vs_exact"] > 1 << 20
+    hist = good["metrics"]["plots"]["ulp_hist"]
+    assert sum(hist["over"]) == hist["nan"] == 0
+    ax = Figure().subplots()
+    plot_ulp_hist(ax, hist)
+    red = [b for b in ax.patches if b.get_facecolor()[:3] == matplotlib.colors.to_rgb(BAD)
+           and b.get_height() > 0]
+    assert red == []
+    assert ax.get_legend().get_title().get_text() == f"all {sum(hist['counts'])} within the bound"
+    bad = _result("bug-bf16-accumulator", 0)
+    hist = bad["metrics"]["plots"]["ulp_hist"]
+    assert sum(hist["over"]) + hist["nan"] == bad["criteria"]["bound_ratio"]["n_bad"] > 0
 
 
 def test_residual_rows_are_where_the_dropped_residual_tile_bug_fails():
@@ -206,3 +274,24 @@ def test_an_output_with_every_group_empty_still_gets_its_figure():
     fig = case_figure({"layer": "op", "metrics": {"plots": plots}, "criteria": {}})
     assert "no rows compared" in [t.get_text() for t in fig.axes[2].texts][0]
     assert to_data_uri(fig).startswith("data:image/png;base64,")
+
+
+def test_a_document_written_before_the_bound_was_kept_still_reads_and_draws():
+    """Points of three numbers and a histogram without `over` (older documents) pass the
+    schema and draw, saying that the per-element verdicts are not in the document."""
+    import copy
+
+    from fp8check.reports.plots import case_figure
+    from fp8check.results import schema
+
+    old = copy.deepcopy(_result("bug-bf16-accumulator", 0))
+    p = old["metrics"]["plots"]
+    p["err_vs_ab"]["points"] = [pt[:3] for pt in p["err_vs_ab"]["points"]]
+    del p["ulp_hist"]["over"]
+    schema.check(old, schema.RESULT, "old.json")
+    fig = case_figure(old)
+    ulp_ax, err_ax = fig.axes[0], fig.axes[1]
+    assert "no per-bin verdict in this document" in [t.get_text() for t in ulp_ax.texts]
+    labels = [t.get_text() for t in err_ax.get_legend().get_texts()]
+    assert any("no per-element bound" in label for label in labels)
+    assert "each element's bound" not in labels

@@ -58,9 +58,11 @@ _SQNR_CRITERION = {**_CRITERION, "properties": {**_CRITERION["properties"], "lim
 _PLOTS = _obj(
     ("ulp_hist", "err_vs_ab", "bound_tiles", "group_sqnr"),
     ulp_hist=_obj(("edges", "counts"), edges={"type": "array", "items": {
-        "type": "integer", "minimum": 0}}, counts=_INTS, nan=_INT),
+        "type": "integer", "minimum": 0}}, counts=_INTS, over=_INTS, nan=_INT),
+    # a point is [|A||B|, error, bound ratio, bound]; documents written before the
+    # bound was kept (and `ulp_hist.over`) lack it, and the figures say so
     err_vs_ab=_obj(("gamma", "n_elements", "points"), gamma=_NUM, n_elements=_INT,
-                   points={"type": "array", "items": _tuple(3, _FLOAT)}),
+                   points={"type": "array", "items": {**_tuple(3, _FLOAT), "maxItems": 4}}),
     bound_tiles=_obj(
         ("row_tile", "col_tile", "rows", "cols", "max", "group_starts", "residual_rows",
          "row_axis"),
@@ -73,7 +75,7 @@ _METRICS = {
     **_obj((), plots=_PLOTS, group_sizes=_INTS, impact_sqnr_db=_FLOAT,
            curves=_map_of(_FLOATS),
            grad_snr={"type": ["array", "object"], "items": _FLOAT,
-                     "additionalProperties": _FLOATS}),
+                     "additionalProperties": _FLOATS}, grad_snr_steps=_INTS),
     "patternProperties": {r"^(st_)?sqnr_db\.(?!.*\.expert$)": _FLOAT,
                           r"^(st_)?sqnr_db\..*\.expert$": _FLOATS},
 }
@@ -228,11 +230,19 @@ def _at(where: str) -> str:
 def _figure_lengths(result: dict[str, Any], where: str, src: str) -> None:
     """ValueError when the figure data of a result (checked by the schema) has lists
     whose lengths must agree and do not."""
-    p = result.get("metrics", {}).get("plots")
+    m = result.get("metrics", {})
+    snr, steps = m.get("grad_snr"), m.get("grad_snr_steps")
+    for name, series in (snr.items() if isinstance(snr, dict) else [("", snr)]):
+        if steps is not None and series is not None and len(series) != len(steps):
+            raise ValueError(f"{src}: {where}metrics.grad_snr{'.' if name else ''}{name}: "
+                             f"expected {len(steps)} items (grad_snr_steps), got {len(series)}")
+    p = m.get("plots")
     if not p:
         return
     at = f"{where}metrics.plots"
     pairs = [("ulp_hist.counts", p["ulp_hist"]["counts"], p["ulp_hist"]["edges"]),
+             ("ulp_hist.over", p["ulp_hist"].get("over", p["ulp_hist"]["edges"]),
+              p["ulp_hist"]["edges"]),
              ("group_sqnr.impact", p["group_sqnr"]["impact"], p["group_sqnr"]["group_sizes"]),
              ("group_sqnr.vs_exact", p["group_sqnr"]["vs_exact"],
               p["group_sqnr"]["group_sizes"])]

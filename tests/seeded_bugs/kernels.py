@@ -378,3 +378,8 @@ BUGGY: dict[str, KernelSpec] = {
         quantizer_spec("bug-quantizer-no-amax-guard", quantize_no_amax_guard),
     )
 }
+
+# Named for `fp8check gate --kernel tests/seeded_bugs/kernels.py:NAME` (notebook 02's
+# demo run): a correct kernel in another valid summation order, and a precision bug.
+PAIRWISE = CORRECT["numpy-fp8-pairwise"]
+BF16_ACCUMULATOR = BUGGY["bug-bf16-accumulator"]

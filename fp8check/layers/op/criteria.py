@@ -41,8 +41,10 @@ _OUTSIDE_ALLCLOSE = "elements outside allclose(atol, rtol)"
 
 # Plot data of one output, made by the report stage (`fp8check.reports.plotdata.plot_data`):
 # (compared rows of the output, problem, accumulator unit roundoff, ULP distances to
-# RN(exact), bound ratios) -> JSON-ready dict.  Layers never import the reports.
-PlotHook = Callable[[np.ndarray, Problem, float, np.ndarray, np.ndarray], dict[str, Any]]
+# RN(exact), bound ratios, the bound's declared-accumulator term or None) -> JSON-ready
+# dict.  Layers never import the reports.
+PlotHook = Callable[[np.ndarray, Problem, float, np.ndarray, np.ndarray, np.ndarray | None],
+                    dict[str, Any]]
 
 
 def criterion(name: str, value: Any, relation: Any, limit: Any, **kw: Any) -> Criterion:
@@ -349,6 +351,6 @@ def output_criteria(
     ratio = metrics.bound_ratio(o, exact, prob.abs_ab[sl], prob.k, u=acc_unit_roundoff,
                                 out_dtype=out_np, n=prob.n_terms, extra=extra)
     if plots is not None and prob.unquantized is not None:  # the report's per-case figures
-        m["plots"] = plots(o, prob, acc_unit_roundoff, ulps, ratio)
+        m["plots"] = plots(o, prob, acc_unit_roundoff, ulps, ratio, extra)
     return (_correctness(prob, o, ulps, ratio, profile, m, accum, model_ref)
             + _impact(prob, out, profile, m))
