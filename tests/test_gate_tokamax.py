@@ -3,15 +3,10 @@ on the CPU), gated on the smoke suite at layers 0 and 1 (docs/peers-kernels.md).
 
 import json
 
-import ml_dtypes
-import numpy as np
+from adapter_support import assert_recipe_bit_for_bit
 
 from fp8check.cli import main
-from fp8check.contracts import NUMPY_DTYPES, call_kernel
 from fp8check.kernels.adapters.tokamax import tokamax_fp8
-from fp8check.layers.op.criteria import same_bits
-from fp8check.references.gmm import gmm
-from fp8check.references.quant import QTensor
 
 
 def test_tokamax_passes_smoke_and_compiles_for_tpu_without_fma(tmp_path, monkeypatch):
@@ -36,29 +31,7 @@ def test_tokamax_passes_smoke_and_compiles_for_tpu_without_fma(tmp_path, monkeyp
 
 
 def test_its_recipe_is_tokamax_bit_for_bit_where_the_recipes_differ():
-    """The gate's exact-partial cases have power-of-two (ue8m0) scales, on which every
-    recipe gives the same bits; here the scales are not powers of two and the fp8 values
-    small integers (|P| <= 128 * 16 < 2^24: every block partial exact in f32, in any
-    order), so the three recipes differ and the kernel must match "tokamax" alone."""
-    spec = tokamax_fp8("interpret")
-    rng = np.random.default_rng(23)
-    m, k, n, gs = 200, 512, 256, np.array([70, 0, 100, 17], np.int32)
-    fp8 = ml_dtypes.float8_e4m3fn
-    lhs = QTensor(rng.integers(-4, 5, (m, k)).astype(np.float32).astype(fp8),
-                  rng.uniform(0.01, 3.0, (m, k // 128)).astype(np.float32), (1, 128),
-                  "e4m3fn", "deepgemm")
-    rhs = QTensor(rng.integers(-4, 5, (gs.size, k, n)).astype(np.float32).astype(fp8),
-                  rng.uniform(0.01, 3.0, (gs.size, k // 128, n // 128)).astype(np.float32),
-                  (128, 128), "e4m3fn", "deepgemm")
-    rows = int(gs.sum())
-    for out in ("f32", "bf16"):
-        got = call_kernel(spec, (lhs.values, lhs.scales, rhs.values, rhs.scales, gs), out)
-        want = {r: gmm(lhs, rhs, gs, out_dtype=NUMPY_DTYPES[out], accum=r)[:rows]
-                for r in ("tokamax", "cublas", "deepgemm")}
-        assert got.dtype == NUMPY_DTYPES[out] and got.shape == (m, n)
-        assert same_bits(got[:rows], want["tokamax"]), out
-        assert not same_bits(want["tokamax"], want["cublas"]), out
-        assert not same_bits(want["tokamax"], want["deepgemm"]), out
+    assert_recipe_bit_for_bit(tokamax_fp8("interpret"), "tokamax", seed=23)
 
 
 def test_adapters_run_only_when_named():

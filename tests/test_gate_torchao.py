@@ -1,0 +1,93 @@
+"""Third-party adapters: torchao's blockwise FP8 Triton GEMM and quantizers under the
+Triton interpreter with fp8check's fidelity fixes, gated on the smoke suite
+(docs/peers-kernels.md)."""
+
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+from adapter_support import assert_recipe_bit_for_bit
+
+from fp8check.cli import main
+from fp8check.contracts import call_kernel
+from fp8check.kernels.adapters.torchao import (
+    torchao_act_quant,
+    torchao_fp8,
+    torchao_weight_quant,
+)
+from fp8check.layers.op.criteria import quantizer_output_criteria
+from fp8check.references import quantize
+
+KERNELS = ("torchao-fp8", "torchao-act-quant", "torchao-weight-quant")
+
+
+def test_torchao_kernels_pass_smoke(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["gate", "--suite", "smoke", "--layers", "1", "--no-progress", "--json", "t.json"]
+    rc = main(args + [a for name in KERNELS for a in ("--kernel", name)])
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert rc == 0 and doc["summary"]["passed"]
+    env = doc["environment"]["kernels"]
+    assert env["torchao-fp8"]["accum"] == "tokamax"
+    assert all(env[k]["backend"] == "interpret" for k in KERNELS)
+    assert "dot_exact_partial" in env["torchao-fp8"]["fidelity_fixes"]
+    for name in KERNELS:
+        mine = [r for r in doc["results"] if r["kernel"] == name]
+        assert mine and all(r["passed"] for r in mine), name
+
+
+def test_torchao_gemm_recipe_is_tokamax_bit_for_bit_where_the_recipes_differ():
+    """`accumulator += tl.dot(a, b) * a_s[:, None] * b_s` rounds the two multiplies and
+    the add separately under the interpreter: "tokamax", not "cublas" or "deepgemm"."""
+    assert_recipe_bit_for_bit(torchao_fp8(), "tokamax", seed=7)
+
+
+@pytest.mark.parametrize("factory", [torchao_act_quant, torchao_weight_quant])
+def test_torchao_quantizers_fail_transformer_engine_on_all_zero_blocks(factory):
+    """The finding: on an all-zero block torchao stores the scale 1/RN(448 / 1e-12)
+    (its amax floor EPS = 1e-12, a float32) where transformer-engine stores 1.  The fp8
+    values are 0 either way and every other block matches, so the gate's
+    `quantizer_bit_exact` fails on exactly those scales: a different convention for a
+    block that dequantizes to zero whatever its scale, not a wrong result."""
+    spec = factory()
+    rng = np.random.default_rng(11)
+    if spec.block == (1, 128):
+        x = rng.standard_normal((6, 512)).astype(np.float32)
+        zero = [(1, 2), (4, 0)]
+    else:
+        x = rng.standard_normal((2, 256, 384)).astype(np.float32)
+        zero = [(0, 1, 2), (1, 0, 0)]
+    x *= np.exp2(rng.integers(-20, 20, x.shape[:-1] + (1,)))  # magnitudes far apart
+    x = x.astype(ml_dtypes.bfloat16)
+    b0, b1 = spec.block
+    for *lead, i, j in zero:
+        x[(*lead, slice(i * b0, (i + 1) * b0), slice(j * b1, (j + 1) * b1))] = 0
+    values, scales = call_kernel(spec, (x,))
+    ref = quantize(x, spec.block, "transformer-engine", "e4m3fn")
+    np.testing.assert_array_equal(values.view(np.uint8), ref.values.view(np.uint8))
+    diff = scales.view(np.uint32) != ref.scales.view(np.uint32)
+    assert sorted(map(tuple, np.argwhere(diff).tolist())) == sorted(zero)
+    floor = np.float64(np.float32(1e-12))
+    want = np.float32(1) / np.float32(np.float64(448) / floor)
+    assert all(scales[z] == want and ref.scales[z] == 1 for z in zero)
+    crit = quantizer_output_criteria(values, scales, x, spec.block, spec.recipe, spec.fmt, {})
+    assert [(c.name, c.passed) for c in crit] == [("quantizer_bit_exact", False)]
+
+
+def test_torchao_act_quant_hides_nan_and_inf():
+    """The non-finite policy, written down in docs/peers-kernels.md: `tl.max` and
+    `tl.clamp` (PropagateNan.NONE, the GPU's min/max without .NaN) skip NaN, so a NaN
+    element leaves the block's scale to the finite ones and is stored as -448; an inf
+    makes amax inf, m = 448/inf = 0, s = inf, its finite neighbours 0 and itself -448
+    (inf * 0 = NaN, clamped).  transformer-engine keeps NaN as NaN and saturates inf."""
+    x = np.full((2, 128), 3.0, ml_dtypes.bfloat16)
+    x[0, 5], x[1, 5] = np.nan, np.inf
+    values, scales = call_kernel(torchao_act_quant(), (x,))
+    q = values.astype(np.float32)
+    assert q[0, 5] == -448 and np.all(q[0, np.arange(128) != 5] == 448)
+    assert scales[0, 0] == np.float32(1) / np.float32(448 / 3)
+    assert q[1, 5] == -448 and np.all(q[1, np.arange(128) != 5] == 0)
+    assert scales[1, 0] == np.inf
+    ref = quantize(x, (1, 128), "transformer-engine", "e4m3fn", nan="propagate")
+    assert np.isnan(ref.values[0, 5].astype(np.float32)) and ref.values[1, 5] == 448
