@@ -30,6 +30,7 @@ BUILTIN_KERNELS: dict[str, str] = {
     "megablox-bf16": "fp8check.kernels.adapters.megablox:megablox_bf16",
     "tokamax-fp8": "fp8check.kernels.adapters.tokamax:tokamax_fp8",
     "torchao-fp8": "fp8check.kernels.adapters.torchao:torchao_fp8",
+    "torchao-grouped-emulated": "fp8check.kernels.adapters.torchao:torchao_grouped_emulated",
     "torchao-act-quant": "fp8check.kernels.adapters.torchao:torchao_act_quant",
     "torchao-weight-quant": "fp8check.kernels.adapters.torchao:torchao_weight_quant",
 }
@@ -37,7 +38,8 @@ BUILTIN_KERNELS: dict[str, str] = {
 # Third-party adapters whose packages come with the `adapters` extra: run when named
 # (`--kernel tokamax-fp8`), not by a gate that names no kernel, so that gate neither needs
 # the extra nor answers for other projects' kernels (docs/peers-kernels.md: what they do).
-OPT_IN_KERNELS = ("tokamax-fp8", "torchao-fp8", "torchao-act-quant", "torchao-weight-quant")
+OPT_IN_KERNELS = ("tokamax-fp8", "torchao-fp8", "torchao-grouped-emulated",
+                  "torchao-act-quant", "torchao-weight-quant")
 
 # Kernel families: the project's own kernels, each with a MoE layer (layers 2 and 3).
 FAMILIES = ("pallas", "triton")

@@ -91,3 +91,25 @@ def test_torchao_act_quant_hides_nan_and_inf():
     assert scales[1, 0] == np.inf
     ref = quantize(x, (1, 128), "transformer-engine", "e4m3fn", nan="propagate")
     assert np.isnan(ref.values[0, 5].astype(np.float32)) and ref.values[1, 5] == 448
+
+
+def test_torchao_grouped_emulated_fails_the_bound_unless_scales_are_powers_of_two():
+    """The finding on torchao's grouped FP8 GEMM (the path its MoE training takes off
+    SM90): it dequantizes to bf16, rounding each float32 scale and each q * s to 8
+    significant bits, so with the deepgemm recipe's arbitrary float32 scales it fails
+    `bound_ratio` (ci: 9 of the 10 bf16 cases, 17x to 82x the bound); with power-of-two
+    (ue8m0) scales q * s is exact in bf16 and it passes."""
+    from fp8check import cases
+    from fp8check.kernels.adapters.torchao import torchao_grouped_emulated
+    from fp8check.layers.op import build_problem, validate_case
+    from fp8check.profiles import get_profile
+
+    spec = torchao_grouped_emulated()
+    verdicts = {}
+    for case_id in ("wo-m512-k512-n768-g16-ones-near-max-bf16-s0",
+                    "wo-m512-k512-n768-g8-residues-smallint-bf16-s0"):
+        case = cases.find_case("ci", 0, case_id)
+        res = validate_case(spec, case, get_profile("strict"), build_problem("gmm-fp8", case))
+        verdicts[case.recipe] = (res.passed, res.failed_criteria)
+    assert verdicts["deepgemm"][0] is False and "bound_ratio" in verdicts["deepgemm"][1]
+    assert verdicts["deepgemm-ue8m0"] == (True, [])

@@ -9,6 +9,14 @@ From `torchao.prototype.blockwise_fp8_training.kernels`:
   `prototype.moe_training.blockwise_fp8`, calls DeepGEMM or torch's scaled grouped mm,
   neither a Triton kernel), so the adapter loops over the groups: group g's rows of lhs
   against rhs[g], one launch per non-empty group; rows at or past sum(group_sizes) stay 0.
+* "torchao-grouped-emulated" (`gmm-fp8`): `grouped_kernels.emulated_blockwise_scaled_
+  grouped_mm`, torchao's grouped FP8 GEMM, which its MoE training backend selects
+  whenever DeepGEMM cannot run (`moe_training.blockwise_fp8.grouped_mm_backend`: not an
+  SM90+ GPU, an output other than bf16, groups not 128-aligned).  Not a Triton kernel: it
+  dequantizes both operands to bf16 (q.to(bf16) * s.to(bf16), the scale itself rounded
+  to bf16) and calls `torch._grouped_mm`, so no blockwise accumulation recipe applies
+  (none declared: the bound is gated).  On the CPU `torch._grouped_mm` returns only its
+  operands' dtype, so the adapter declares bf16 output alone.
 * "torchao-act-quant" (`quantizer`, 1x128 blocks): `triton_fp8_blockwise_act_quant_lhs`.
 * "torchao-weight-quant" (`quantizer`, 128x128 blocks): `triton_fp8_blockwise_weight_
   quant_rhs`, one launch per expert of w [G, K, N].
@@ -121,6 +129,30 @@ def torchao_fp8(backend: str = "auto") -> KernelSpec:
         backend="interpret" if interpret else "native", fidelity_fixes=fixes,
         description="torchao 0.18.0 blockwise FP8 Triton GEMM (third-party; dense, "
                     "looped over groups)",
+    )
+
+
+def torchao_grouped_emulated(backend: str = "auto") -> KernelSpec:
+    """KernelSpec "torchao-grouped-emulated": torchao's emulated grouped FP8 GEMM on the
+    contract's operands (rhs per-expert column-major, as it asserts), bf16 output."""
+    import torch
+
+    kernels, interpret, fixes = _torchao_kernels(backend)
+    from torchao.prototype.blockwise_fp8_training import grouped_kernels
+
+    def gmm(lhs_q, lhs_scale, rhs_q, rhs_scale, group_sizes):
+        offs = torch.cumsum(group_sizes, 0, dtype=torch.int32)
+        return grouped_kernels.emulated_blockwise_scaled_grouped_mm(
+            lhs_q.contiguous(), rhs_q.transpose(1, 2).contiguous().transpose(1, 2),
+            lhs_scale, kernels.BLOCKWISE_1X128_SCALING_TYPE, rhs_scale,
+            kernels.BLOCKWISE_128X128_SCALING_TYPE, offs, torch.bfloat16, QBLOCK)
+
+    return KernelSpec(
+        name="torchao-grouped-emulated", contract="gmm-fp8", framework="torch", fn=gmm,
+        out_dtypes=("bf16",), backend="interpret" if interpret else "native",
+        fidelity_fixes=fixes,
+        description="torchao 0.18.0 emulated blockwise FP8 grouped GEMM (third-party; "
+                    "bf16 dequantization + torch._grouped_mm)",
     )
 
 
