@@ -113,3 +113,29 @@ def test_torchao_grouped_emulated_fails_the_bound_unless_scales_are_powers_of_tw
         verdicts[case.recipe] = (res.passed, res.failed_criteria)
     assert verdicts["deepgemm"][0] is False and "bound_ratio" in verdicts["deepgemm"][1]
     assert verdicts["deepgemm-ue8m0"] == (True, [])
+
+
+def test_torchao_scale_equals_transformer_engine_for_every_bf16_amax_significand():
+    """The claim behind declaring "transformer-engine": torchao's m = float32(448 /
+    float64(amax)) rounds twice, and that equals RN32(448 / amax).  Checked exhaustively
+    against exact rationals over the 128 significands of a bf16 amax (j / 128, j in
+    128..255; another exponent scales the quotient by a power of two, exactly, while it
+    stays a normal float32), then on the kernel: one 1x128 block per significand, at
+    random exponents, quantized bit for bit as transformer-engine."""
+    from fractions import Fraction
+
+    from oracle import rn32
+
+    for j in range(128, 256):
+        a = Fraction(j, 128)
+        assert np.float32(np.float64(448) / np.float64(float(a))) == rn32(Fraction(448) / a), j
+    rng = np.random.default_rng(5)
+    amax = np.arange(128, 256) / 128 * np.exp2(rng.integers(-38, 60, 128))
+    x = rng.uniform(-1, 1, (128, 128)) * amax[:, None]
+    x[np.arange(128), rng.integers(0, 128, 128)] = amax * rng.choice([-1, 1], 128)
+    x = x.astype(ml_dtypes.bfloat16)
+    assert np.array_equal(np.abs(x.astype(np.float64)).max(axis=1), amax)  # amax exact in bf16
+    spec = torchao_act_quant()
+    values, scales = call_kernel(spec, (x,))
+    crit = quantizer_output_criteria(values, scales, x, spec.block, spec.recipe, spec.fmt, {})
+    assert [(c.name, c.passed) for c in crit] == [("quantizer_bit_exact", True)]
