@@ -139,3 +139,42 @@ def test_torchao_scale_equals_transformer_engine_for_every_bf16_amax_significand
     values, scales = call_kernel(spec, (x,))
     crit = quantizer_output_criteria(values, scales, x, spec.block, spec.recipe, spec.fmt, {})
     assert [(c.name, c.passed) for c in crit] == [("quantizer_bit_exact", True)]
+
+
+def test_torchao_grouped_emulated_error_is_its_bf16_dequantization():
+    """Attribution of the finding above: the emulated GEMM's output is, within one bf16
+    ulp (its own output rounding and float32 accumulation), the exact product of the
+    bf16-dequantized operands RN_bf16(q * RN_bf16(s)) (q has 4 significant bits and
+    RN_bf16(s) 8, so q * RN_bf16(s) is exact before that rounding), while it lies many
+    ulps from the exact product of the FP8 operands it was handed."""
+    from fp8check.kernels.adapters.torchao import torchao_grouped_emulated
+    from fp8check.references.quant import QTensor, dequantize
+
+    rng = np.random.default_rng(3)
+    m, k, n, gs = 160, 256, 256, np.array([60, 0, 100], np.int32)
+    fp8, bf16 = ml_dtypes.float8_e4m3fn, ml_dtypes.bfloat16
+    lhs = QTensor(rng.standard_normal((m, k)).astype(fp8),
+                  rng.uniform(0.01, 3.0, (m, k // 128)).astype(np.float32), (1, 128),
+                  "e4m3fn", "deepgemm")
+    rhs = QTensor(rng.standard_normal((gs.size, k, n)).astype(fp8),
+                  rng.uniform(0.01, 3.0, (gs.size, k // 128, n // 128)).astype(np.float32),
+                  (128, 128), "e4m3fn", "deepgemm")
+    got = call_kernel(torchao_grouped_emulated(),
+                      (lhs.values, lhs.scales, rhs.values, rhs.scales, gs)).astype(np.float64)
+
+    def bf16_dequantized(q: QTensor) -> np.ndarray:
+        rounded = QTensor(q.values, q.scales.astype(bf16).astype(np.float32), q.block,
+                          q.fmt, q.recipe)
+        return dequantize(rounded, np.float64).astype(bf16).astype(np.float64)
+
+    def grouped(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        ends = np.cumsum(gs)
+        return np.concatenate([a[end - size:end] @ b[g]
+                               for g, (size, end) in enumerate(zip(gs, ends, strict=True))])
+
+    model = grouped(bf16_dequantized(lhs), bf16_dequantized(rhs))
+    true = grouped(dequantize(lhs, np.float64), dequantize(rhs, np.float64))
+    rows = int(gs.sum())
+    ulp = np.exp2(np.floor(np.log2(np.abs(model) + 1e-30)) - 7)  # one bf16 ulp of model
+    assert np.all(np.abs(got[:rows] - model) <= ulp)
+    assert np.max(np.abs(got[:rows] - true) / ulp) > 8
