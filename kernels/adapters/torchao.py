@@ -137,7 +137,7 @@ def torchao_grouped_emulated(backend: str = "auto") -> KernelSpec:
     contract's operands (rhs per-expert column-major, as it asserts), bf16 output."""
     import torch
 
-    kernels, interpret, fixes = _torchao_kernels(backend)
+    kernels, interpret, _ = _torchao_kernels(backend)
     from torchao.prototype.blockwise_fp8_training import grouped_kernels
 
     def gmm(lhs_q, lhs_scale, rhs_q, rhs_scale, group_sizes):
@@ -149,8 +149,8 @@ def torchao_grouped_emulated(backend: str = "auto") -> KernelSpec:
 
     return KernelSpec(
         name="torchao-grouped-emulated", contract="gmm-fp8", framework="torch", fn=gmm,
-        out_dtypes=("bf16",), backend="interpret" if interpret else "native",
-        fidelity_fixes=fixes,
+        # torch operators, no Triton: on the CPU where Triton would be interpreted
+        out_dtypes=("bf16",), backend="cpu" if interpret else "native",
         description="torchao 0.18.0 emulated blockwise FP8 grouped GEMM (third-party; "
                     "bf16 dequantization + torch._grouped_mm)",
     )
