@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -c constraints.txt -e '.[jax,torch,tpu,tensorboard,test]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[jax,torch,tpu,tensorboard,adapters,test]'
 	touch $(STAMP)
 
 gate: $(STAMP)

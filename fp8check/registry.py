@@ -28,10 +28,26 @@ BUILTIN_KERNELS: dict[str, str] = {
     "triton-tgmm": "fp8check.kernels.triton.backward:tgmm_spec",
     "triton-quantizer": "fp8check.kernels.triton.quantize:quantizer_spec",
     "megablox-bf16": "fp8check.kernels.adapters.megablox:megablox_bf16",
+    "tokamax-fp8": "fp8check.kernels.adapters.tokamax:tokamax_fp8",
+    "torchao-fp8": "fp8check.kernels.adapters.torchao:torchao_fp8",
+    "torchao-grouped-emulated": "fp8check.kernels.adapters.torchao:torchao_grouped_emulated",
+    "torchao-act-quant": "fp8check.kernels.adapters.torchao:torchao_act_quant",
+    "torchao-weight-quant": "fp8check.kernels.adapters.torchao:torchao_weight_quant",
 }
+
+# Third-party adapters whose packages come with the `adapters` extra: run when named
+# (`--kernel tokamax-fp8`), not by a gate that names no kernel, so that gate neither needs
+# the extra nor answers for other projects' kernels (docs/peers-kernels.md: what they do).
+OPT_IN_KERNELS = ("tokamax-fp8", "torchao-fp8", "torchao-grouped-emulated",
+                  "torchao-act-quant", "torchao-weight-quant")
 
 # Kernel families: the project's own kernels, each with a MoE layer (layers 2 and 3).
 FAMILIES = ("pallas", "triton")
+
+
+def default_kernels() -> list[str]:
+    """The built-in kernels a gate that names none runs: all but OPT_IN_KERNELS."""
+    return [n for n in BUILTIN_KERNELS if n not in OPT_IN_KERNELS]
 
 
 def check_family(family: str) -> None:
@@ -85,11 +101,11 @@ def load_builtin(name: str, backend: str = "auto") -> KernelSpec:
 def load_builtins(
     names: list[str] | None = None, backend: str = "auto"
 ) -> tuple[list[KernelSpec], dict[str, str]]:
-    """Load `names` (default: every built-in kernel).  Returns (specs, {name: error}) so
-    one broken family never stops the others."""
+    """Load `names` (default: every built-in kernel but the opt-in adapters).  Returns
+    (specs, {name: error}) so one broken family never stops the others."""
     specs: list[KernelSpec] = []
     errors: dict[str, str] = {}
-    for name in names if names is not None else list(BUILTIN_KERNELS):
+    for name in names if names is not None else default_kernels():
         try:
             specs.append(load_builtin(name, backend))
         except KernelLoadError as e:
