@@ -93,8 +93,9 @@ def test_a_kernel_file_importing_a_sibling_runs_in_workers_and_its_repro_reruns(
            "--case", case, "--json", "first.json"]
     first = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
                            timeout=600)
+    assert first.returncode == 1, first.stderr
     [res] = json.loads((work / "first.json").read_text())["results"]
-    assert first.returncode == 1 and res["error"] is None, first.stderr
+    assert res["error"] is None, res["error"]
     assert res["failed"][0] == "bound_ratio"
     printed = [line.split("repro: ", 1)[1] for line in first.stderr.splitlines()
                if line.startswith("  repro: ")]
@@ -104,8 +105,8 @@ def test_a_kernel_file_importing_a_sibling_runs_in_workers_and_its_repro_reruns(
     again = subprocess.run([str(FP8CHECK), *argv[1:], "--no-progress", "--json",
                             "again.json"], cwd=work, env=env, capture_output=True, text=True,
                            timeout=600)
-    [rerun] = json.loads((work / "again.json").read_text())["results"]
     assert again.returncode == 1, again.stderr
+    [rerun] = json.loads((work / "again.json").read_text())["results"]
     assert (rerun["case"], rerun["failed"]) == (case, res["failed"])
     assert rerun["criteria"]["bound_ratio"]["value"] == res["criteria"]["bound_ratio"]["value"]
 
