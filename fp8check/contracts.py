@@ -241,10 +241,11 @@ def _array_or_as_is(x: Any) -> Any:
 def takes_out_dtype(fn: Callable[..., Any]) -> bool:
     """Whether a matmul kernel `fn` is called with `out_dtype=`: its signature has a
     parameter `out_dtype` that can be passed by keyword, or a **kwargs.  A callable whose
-    signature cannot be read (some C extensions) is called without it."""
+    signature cannot be read (some C extensions, an object whose `__signature__` raises)
+    is called without it."""
     try:
         params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
+    except Exception:  # reading a user's object may run its code
         return False
     return any(p.kind is p.VAR_KEYWORD or (p.name == "out_dtype" and p.kind in (
         p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)) for p in params)
@@ -345,7 +346,8 @@ def spec_from_target(
     target: str, contract: str | None, framework: str | None, **declared: Any
 ) -> KernelSpec:
     """A KernelSpec for `--kernel target`: the target may already be a KernelSpec (then
-    contract/framework must agree or be None), or a plain function, which needs both.
+    contract, framework and every `declared` field must agree with it: a declaration is
+    never silently ignored), or a plain function, which needs contract and framework.
     ValueError (one line, pointing to `CONTRACT_DOC`) when it is not a kernel."""
     try:
         return _spec_of(target, contract, framework, declared)
@@ -357,12 +359,11 @@ def spec_from_target(
 def _spec_of(target: str, contract: str | None, framework: str | None,
              declared: dict[str, Any]) -> KernelSpec:
     obj = load_target(target)
-    if isinstance(obj, KernelSpec):
-        for key, val in (("contract", contract), ("framework", framework)):
+    if isinstance(obj, KernelSpec):  # declarations on the command line must agree with it
+        for key, val in {"contract": contract, "framework": framework, **declared}.items():
             if val is not None and getattr(obj, key) != val:
-                raise ValueError(
-                    f"{target}: --{key} {val} disagrees with the spec's {getattr(obj, key)}"
-                )
+                raise ValueError(f"{target}: --{key.replace('_', '-')} {val} disagrees with "
+                                 f"the spec's {getattr(obj, key)}")
         return obj
     if not callable(obj):
         raise ValueError(f"{target} is neither a KernelSpec nor a function")

@@ -243,6 +243,10 @@ def test_spec_target_must_agree_with_flags(tmp_path):
     assert spec_from_target(f"{f}:K", None, None).name == "k"
     with pytest.raises(ValueError, match="disagrees"):
         spec_from_target(f"{f}:K", "tgmm", None)
+    # a declaration for a spec is checked, not ignored: --out-dtypes f32 does not narrow it
+    assert spec_from_target(f"{f}:K", None, None, out_dtypes=OUT_DTYPES).name == "k"
+    with pytest.raises(ValueError, match=r"--out-dtypes \('f32',\) disagrees with the spec's"):
+        spec_from_target(f"{f}:K", None, None, out_dtypes=("f32",))
 
 
 @pytest.mark.parametrize("returns, what", [
