@@ -12,6 +12,7 @@ from fp8check.contracts import ACCUMS, CONTRACT_DOC, CONTRACTS, FRAMEWORKS, OUT_
 from fp8check.gate.plan import GateOptions
 from fp8check.gate.repro import PlainDeclarations
 from fp8check.profiles import PROFILES
+from fp8check.references.quant import RECIPES
 
 DESCRIPTION = f"""Run the accuracy gate on kernels: the built-in ones (by name or family, see
 `fp8check list`) or your own, named FILE.py:NAME or module:NAME.  NAME is a KernelSpec, or
@@ -37,8 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                         f"supports (default: all; the suite's cases of the "
                                         f"others are skipped)")
     g.add_argument("--m-align", type=int, help="group-size alignment a plain function needs")
-    g.add_argument("--recipe", help="a plain quantizer's recipe (see --contract quantizer in "
-                                    f"{CONTRACT_DOC})")
+    g.add_argument("--recipe", help=f"a plain quantizer's recipe: one of {', '.join(RECIPES)} "
+                                    f"(required with --contract quantizer)")
     g.add_argument("--block", help="a plain quantizer's block: 1x128, 128x1 or 128x128 "
                                    "(default 1x128)")
     g.add_argument("--fmt", help="a plain quantizer's fp8 format: e4m3fn or e5m2 "
