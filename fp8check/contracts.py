@@ -1,5 +1,9 @@
 """Kernel contracts: what a kernel under test is called with and what it must return.
 
+The user's documentation of every contract (call, layouts per framework, what is compared,
+what to declare, an example per framework) is `docs/contract.md` (`CONTRACT_DOC`); every
+error about a kernel that breaks its contract points there.
+
 A kernel under test is a `KernelSpec`.  The gate hands it numpy arrays converted into the
 kernel's framework and converts its result back to numpy (fp8 crosses as the framework's
 own fp8 dtype: ml_dtypes for numpy and jax, `torch.float8_e4m3fn` for torch).
@@ -12,21 +16,25 @@ own fp8 dtype: ml_dtypes for numpy and jax, `torch.float8_e4m3fn` for torch).
 | `tgmm`     | fn(lhs [M,K] bf16, dy [M,N] bf16, gs [G] i32)                     | [G,K,N]      |
 | `quantizer`| fn(x)                                                             | (q, scales)  |
 
-Output dtype: a kernel that declares a single entry in `out_dtypes` is called without an
-`out_dtype` keyword and must return that dtype; one that declares several is called with
-`out_dtype=<the framework's dtype object>`.  Rows at or past sum(group_sizes) are never
-compared.  A plain function becomes a spec through `spec_from_target("module:attr" or
-"path/file.py:attr", contract, framework)`.
+Output dtype: a matmul kernel whose signature takes an `out_dtype` keyword (or **kwargs)
+is called with `out_dtype=<the framework's dtype object>` of the case; one that does not
+is called without it (`takes_out_dtype`), and on every case its result must have the
+case's dtype: a kernel that returns one dtype only declares it (`out_dtypes`, the gate's
+`--out-dtypes`), else its other cases fail, saying so.  Rows at or past sum(group_sizes)
+are never compared.  A plain function becomes a spec through `spec_from_target(
+"module:attr" or "path/file.py:attr", contract, framework)`.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import ml_dtypes
@@ -37,6 +45,8 @@ FRAMEWORKS = ("numpy", "jax", "torch")
 OUT_DTYPES = ("f32", "bf16")
 ACCUMS = ("deepgemm", "cublas", "tokamax", "deepgemm-hopper")
 QUANT_BLOCKS = ((1, 128), (128, 1), (128, 128))
+# The users' documentation of the contracts, relative to the repository root.
+CONTRACT_DOC = "docs/contract.md"
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
     "f32": np.dtype(np.float32),
@@ -54,7 +64,8 @@ class KernelSpec:
         (`gmm-fp8` only; None = "some valid float32 order", checked against the bound).
     acc_unit_roundoff: unit roundoff of the accumulator the kernel declares (2**-24 for
         float32); the error bound uses it.
-    out_dtypes: output dtypes it supports ("f32", "bf16"); cases outside are skipped.
+    out_dtypes: output dtypes it supports ("f32", "bf16"; default both); cases outside
+        are skipped, saying so.
     m_align: every group size (and M) must be a multiple of this; cases outside are skipped.
     deterministic: two calls on the same inputs must give the same bits.
     recipe, block, fmt, in_dtype: the quantizer contract's recipe, block shape, fp8 format
@@ -83,7 +94,7 @@ class KernelSpec:
     fn: Callable[..., Any]
     accum: str | None = None
     acc_unit_roundoff: float = 2.0**-24
-    out_dtypes: tuple[str, ...] = ("f32",)
+    out_dtypes: tuple[str, ...] = OUT_DTYPES
     m_align: int = 1
     deterministic: bool = True
     recipe: str | None = None
@@ -136,7 +147,8 @@ class KernelSpec:
             raise ValueError(f"kernel {self.name!r}: acc_unit_roundoff must be in (0, 1)")
         if self.contract == "quantizer":
             if self.recipe is None:
-                raise ValueError(f"quantizer {self.name!r}: declare its recipe")
+                raise ValueError(f"quantizer {self.name!r}: declare its recipe "
+                                 "(the gate's --recipe)")
             if tuple(self.block) not in QUANT_BLOCKS:
                 raise ValueError(
                     f"quantizer {self.name!r}: block {self.block} not one of {QUANT_BLOCKS}"
@@ -226,13 +238,28 @@ def _array_or_as_is(x: Any) -> Any:
     return to_numpy(x) if is_array else x
 
 
+def takes_out_dtype(fn: Callable[..., Any]) -> bool:
+    """Whether a matmul kernel `fn` is called with `out_dtype=`: its signature has a
+    parameter `out_dtype` that can be passed by keyword, or a **kwargs.  A callable whose
+    signature cannot be read (some C extensions, an object whose `__signature__` raises)
+    is called without it."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except Exception:  # reading a user's object may run its code
+        return False
+    return any(p.kind is p.VAR_KEYWORD or (p.name == "out_dtype" and p.kind in (
+        p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)) for p in params)
+
+
 def call_kernel(spec: KernelSpec, args: Sequence[np.ndarray], out_dtype: str | None = None) -> Any:
-    """Call `spec.fn` on numpy `args` converted to its framework; arrays come back as
-    numpy (a quantizer's (values, scales) as a tuple of them).  Whatever else the kernel
-    returns comes back as it is.  Exceptions from the kernel propagate."""
+    """Call `spec.fn` on numpy `args` converted to its framework, with `out_dtype=` the
+    framework's dtype named `out_dtype` when given and the kernel takes it
+    (`takes_out_dtype`); arrays come back as numpy (a quantizer's (values, scales) as a
+    tuple of them).  Whatever else the kernel returns comes back as it is.  Exceptions
+    from the kernel propagate."""
     fargs = [to_framework(a, spec.framework) for a in args]
     kwargs = {}
-    if out_dtype is not None and len(spec.out_dtypes) > 1:
+    if out_dtype is not None and takes_out_dtype(spec.fn):
         kwargs["out_dtype"] = framework_dtype(spec.framework, out_dtype)
     out = spec.fn(*fargs, **kwargs)
     if spec.contract == "quantizer" and isinstance(out, tuple | list):
@@ -243,8 +270,59 @@ def call_kernel(spec: KernelSpec, args: Sequence[np.ndarray], out_dtype: str | N
 # --- plain functions as kernels -----------------------------------------------------------
 
 
+def _package_root(path: Path) -> Path:
+    """The first directory above `path` without an `__init__.py`: where its top package
+    (or the file itself) is importable from, as pytest's rootdir-less "prepend" import
+    mode has it."""
+    root = path.parent
+    while (root / "__init__.py").is_file() and root.parent != root:
+        root = root.parent
+    return root
+
+
+def _import_file(path: Path, shown: str) -> ModuleType:
+    """Import the kernel file `path` (absolute) as pytest would: its package root goes first
+    on sys.path, so that it imports its sibling modules (and a package its own modules)
+    without PYTHONPATH; a file inside a package is imported by its dotted name, so that
+    its relative imports work, a top-level file under a name of its own, so that two
+    kernel files of one name in different directories do not collide.  `shown`: the
+    path as the user gave it, for messages."""
+    root = _package_root(path)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    parts = path.relative_to(root).with_suffix("").parts
+    if len(parts) > 1:
+        name = ".".join(parts)
+        module = _imported(shown, lambda: importlib.import_module(name))
+        where = getattr(module, "__file__", None)
+        if where is None or Path(where).resolve() != path:
+            raise ValueError(f"kernel file {shown!r} imports as module {name!r}, which is "
+                             f"already imported from {where}: rename its package")
+        return module
+    mod_name = f"fp8check_user_{path.stem}_{abs(hash(path)):x}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"cannot import kernel file {shown!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    loader = spec.loader
+    _imported(shown, lambda: loader.exec_module(module))
+    return module
+
+
+def _imported(shown: str, run: Callable[[], Any]) -> Any:
+    """`run()`, the import of the user's `shown`: whatever it raises is a one-line
+    ValueError naming it."""
+    try:
+        return run()
+    except Exception as e:  # a user's module may raise anything on import
+        raise ValueError(f"importing {shown!r} failed: {type(e).__name__}: {e}") from e
+
+
 def load_target(target: str) -> Any:
     """Resolve "package.module:attr" or "path/to/file.py:attr" to the object it names.
+    A file's package root goes on sys.path first (`_import_file`); a module is imported
+    from sys.path as it is.
 
     Raises ValueError with a one-line message when it cannot be found or imported.
     """
@@ -255,21 +333,9 @@ def load_target(target: str) -> Any:
         path = Path(mod_part)
         if not path.is_file():
             raise ValueError(f"kernel file {mod_part!r} does not exist")
-        mod_name = f"fp8check_user_{path.stem}_{abs(hash(path.resolve())):x}"
-        spec = importlib.util.spec_from_file_location(mod_name, path)
-        if spec is None or spec.loader is None:
-            raise ValueError(f"cannot import kernel file {mod_part!r}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as e:  # a user's file may raise anything on import
-            raise ValueError(f"importing {mod_part!r} failed: {type(e).__name__}: {e}") from e
+        module = _import_file(path.resolve(), mod_part)
     else:
-        try:
-            module = importlib.import_module(mod_part)
-        except Exception as e:
-            raise ValueError(f"importing {mod_part!r} failed: {type(e).__name__}: {e}") from e
+        module = _imported(mod_part, lambda: importlib.import_module(mod_part))
     try:
         return getattr(module, attr)
     except AttributeError as e:
@@ -280,14 +346,24 @@ def spec_from_target(
     target: str, contract: str | None, framework: str | None, **declared: Any
 ) -> KernelSpec:
     """A KernelSpec for `--kernel target`: the target may already be a KernelSpec (then
-    contract/framework must agree or be None), or a plain function, which needs both."""
+    contract, framework and every `declared` field must agree with it: a declaration is
+    never silently ignored), or a plain function, which needs contract and framework.
+    ValueError (one line, pointing to `CONTRACT_DOC`) when it is not a kernel."""
+    try:
+        return _spec_of(target, contract, framework, declared)
+    except ValueError as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0]  # one line: a user's text
+        raise ValueError(f"{first} (the kernel contract: {CONTRACT_DOC})") from e
+
+
+def _spec_of(target: str, contract: str | None, framework: str | None,
+             declared: dict[str, Any]) -> KernelSpec:
     obj = load_target(target)
-    if isinstance(obj, KernelSpec):
-        for key, val in (("contract", contract), ("framework", framework)):
+    if isinstance(obj, KernelSpec):  # declarations on the command line must agree with it
+        for key, val in {"contract": contract, "framework": framework, **declared}.items():
             if val is not None and getattr(obj, key) != val:
-                raise ValueError(
-                    f"{target}: --{key} {val} disagrees with the spec's {getattr(obj, key)}"
-                )
+                raise ValueError(f"{target}: --{key.replace('_', '-')} {val} disagrees with "
+                                 f"the spec's {getattr(obj, key)}")
         return obj
     if not callable(obj):
         raise ValueError(f"{target} is neither a KernelSpec nor a function")

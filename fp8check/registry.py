@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from fp8check.contracts import KernelSpec, load_target
+from fp8check.contracts import CONTRACT_DOC, KernelSpec, load_target
 
 BACKENDS = ("auto", "interpret", "native")
 
@@ -64,6 +64,13 @@ def family_module(package: str, family: str) -> ModuleType:
     return importlib.import_module(f"{package}.{family}")
 
 
+def unknown_kernel(name: str) -> str:
+    """The one-line message for a kernel name that is neither built-in nor a family."""
+    return (f"unknown kernel {name!r}; built-ins: {', '.join(BUILTIN_KERNELS)}, families: "
+            f"{', '.join(FAMILIES)} (a kernel of your own: FILE.py:NAME or module:NAME, "
+            f"see {CONTRACT_DOC})")
+
+
 def family_kernels(family: str) -> list[str]:
     """The built-in kernel names of `family` (`--kernel pallas` means all of them)."""
     return [n for n in BUILTIN_KERNELS if n.startswith(family + "-")]
@@ -82,10 +89,7 @@ def load_builtin(name: str, backend: str = "auto") -> KernelSpec:
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
     if name not in BUILTIN_KERNELS:
-        raise ValueError(
-            f"unknown kernel {name!r}; built-in kernels: {', '.join(BUILTIN_KERNELS)} "
-            "(or pass module:attr / file.py:attr)"
-        )
+        raise ValueError(unknown_kernel(name))
     try:
         factory = load_target(BUILTIN_KERNELS[name])
         spec = factory(backend)

@@ -107,14 +107,26 @@ def test_pass_and_fail_with_all_outputs(kernels, tmp_path, capsys):
     assert again[0]["metrics"]["bias_z"] == failing[0]["metrics"]["bias_z"]
 
 
-def test_plain_function_with_declared_limits_skips_and_passes(kernels, tmp_path):
+def test_a_plain_function_runs_every_out_dtype_unless_narrowed(kernels, tmp_path, capsys):
+    """No silent halving: a plain function (here one that takes out_dtype) runs on the
+    suite's f32 and bf16 cases; --out-dtypes f32 narrows it, and the summary says how many
+    were skipped and why."""
     rc = _gate("--kernel", f"{kernels}:naive", "--contract", "gmm-fp8", "--framework", "numpy",
-               "--json", str(tmp_path / "p.json"))
+               "--json", str(tmp_path / "all.json"))
+    doc = json.loads((tmp_path / "all.json").read_text())
+    assert rc == 0 and doc["summary"]["n_skipped"] == 0
+    assert {r["metrics"]["out_dtype"] for r in doc["results"]} == {"f32", "bf16"}
+    capsys.readouterr()
+    rc = _gate("--kernel", f"{kernels}:naive", "--contract", "gmm-fp8", "--framework", "numpy",
+               "--out-dtypes", "f32", "--json", str(tmp_path / "p.json"))
     doc = json.loads((tmp_path / "p.json").read_text())
     skipped = [r for r in doc["results"] if r["passed"] is None]
     assert rc == 0 and skipped
-    assert all("out dtype bf16" in r["skipped"] for r in skipped)
-    assert doc["summary"]["skipped_reasons"]
+    reason = ("out dtype bf16 not among the kernel's declared out dtypes f32 "
+              "(--out-dtypes)")
+    assert all(r["skipped"] == reason for r in skipped)
+    out = capsys.readouterr().out
+    assert f"  {len(skipped)} skipped: {kernels}:naive: {reason}\n" in out
 
 
 def test_a_fail_line_is_one_line_whatever_the_kernel_raised(tmp_path, monkeypatch, capsys):
@@ -130,9 +142,9 @@ def test_a_fail_line_is_one_line_whatever_the_kernel_raised(tmp_path, monkeypatc
 
 
 def test_a_run_that_checked_nothing_fails(kernels, tmp_path, capsys):
-    # the f32-only plain function on one bf16 case: its only result is skipped
+    # a plain function declared f32-only on one bf16 case: its only result is skipped
     rc = _gate("--kernel", f"{kernels}:naive", "--contract", "gmm-fp8", "--framework", "numpy",
-               "--case", "wo-m256-k512-n768-g4-residues-fp8-ties-bf16-s0",
+               "--out-dtypes", "f32", "--case", "wo-m256-k512-n768-g4-residues-fp8-ties-bf16-s0",
                "--json", str(tmp_path / "p.json"))
     summary = json.loads((tmp_path / "p.json").read_text())["summary"]
     assert (summary["n_results"], summary["n_skipped"], summary["passed"]) == (1, 1, False)
@@ -147,8 +159,25 @@ def test_a_run_that_checked_nothing_fails(kernels, tmp_path, capsys):
         (["--suite", "nightly"], "invalid choice"),
         (["--layers", "1,x"], "--layers"),
         (["--layers", "5"], "this build has layers"),
-        (["--kernel", "no_such_kernel"], "module:attr"),
+        (["--kernel", "no_such_kernel"], "unknown kernel 'no_such_kernel'; built-ins: "),
+        (["--kernel", "pallsa"], "unknown kernel 'pallsa'; built-ins: pallas-fp8, "),
+        (["--kernel", "pallsa"], ", families: pallas, triton (a kernel of your own: "
+                                 "FILE.py:NAME or module:NAME, see docs/contract.md)"),
+        (["--kernel", "numpy:matmul", "--contract", "quantizer", "--framework", "numpy",
+          "--recipe", "deepgem"], "--recipe 'deepgem': expected one of deepgemm, "),
+        (["--kernel", "numpy:matmul", "--contract", "quantizer", "--framework", "numpy",
+          "--block", "128x128x1"], "--block '128x128x1': expected one of 1x128, 128x1, "
+                                   "128x128"),
+        (["--kernel", "numpy:matmul", "--contract", "quantizer", "--framework", "numpy",
+          "--fmt", "e4m3"], "--fmt 'e4m3': expected one of e4m3fn, e5m2"),
+        (["--kernel", "numpy:matmul", "--contract", "gmm-fp8", "--framework", "numpy",
+          "--recipe", "deepgemm", "--fmt", "e5m2"],
+         "--recipe, --fmt declare a quantizer: they need --contract quantizer"),
+        (["--kernel", "numpy:matmul", "--contract", "quantizer", "--framework", "numpy"],
+         "declare its recipe (the gate's --recipe)"),
         (["--kernel", "numpy:matmul"], "--contract and --framework"),
+        (["--kernel", "numpy:matmul", "--contract", "gmm", "--framework", "numpy",
+          "--out-dtypes", "f16"], "must be a non-empty subset of ('f32', 'bf16')"),
         (["--kernel", "pallas-fp8", "--backend", "warp"], "invalid choice"),
         (["--case", "wi-nope"], "no case"),
     ],

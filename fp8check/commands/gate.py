@@ -8,23 +8,42 @@ from pathlib import Path
 from fp8check import cases as cases_mod
 from fp8check import exitcodes, registry
 from fp8check.config import DEFAULT_TIMEOUT
-from fp8check.contracts import CONTRACTS, FRAMEWORKS, OUT_DTYPES
+from fp8check.contracts import ACCUMS, CONTRACT_DOC, CONTRACTS, FRAMEWORKS, OUT_DTYPES
 from fp8check.gate.plan import GateOptions
 from fp8check.gate.repro import PlainDeclarations
 from fp8check.profiles import PROFILES
+from fp8check.references.quant import RECIPES
+
+DESCRIPTION = f"""Run the accuracy gate on kernels: the built-in ones (by name or family, see
+`fp8check list`) or your own, named FILE.py:NAME or module:NAME.  NAME is a KernelSpec, or
+a plain function declared by the flags below (at least --contract and --framework).  The
+kernel contract (each contract's call, argument layouts and dtypes per framework,
+out_dtype, what is compared, an example per framework): {CONTRACT_DOC}."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    g = subparsers.add_parser("gate", help="run the accuracy gate", epilog=exitcodes.HELP,
+    g = subparsers.add_parser("gate", help="run the accuracy gate", description=DESCRIPTION,
+                              epilog=exitcodes.HELP,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     g.add_argument("--kernel", action="append", default=None,
                    help="built-in name, family, module:attr or file.py:attr (repeatable; "
                         "default: every built-in kernel)")
     g.add_argument("--contract", choices=CONTRACTS, help="contract of a plain function")
     g.add_argument("--framework", choices=FRAMEWORKS, help="framework of a plain function")
-    g.add_argument("--accum", help="accumulation recipe a plain gmm-fp8 function follows")
-    g.add_argument("--out-dtypes", help=f"comma list of {OUT_DTYPES} a plain function supports")
+    g.add_argument("--accum", help=f"accumulation recipe a plain gmm-fp8 function follows bit "
+                                   f"for bit: one of {', '.join(ACCUMS)} (default: none, "
+                                   f"checked against the error bound only)")
+    g.add_argument("--out-dtypes", help=f"comma list of the output dtypes "
+                                        f"({', '.join(OUT_DTYPES)}) a plain function "
+                                        f"supports (default: all; the suite's cases of the "
+                                        f"others are skipped)")
     g.add_argument("--m-align", type=int, help="group-size alignment a plain function needs")
+    g.add_argument("--recipe", help=f"a plain quantizer's recipe: one of {', '.join(RECIPES)} "
+                                    f"(required with --contract quantizer)")
+    g.add_argument("--block", help="a plain quantizer's block: 1x128, 128x1 or 128x128 "
+                                   "(default 1x128)")
+    g.add_argument("--fmt", help="a plain quantizer's fp8 format: e4m3fn or e5m2 "
+                                 "(default e4m3fn)")
     g.add_argument("--suite", choices=cases_mod.SUITES)
     g.add_argument("--profile", help=f"one of {', '.join(PROFILES)} (never off)")
     g.add_argument("--layers", help="comma list of layers to run (e.g. 1,2)")
@@ -59,7 +78,7 @@ def options(args: argparse.Namespace) -> GateOptions:
     return GateOptions(
         kernels=tuple(args.kernel or ()),
         plain=PlainDeclarations(args.contract, args.framework, args.accum, args.out_dtypes,
-                                args.m_align),
+                                args.m_align, args.recipe, args.block, args.fmt),
         suite=args.suite, profile=args.profile, layers=args.layers, seed=args.seed,
         backend=args.backend, targets=args.targets, cases=tuple(args.case or ()),
         json=args.json, jsonl=args.jsonl, junit=args.junit, report=args.report,

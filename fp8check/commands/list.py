@@ -1,4 +1,4 @@
-"""`fp8check list`: the built-in kernels and the case ids of a suite."""
+"""`fp8check list`: the built-in kernels, the kernel families and the case ids of a suite."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from fp8check import registry
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    ls = subparsers.add_parser("list", help="list built-in kernels and the case ids of a suite")
+    ls = subparsers.add_parser("list", help="list built-in kernels, kernel families and the "
+                                                "case ids of a suite")
     ls.add_argument("--suite", choices=cases_mod.SUITES, default="ci")
     ls.add_argument("--seed", type=int, default=0)
     ls.set_defaults(func=run)
@@ -19,6 +20,9 @@ def run(args: argparse.Namespace) -> int:
     print("built-in kernels:")
     for name, target in registry.BUILTIN_KERNELS.items():
         print(f"  {name:20s} {target}")
+    print("kernel families (--kernel FAMILY: its built-in kernels; layers 0, 2 and 3):")
+    for family in registry.FAMILIES:
+        print(f"  {family:20s} {', '.join(registry.family_kernels(family))}")
     print(f"cases of suite {args.suite} (seed {args.seed}):")
     for case in cases_mod.build_suite(args.suite, args.seed):
         print(f"  {case.id}  groups={list(case.group_sizes)}")

@@ -59,15 +59,8 @@ def load_kernels(plan: GatePlan) -> LoadedKernels:
             except registry.KernelLoadError as e:
                 raise UsageError(f"kernel {e}") from e
             continue
-        declared: dict = {}
-        if plain.accum:
-            declared["accum"] = plain.accum
-        if plain.out_dtypes:
-            declared["out_dtypes"] = tuple(d.strip() for d in plain.out_dtypes.split(","))
-        if plain.m_align is not None:
-            declared["m_align"] = plain.m_align
         with usage_errors():
-            spec = spec_from_target(name, plain.contract, plain.framework, **declared)
+            spec = spec_from_target(name, plain.contract, plain.framework, **plain.declared())
         loaded.append(LoadedKernel(spec, name))
     spec_names = [k.spec.name for k in loaded]
     if len(set(spec_names)) != len(spec_names):

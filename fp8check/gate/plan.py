@@ -12,8 +12,9 @@ from fp8check import cases as cases_mod
 from fp8check import registry
 from fp8check.config import MAX_TIMEOUT, GateConfig, valid_timeout
 from fp8check.errors import UsageError, usage_errors
-from fp8check.gate.repro import PlainDeclarations
+from fp8check.gate.repro import PlainDeclarations, parse_block
 from fp8check.profiles import get_profile
+from fp8check.references.quant import FP8_FORMATS, RECIPES
 from fp8check.userfiles import check_output
 
 # Where the gate writes what no option places: the working directory's fp8check-out/.
@@ -108,6 +109,32 @@ def _merged(opts: GateOptions, cfg: GateConfig) -> GateConfig:
     )
 
 
+def check_kernel_names(kernels: tuple[str, ...]) -> None:
+    """UsageError for a `--kernel` name without a colon (so not FILE.py:NAME or
+    module:NAME) that is neither a built-in kernel nor a family."""
+    for name in kernels:
+        if ":" not in name and name not in registry.BUILTIN_KERNELS and (
+                name not in registry.FAMILIES):
+            raise UsageError(registry.unknown_kernel(name))
+
+
+def check_plain(plain: PlainDeclarations) -> None:
+    """UsageError (one line, listing the valid values) for a plain function's declaration
+    that is none; `--recipe`, `--block` and `--fmt` declare a quantizer only."""
+    quantizer = [flag for flag, value in (("--recipe", plain.recipe), ("--block", plain.block),
+                                          ("--fmt", plain.fmt)) if value is not None]
+    if quantizer and plain.contract != "quantizer":
+        raise UsageError(f"{', '.join(quantizer)} declare a quantizer: they need "
+                         f"--contract quantizer")
+    if plain.recipe is not None and plain.recipe not in RECIPES:
+        raise UsageError(f"--recipe {plain.recipe!r}: expected one of {', '.join(RECIPES)}")
+    if plain.fmt is not None and plain.fmt not in FP8_FORMATS:
+        raise UsageError(f"--fmt {plain.fmt!r}: expected one of {', '.join(FP8_FORMATS)}")
+    if plain.block is not None:
+        with usage_errors():
+            parse_block(plain.block)
+
+
 def families_of(kernels: tuple[str, ...]) -> tuple[str, ...]:
     """Kernel families (their MoE layers) that layers 0, 2 and 3 run: all without kernels,
     else those named by a family name or one of the family's built-in kernels."""
@@ -137,6 +164,8 @@ def make_plan(opts: GateOptions, cfg: GateConfig) -> tuple[GatePlan, str | None]
     from fp8check.layers.native import parse_targets
 
     cfg = _merged(opts, cfg)
+    check_kernel_names(cfg.kernels)
+    check_plain(opts.plain)
     if not cfg.layers or any(n not in LAYERS for n in cfg.layers):
         raise UsageError(f"--layers {cfg.layers}: this build has layers {list(LAYERS)}")
     if cfg.backend not in registry.BACKENDS:

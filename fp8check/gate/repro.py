@@ -5,28 +5,64 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import Any
+
+from fp8check.contracts import QUANT_BLOCKS
+
+
+def parse_block(text: str) -> tuple[int, int]:
+    """A quantizer's block as `--block` spells it ("1x128") -> (1, 128); ValueError (one
+    line, the valid ones) for any other."""
+    valid = {f"{r}x{c}": (r, c) for r, c in QUANT_BLOCKS}
+    if text not in valid:
+        raise ValueError(f"--block {text!r}: expected one of {', '.join(valid)}")
+    return valid[text]
 
 
 @dataclass(frozen=True)
 class PlainDeclarations:
     """What a plain function (not a KernelSpec) is declared to be on the command line:
-    `--contract`, `--framework`, `--accum`, `--out-dtypes` (comma list), `--m-align`."""
+    `--contract`, `--framework`, `--accum`, `--out-dtypes` (comma list), `--m-align`, and
+    for a quantizer `--recipe`, `--block` ("1x128") and `--fmt`.  Checked by the gate's
+    plan; `declared` turns them into KernelSpec fields."""
 
     contract: str | None = None
     framework: str | None = None
     accum: str | None = None
     out_dtypes: str | None = None
     m_align: int | None = None
+    recipe: str | None = None
+    block: str | None = None
+    fmt: str | None = None
 
     def arguments(self) -> list[str]:
         """The declarations as gate arguments (only those given)."""
         parts: list[str] = []
         for flag, value in (("--contract", self.contract), ("--framework", self.framework),
                             ("--accum", self.accum), ("--out-dtypes", self.out_dtypes),
-                            ("--m-align", self.m_align)):
+                            ("--m-align", self.m_align), ("--recipe", self.recipe),
+                            ("--block", self.block), ("--fmt", self.fmt)):
             if value is not None:
                 parts += [flag, str(value)]
         return parts
+
+    def declared(self) -> dict[str, Any]:
+        """The KernelSpec fields these declare (only those given); ValueError for a block
+        that is not one."""
+        fields: dict[str, Any] = {}
+        if self.accum:
+            fields["accum"] = self.accum
+        if self.out_dtypes:
+            fields["out_dtypes"] = tuple(d.strip() for d in self.out_dtypes.split(","))
+        if self.m_align is not None:
+            fields["m_align"] = self.m_align
+        if self.recipe is not None:
+            fields["recipe"] = self.recipe
+        if self.block is not None:
+            fields["block"] = parse_block(self.block)
+        if self.fmt is not None:
+            fields["fmt"] = self.fmt
+        return fields
 
 
 def gate_command(kernel: str, layer: int, *, suite: str, seed: int | None = None,

@@ -18,6 +18,7 @@ from typing import Any
 from fp8check import cases as cases_mod
 from fp8check import registry
 from fp8check.cases import Case
+from fp8check.gate.failure import failure_line
 from fp8check.gate.kernels import LoadedKernel, LoadedKernels
 from fp8check.gate.plan import GatePlan
 from fp8check.gate.repro import gate_command
@@ -67,7 +68,8 @@ def _from_first(make: Callable[[], Iterator[CaseResult]]) -> Callable[[int], Ite
 
 class Sink:
     """Where every result goes as it completes: the JSONL stream, the progress bar, the
-    list for the final documents, and a FAIL line with its repro on stderr."""
+    list for the final documents, and on stderr a FAIL line saying why (`failure_line`)
+    with its repro on the next."""
 
     def __init__(self, stream: JsonlStream, bar: Any) -> None:
         self.stream, self.bar = stream, bar
@@ -76,9 +78,8 @@ class Sink:
     def __call__(self, res: CaseResult, repro: str) -> None:
         if res.passed is False:
             res.repro = repro
-            # one line: a kernel's error message may hold newlines
-            why = (res.error or "").strip().split("\n")[0] or ", ".join(res.failed_criteria)
-            self.bar.write(f"FAIL {res.kernel} {res.case}: {why}\n  repro: {repro}",
+            self.bar.write(f"FAIL {res.kernel} {res.case}: {failure_line(res)}\n"
+                           f"  repro: {repro}",
                            file=sys.stderr)
         elif res.passed is None and res.layer == 0:  # one per kernel: say why
             self.bar.write(f"SKIP {res.kernel} {res.case}: {res.skipped}", file=sys.stderr)

@@ -130,4 +130,6 @@ def run_gate(opts: GateOptions, cwd: str | Path = ".") -> int:
           f"layers={','.join(map(str, c.layers))}: "
           f"{summary['n_passed']} passed, {summary['n_failed']} failed, "
           f"{summary['n_skipped']} skipped, {len(kernels.errors)} kernels not loaded")
+    for reason, count in sorted(summary["skipped_reasons"].items(), key=lambda kv: -kv[1]):
+        print(f"  {count} skipped: {reason}")
     return exitcodes.PASS if summary["passed"] else exitcodes.FAIL

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from fp8check.cases import SUITE_SHAPES
-from fp8check.contracts import NUMPY_DTYPES, KernelSpec, framework_dtype
+from fp8check.contracts import NUMPY_DTYPES, KernelSpec, framework_dtype, takes_out_dtype
 from fp8check.native.hopper import HopperBuild
 from fp8check.native.tpu import TPU_TARGETS, TpuBuild
 from fp8check.profiles import NATIVE_LIMITS
@@ -219,7 +219,7 @@ def _user_tpu(spec: KernelSpec, shape: NativeShape,
     from fp8check.native.tpu import compile_for_tpu
 
     fn = spec.native_fn or spec.fn
-    if spec.contract != "quantizer" and len(spec.out_dtypes) > 1:
+    if spec.contract != "quantizer" and takes_out_dtype(fn):
         fn = functools.partial(fn, out_dtype=framework_dtype("jax", spec.out_dtypes[0]))
     for chip in chips:
         b = compile_for_tpu(spec.name, fn, contract_args(spec, shape), chip)

@@ -72,8 +72,7 @@ class Criterion:
 
     def verdict(self) -> str:
         """`value` and what it had to be, in words: "0.93, must be <= 1"."""
-        def fmt(v: Any) -> str:
-            return f"{v:.4g}" if isinstance(v, float) else str(v)
+        fmt = _shown
         if self.relation is None:
             return f"{fmt(self.value)} (limit {fmt(self.limit)})"
         if self.relation == "|x|<=":
@@ -81,6 +80,12 @@ class Criterion:
         if self.relation == "==":
             return f"{fmt(self.value)}, must be {fmt(self.limit)}"
         return f"{fmt(self.value)}, must be {self.relation} {fmt(self.limit)}"
+
+    def brief(self) -> str:
+        """Name, value and limit with its relation, in one line: "bound_ratio 3.2 (limit
+        <= 1)", "bias_z -7.1 (limit |x| <= 4)", "finite 12 (limit == 0)"."""
+        relation = {None: "", "|x|<=": "|x| <= "}.get(self.relation, f"{self.relation} ")
+        return f"{self.name} {_shown(self.value)} (limit {relation}{_shown(self.limit)})"
 
     def to_dict(self) -> dict[str, Any]:
         d = {"question": self.question, "value": jsonable(self.value),
@@ -101,6 +106,11 @@ class Criterion:
         return cls(name, d["question"], d["value"], d.get("relation"), d["limit"],
                    d["passed"], d.get("meaning", ""), d.get("n_bad"), d.get("bad_means"),
                    d.get("worst"))
+
+
+def _shown(v: Any) -> str:
+    """A criterion's value or limit in messages: floats to 4 significant digits."""
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 @dataclass

@@ -28,9 +28,11 @@ hidden (`__tracebackhide__`).
 
 Modules: `asserts` (the public asserts and `replay`), `gate_case` (`GateCase`),
 `engine` (the one path from criteria to the AssertionError), `message` (its text),
-`locations` (where an element lies), `replay_record` (`ReplayRecord`, its .npz),
+`replay_record` (`ReplayRecord`, its .npz),
 `recording` (listeners, the assertion scope, the failure directory: the pytest plugin's
 API), `inputs` (array coercion and checks), `exactness` (`partials_exact_in_f32`).
+Where an element lies comes from `fp8check.layers.op.locations` (the gate's FAIL lines
+say it too).
 """
 
 from fp8check.testing.asserts import (

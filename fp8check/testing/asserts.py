@@ -14,6 +14,7 @@ from fp8check.layers.op import (
     quantizer_output_criteria,
     tgmm_problem,
 )
+from fp8check.layers.op.locations import in_quantized, nowhere
 from fp8check.references.quant import BLOCK
 from fp8check.results import CaseResult, Criterion
 from fp8check.testing.engine import check_matmul, conclude
@@ -26,7 +27,6 @@ from fp8check.testing.inputs import (
     group_sizes_of,
     quantized_operand,
 )
-from fp8check.testing.locations import in_quantized, nowhere
 from fp8check.testing.replay_record import ReplayRecord
 
 F32_UNIT_ROUNDOFF = 2.0**-24

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 
 from fp8check.layers.op import LAYER, Problem, output_criteria
+from fp8check.layers.op.locations import Locate, in_gmm_output, in_tgmm_output
 from fp8check.profiles import get_profile
 from fp8check.results import CaseResult, Criterion
 from fp8check.testing import recording
-from fp8check.testing.locations import Locate, in_gmm_output, in_tgmm_output
 from fp8check.testing.message import failure_message
 from fp8check.testing.replay_record import ReplayRecord, replay_command
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from fp8check.layers.op.locations import Locate
 from fp8check.results import CaseResult
-from fp8check.testing.locations import Locate
 
 
 def failure_message(kind: str, result: CaseResult, locate: Locate, profile: str | None,

@@ -8,7 +8,13 @@ from typing import Any
 import numpy as np
 
 from fp8check.cases import Case, CaseInputs, case_inputs
-from fp8check.contracts import NUMPY_DTYPES, KernelSpec, call_kernel
+from fp8check.contracts import (
+    CONTRACT_DOC,
+    NUMPY_DTYPES,
+    KernelSpec,
+    call_kernel,
+    takes_out_dtype,
+)
 from fp8check.layers.op.criteria import (
     BadOutput,
     PlotHook,
@@ -61,7 +67,7 @@ def validate_case(
                 timing["reference"] = time.perf_counter() - t
             res.criteria = _matmul_criteria(spec, case, prob, profile, m, timing, plots)
     except BadOutput as e:
-        res.error = f"bad output: {e}"
+        res.error = f"bad output: {e} (the kernel contract: {CONTRACT_DOC})"
     except Exception as e:  # the kernel under test may raise anything: report, don't crash
         # as text every document can hold (a message may carry lone surrogates)
         res.error = f"{type(e).__name__}: {e}".encode("utf-8", "backslashreplace").decode()
@@ -82,7 +88,8 @@ def _matmul_criteria(
         out = call_kernel(spec, prob.args, case.out_dtype)
         why = shape_error(out, prob.exact.shape, case.out_dtype)
         if why is not None:
-            raise BadOutput(why)
+            wrong_dtype_only = isinstance(out, np.ndarray) and out.shape == prob.exact.shape
+            raise BadOutput(why + (_dtype_hint(spec, case.out_dtype) if wrong_dtype_only else ""))
         outs.append(out)
     timing["kernel"] = time.perf_counter() - t
     crit = output_criteria(outs[0], prob, profile, m, accum=spec.accum,
@@ -95,6 +102,15 @@ def _matmul_criteria(
         crit.insert(sum(c.question == "correctness" for c in crit),
                     criterion("deterministic", same, "==", True))
     return crit
+
+
+def _dtype_hint(spec: KernelSpec, out_dtype: str) -> str:
+    """What to do about a kernel that returned another dtype than the case's `out_dtype`:
+    a failure, never a skip (a kernel runs on every output dtype it has not declared away)."""
+    how = (f"it was called with out_dtype={out_dtype}" if takes_out_dtype(spec.fn) else
+           "it takes no out_dtype keyword, so it must return the case's dtype")
+    return (f" on a {out_dtype} case; {how}: declare the dtypes it returns with "
+            f"--out-dtypes (KernelSpec.out_dtypes)")
 
 
 def _quantizer_criteria(spec: KernelSpec, inp: CaseInputs, m: dict[str, Any]) -> list[Criterion]:

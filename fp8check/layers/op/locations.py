@@ -1,5 +1,6 @@
-"""Where an element of an output lies, in the kernel's terms, for the failure message:
-its group and row within the group, its K/N tiles, its quantization block."""
+"""Where an element of a layer-1 output lies, in the kernel's terms, for failure messages
+(`fp8check.testing`'s AssertionError, the gate's FAIL lines): its group and row within
+the group, its K/N tiles, its quantization block."""
 
 from __future__ import annotations
 
