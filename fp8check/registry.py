@@ -37,7 +37,8 @@ BUILTIN_KERNELS: dict[str, str] = {
 
 # Third-party adapters whose packages come with the `adapters` extra: run when named
 # (`--kernel tokamax-fp8`), not by a gate that names no kernel, so that gate neither needs
-# the extra nor answers for other projects' kernels (docs/peers-kernels.md: what they do).
+# the extra nor answers for other projects' kernels (what they do: docs/peers.md,
+# "Third-party kernels").
 OPT_IN_KERNELS = ("tokamax-fp8", "torchao-fp8", "torchao-grouped-emulated",
                   "torchao-act-quant", "torchao-weight-quant")
 

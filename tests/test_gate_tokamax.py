@@ -1,5 +1,5 @@
 """Third-party adapter: tokamax's FP8 ragged dot (Mosaic-TPU Pallas kernel, interpret mode
-on the CPU), gated on the smoke suite at layers 0 and 1 (docs/peers-kernels.md)."""
+on the CPU), gated on the smoke suite at layers 0 and 1 (docs/peers.md, "Third-party kernels")."""
 
 import json
 

@@ -1,6 +1,6 @@
 """Third-party adapters: torchao's blockwise FP8 Triton GEMM and quantizers under the
 Triton interpreter with fp8check's fidelity fixes, gated on the smoke suite
-(docs/peers-kernels.md)."""
+(docs/peers.md, "Third-party kernels")."""
 
 import json
 
@@ -76,7 +76,7 @@ def test_torchao_quantizers_fail_transformer_engine_on_all_zero_blocks(factory):
 
 
 def test_torchao_act_quant_hides_nan_and_inf():
-    """The non-finite policy, written down in docs/peers-kernels.md: `tl.max` and
+    """The non-finite policy, written down in docs/peers.md, "Third-party kernels": `tl.max` and
     `tl.clamp` (PropagateNan.NONE, the GPU's min/max without .NaN) skip NaN, so a NaN
     element leaves the block's scale to the finite ones and is stored as -448; an inf
     makes amax inf, m = 448/inf = 0, s = inf, its finite neighbours 0 and itself -448

@@ -39,7 +39,7 @@ Figueroa 1995), so for every block whose amax is finite and at least 1e-12 this 
 fp8check's "transformer-engine" recipe.  It differs on all-zero blocks (torchao:
 m = RN(448/1e-12), s = RN(1/m) ~ 2.2e-15; transformer-engine: m = s = 1; q = 0 either
 way), on blocks whose amax is below 1e-12 (clamped), and on non-finite blocks
-(docs/peers-kernels.md).
+(docs/peers.md, "Third-party kernels").
 
 Interpret mode: the kernels are `triton.autotune`d, and the autotuner benchmarks every
 config, which needs a GPU driver; under the interpreter the adapter runs each launch
