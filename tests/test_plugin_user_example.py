@@ -82,7 +82,10 @@ def test_seeded_bug_fails_with_the_message_and_a_working_repro(pytester):
         replay.stderr and "bound_ratio:" in replay.stderr, replay.stderr[-2000:]
 
 
-def test_plugin_leaves_other_runs_alone(pytester):
+def test_plugin_leaves_other_runs_alone(pytester, monkeypatch):
+    """Only fp8check's plugin loaded (other installed plugins, such as jaxtyping's, which
+    tokamax brings, import numpy themselves): a run without the option imports nothing
+    heavy and prints nothing."""
     pytester.makepyfile(test_plain="""
         import sys
         def test_nothing_heavy_loaded():
@@ -90,7 +93,9 @@ def test_plugin_leaves_other_runs_alone(pytester):
                      if m in sys.modules]
             assert heavy == []
         """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p",
+                                           "fp8check.pytest_plugin")
     result.assert_outcomes(passed=1)
     assert "fp8check:" not in result.stdout.str()  # no report line without the option
 
