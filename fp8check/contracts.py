@@ -226,15 +226,20 @@ def _array_or_as_is(x: Any) -> Any:
     return to_numpy(x) if is_array else x
 
 
+def out_dtype_kwargs(spec: KernelSpec, out_dtype: str | None) -> dict[str, Any]:
+    """The keywords a call of `spec.fn` that wants `out_dtype` passes (module docstring):
+    none for a kernel that declares one output dtype, else `out_dtype=<framework dtype>`."""
+    if out_dtype is not None and len(spec.out_dtypes) > 1:
+        return {"out_dtype": framework_dtype(spec.framework, out_dtype)}
+    return {}
+
+
 def call_kernel(spec: KernelSpec, args: Sequence[np.ndarray], out_dtype: str | None = None) -> Any:
     """Call `spec.fn` on numpy `args` converted to its framework; arrays come back as
     numpy (a quantizer's (values, scales) as a tuple of them).  Whatever else the kernel
     returns comes back as it is.  Exceptions from the kernel propagate."""
     fargs = [to_framework(a, spec.framework) for a in args]
-    kwargs = {}
-    if out_dtype is not None and len(spec.out_dtypes) > 1:
-        kwargs["out_dtype"] = framework_dtype(spec.framework, out_dtype)
-    out = spec.fn(*fargs, **kwargs)
+    out = spec.fn(*fargs, **out_dtype_kwargs(spec, out_dtype))
     if spec.contract == "quantizer" and isinstance(out, tuple | list):
         return tuple(_array_or_as_is(o) for o in out)
     return _array_or_as_is(out)

@@ -25,6 +25,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--accum", help="accumulation recipe a plain gmm-fp8 function follows")
     g.add_argument("--out-dtypes", help=f"comma list of {OUT_DTYPES} a plain function supports")
     g.add_argument("--m-align", type=int, help="group-size alignment a plain function needs")
+    g.add_argument("--tgmm", metavar="FILE.py:NAME",
+                   help="layers 2-3: your weight-gradient kernel (x, dy, group_sizes) -> dW, "
+                        "the backward of the MoE layer built around --kernel (default: "
+                        "fp8check's bf16 reference; docs/layers-for-your-kernel.md)")
+    g.add_argument("--dgrad", metavar="FILE.py:NAME",
+                   help="layers 2-3: your input-gradient kernel (dy, w, group_sizes) -> dX "
+                        "(default: fp8check's bf16 reference)")
     g.add_argument("--suite", choices=cases_mod.SUITES)
     g.add_argument("--profile", help=f"one of {', '.join(PROFILES)} (never off)")
     g.add_argument("--layers", help="comma list of layers to run (e.g. 1,2)")
@@ -59,7 +66,7 @@ def options(args: argparse.Namespace) -> GateOptions:
     return GateOptions(
         kernels=tuple(args.kernel or ()),
         plain=PlainDeclarations(args.contract, args.framework, args.accum, args.out_dtypes,
-                                args.m_align),
+                                args.m_align, args.tgmm, args.dgrad),
         suite=args.suite, profile=args.profile, layers=args.layers, seed=args.seed,
         backend=args.backend, targets=args.targets, cases=tuple(args.case or ()),
         json=args.json, jsonl=args.jsonl, junit=args.junit, report=args.report,

@@ -9,21 +9,26 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class PlainDeclarations:
-    """What a plain function (not a KernelSpec) is declared to be on the command line:
-    `--contract`, `--framework`, `--accum`, `--out-dtypes` (comma list), `--m-align`."""
+    """What a user's kernel is declared to be on the command line: a plain function's
+    (not a KernelSpec's) `--contract`, `--framework`, `--accum`, `--out-dtypes` (comma
+    list), `--m-align`, and the backward kernels (`--tgmm`, `--dgrad`: file.py:attr or
+    module:attr) layers 2 and 3 build its MoE layer with."""
 
     contract: str | None = None
     framework: str | None = None
     accum: str | None = None
     out_dtypes: str | None = None
     m_align: int | None = None
+    tgmm: str | None = None
+    dgrad: str | None = None
 
     def arguments(self) -> list[str]:
         """The declarations as gate arguments (only those given)."""
         parts: list[str] = []
         for flag, value in (("--contract", self.contract), ("--framework", self.framework),
                             ("--accum", self.accum), ("--out-dtypes", self.out_dtypes),
-                            ("--m-align", self.m_align)):
+                            ("--m-align", self.m_align), ("--tgmm", self.tgmm),
+                            ("--dgrad", self.dgrad)):
             if value is not None:
                 parts += [flag, str(value)]
         return parts
