@@ -30,7 +30,8 @@ def tgmm(x, dy, group_sizes):
 
 def dgrad(dy, w, group_sizes):
     expert = _row_expert(group_sizes, dy.shape[0])
+    dy32, w32 = dy.astype(jnp.float32), w.astype(jnp.float32)
     out = jnp.zeros((dy.shape[0], w.shape[1]), jnp.float32)
     for g in range(w.shape[0]):
-        out = jnp.where((expert == g)[:, None], dy.astype(jnp.float32) @ w[g].astype(jnp.float32).T, out)
+        out = jnp.where((expert == g)[:, None], dy32 @ w32[g].T, out)
     return out
