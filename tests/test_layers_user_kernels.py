@@ -8,6 +8,7 @@ checked bit for bit against the references."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -212,3 +213,87 @@ def test_reference_bf16_grouped_matmuls_are_exact_on_exactly_summable_data(frame
         assert np.array_equal(got_tgmm, tgmm(x, dy, gs))
         rows = int(gs.sum())
         assert not got_gmm[rows:].any() and not got_dgrad[rows:].any()
+
+
+def test_a_layer_1_rerun_does_not_repeat_the_backward_kernels():
+    from fp8check.gate.repro import PlainDeclarations, gate_command
+
+    plain = PlainDeclarations("gmm-fp8", "torch", tgmm="k.py:tgmm", dgrad="k.py:dgrad")
+    one = shlex.split(gate_command("k.py:fwd", 1, suite="smoke", plain=plain))
+    assert "--tgmm" not in one and "--dgrad" not in one and "--contract" in one
+    for layer in (2, 3):
+        cmd = shlex.split(gate_command("k.py:fwd", layer, suite="smoke", plain=plain))
+        assert cmd[cmd.index("--tgmm") + 1] == "k.py:tgmm"
+        assert cmd[cmd.index("--dgrad") + 1] == "k.py:dgrad"
+
+
+# --- the doc's examples and the python API --------------------------------------------------
+
+DOC = Path(__file__).parents[1] / "docs" / "layers-for-your-kernel.md"
+
+
+def _doc_example(framework: str) -> tuple[str, list[str]]:
+    """(the python source, the gate command's arguments) of the doc's `framework` example."""
+    text = DOC.read_text().split(f"<!-- example: {framework} -->", 1)[1]
+    (lang, source), (_, command) = re.findall(r"```(\w*)\n(.*?)```", text, re.S)[:2]
+    assert lang == "python"
+    return source, shlex.split(command.replace("\\\n", " "))  # the doc's line continuations
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_the_docs_examples_pass_layer_2_with_the_docs_command(here, capsys, framework):
+    source, argv = _doc_example(framework)
+    assert argv[:2] == ["fp8check", "gate"] and argv[argv.index("--framework") + 1] == framework
+    [file] = {a.split(":")[0] for a in argv if a.endswith((":gmm_fp8", ":tgmm", ":dgrad"))}
+    (here / file).write_text(source)
+    # the doc's command, on layer 2's first smoke scenario (layers 1 and 3 run elsewhere)
+    argv[argv.index("--layers") + 1] = "2"
+    rc, err, doc = _gate(here, capsys, *argv[2:], "--case", LAYER2_SUITES["smoke"][0].case_id(0))
+    assert rc == 0, err
+    [r] = doc["results"]
+    assert r["passed"] is True and r["metrics"]["backward"] == (
+        f"dgrad: {file}:dgrad; tgmm: {file}:tgmm")
+
+
+def _torch_kernels():
+    from fp8check.contracts import load_target
+
+    return {n: load_target(f"{TORCH}:{n}") for n in ("gmm_fp8", "tgmm", "dgrad",
+                                                     "dgrad_wrong_expert")}
+
+
+def test_assert_layers_pass_returns_and_records_the_layer_results():
+    from fp8check.testing import add_listener, assert_layers_pass, remove_listener
+
+    k = _torch_kernels()
+    seen: list = []
+    add_listener(seen.append)
+    try:
+        results = assert_layers_pass(k["gmm_fp8"], framework="torch", tgmm=k["tgmm"],
+                                     dgrad=k["dgrad"], layers=(2,))
+    finally:
+        remove_listener(seen.append)
+    assert seen == results and len(results) == len(LAYER2_SUITES["smoke"])
+    assert all(r.passed and r.kernel == "gmm_fp8-moe-fp8" for r in results)
+    assert results[0].metrics["backward"] == "dgrad: dgrad; tgmm: tgmm"
+
+
+def test_assert_layers_pass_names_the_failing_criteria_and_the_gate_command():
+    from fp8check.testing import assert_layers_pass
+
+    k = _torch_kernels()
+    case = LAYER2_SUITES["smoke"][0].case_id(0)
+    with pytest.raises(AssertionError) as info:
+        assert_layers_pass(k["gmm_fp8"], framework="torch", tgmm=k["tgmm"],
+                           dgrad=k["dgrad_wrong_expert"], layers=(2,),
+                           kernel=f"{TORCH}:gmm_fp8")
+    text = str(info.value)
+    assert text.startswith(f"{len(LAYER2_SUITES['smoke'])} of {len(LAYER2_SUITES['smoke'])} "
+                           f"layer results failed")
+    assert f"gmm_fp8-moe-fp8 {case}: " in text and "st_sqnr_db.dx " in text
+    assert "must be >= 40" in text
+    assert f"fp8check gate --kernel {TORCH}:gmm_fp8 --contract gmm-fp8 --framework torch" in text
+    with pytest.raises(ValueError, match="subset of"):
+        assert_layers_pass(k["gmm_fp8"], framework="torch", layers=(1,))
+    with pytest.raises(ValueError, match="framework"):
+        assert_layers_pass(k["gmm_fp8"])

@@ -4,7 +4,7 @@ failure lines and JSON `repro`, `fp8check.testing`'s "Reproduce in the gate" lin
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,11 @@ class PlainDeclarations:
     m_align: int | None = None
     tgmm: str | None = None
     dgrad: str | None = None
+
+    def for_layer(self, layer: int) -> PlainDeclarations:
+        """The declarations a rerun of a `layer` result repeats: the backward kernels only
+        for layers 2 and 3, the only ones that run them."""
+        return self if layer >= 2 else replace(self, tgmm=None, dgrad=None)
 
     def arguments(self) -> list[str]:
         """The declarations as gate arguments (only those given)."""
@@ -47,11 +52,12 @@ def gate_command(kernel: str, layer: int, *, suite: str, seed: int | None = None
             identity, e.g. a compile has no seed).
         case: the case id (`--case`), layers 1-3.
         target: layer 0's compile target (`--targets`).
-        plain: declarations of a plain function, repeated so it loads the same way.
+        plain: declarations of a user's kernel, repeated so it loads the same way (the
+            backward kernels only for layers 2 and 3).
     """
     parts = ["fp8check", "gate", "--kernel", kernel]
     if plain is not None:
-        parts += plain.arguments()
+        parts += plain.for_layer(layer).arguments()
     parts += ["--layers", str(layer), "--suite", suite]
     for flag, value in (("--seed", seed), ("--profile", profile), ("--backend", backend),
                         ("--targets", target), ("--case", case)):
