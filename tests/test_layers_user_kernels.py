@@ -81,6 +81,26 @@ def test_jax_kernels_with_their_backward_pass_layers_2_and_3(here, capsys):
                for r in doc["results"])
 
 
+def test_a_bf16_forward_is_the_bf16_layer_and_the_bf16_training_run(here, capsys):
+    rc, err, doc = _gate(here, capsys, "--kernel", f"{TORCH}:gmm_bf16", "--tgmm",
+                         f"{TORCH}:tgmm", "--dgrad", f"{TORCH}:dgrad", "--contract", "gmm",
+                         "--framework", "torch", "--layers", "2,3")
+    assert rc == 0, err
+    [tc] = LAYER3_SUITES["smoke"]["torch"]
+    assert [(r["layer"], r["kernel"], r["case"]) for r in doc["results"]] == (
+        [(2, f"{TORCH}:gmm_bf16-moe-bf16", s.case_id(0)) for s in LAYER2_SUITES["smoke"]]
+        + [(3, f"{TORCH}:gmm_bf16-train-bf16", tc.case_id(0))])  # no fp8 run: no seed test
+    for r in _layer_results(doc, 2):
+        assert r["passed"] is True and r["criteria"]["sqnr_db.out"]["limit"] == 35.0
+        assert r["metrics"]["forward"].startswith(f"{TORCH}:gmm_bf16 on bf16 operands")
+    [train] = _layer_results(doc, 3)
+    assert train["passed"] is True and train["metrics"]["baseline"] == "f32"
+    assert set(train["metrics"]["curves"]) == {"bf16", "f32"}
+    assert "baseline_note" not in train["metrics"]
+    assert doc["environment"]["layer_kernels"] == {
+        "forward": f"{TORCH}:gmm_bf16", "dgrad": f"{TORCH}:dgrad", "tgmm": f"{TORCH}:tgmm"}
+
+
 def test_without_backward_kernels_the_reference_backward_runs_and_is_named(here, capsys):
     rc, err, doc = _gate(here, capsys, "--kernel", f"{TORCH}:gmm_fp8", "--contract",
                          "gmm-fp8", "--framework", "torch", "--layers", "2")

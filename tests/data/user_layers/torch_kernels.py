@@ -1,7 +1,8 @@
 """A user's torch kernels for layers 2 and 3, written the plainest way: dequantize, then a
-float32 matmul per group (`gmm_fp8`, contract gmm-fp8, f32 output), and the backward
-kernels `tgmm` and `dgrad` in bf16-in, float32-out.  `dgrad_wrong_expert` is a seeded bug:
-every group's input gradient uses expert 0's weight."""
+float32 matmul per group (`gmm_fp8`, contract gmm-fp8, f32 output; `gmm_bf16`, contract
+gmm, the same on bf16 operands), and the backward kernels `tgmm` and `dgrad` in bf16-in,
+float32-out.  `dgrad_wrong_expert` is a seeded bug: every group's input gradient uses
+expert 0's weight."""
 
 import torch
 
@@ -19,6 +20,13 @@ def gmm_fp8(lhs_q, lhs_s, rhs_q, rhs_s, group_sizes):
     out = torch.zeros(x.shape[0], w.shape[2])
     for g, lo, hi in _groups(group_sizes):
         out[lo:hi] = x[lo:hi] @ w[g]
+    return out
+
+
+def gmm_bf16(lhs, rhs, group_sizes):
+    out = torch.zeros(lhs.shape[0], rhs.shape[2])
+    for g, lo, hi in _groups(group_sizes):
+        out[lo:hi] = lhs[lo:hi].float() @ rhs[g].float()
     return out
 
 
