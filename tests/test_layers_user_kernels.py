@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import zlib
 from pathlib import Path
 
 import ml_dtypes
@@ -20,6 +21,7 @@ from fp8check.cli import main
 from fp8check.layers.moe import SUITES as LAYER2_SUITES
 from fp8check.layers.training import SUITES as LAYER3_SUITES
 from fp8check.references import dgrad, quantize, tgmm
+from fp8check.testdata import DISTRIBUTIONS
 
 USER_LAYERS = Path(__file__).parent / "data" / "user_layers"
 TORCH = str(USER_LAYERS / "torch_kernels.py")
@@ -196,8 +198,11 @@ def test_torch_quantizer_is_the_deepgemm_reference_bit_for_bit(block, shape, dty
     from fp8check.contracts import to_framework, to_numpy
     from fp8check.layers.moe import torch_grouped
 
-    rng = np.random.default_rng(abs(hash((block, shape, str(dtype)))) % 2**32)
-    for x in (rng.standard_normal(shape).astype(np.float32) * 3, _adversarial(rng, shape)):
+    rng = np.random.default_rng(zlib.crc32(repr((block, shape, np.dtype(dtype).name)).encode()))
+    # the suites' own distributions (ties on the fp8 grid, near-max, zero blocks, ...) and
+    # the hand-made extremes
+    drawn = [make(rng, shape) for make in DISTRIBUTIONS.values()]
+    for x in (*drawn, _adversarial(rng, shape)):
         x = x.astype(dtype)
         q, s = torch_grouped.quantize(to_framework(x, "torch"), block)
         assert q.dtype == torch.float8_e4m3fn and s.dtype == torch.float32
@@ -353,3 +358,15 @@ def test_the_users_training_runs_in_shard_1_and_layer_2_shards_by_case():
         plan, _ = make_plan(GateOptions(plain=plain, shard=shard), cfg)
         assert _layer_cases(plan, 3, None) == layer3
         assert _layer_cases(plan, 2, None) == layer2
+
+
+def test_a_kernelspec_forward_is_checked_when_it_loads(here, capsys):
+    (here / "specs.py").write_text(
+        "from fp8check.contracts import KernelSpec\n"
+        "TGMM = KernelSpec('my-tgmm', 'tgmm', 'torch', fn=lambda *a: None)\n"
+        "NUMPY = KernelSpec('my-gmm', 'gmm-fp8', 'numpy', fn=lambda *a: None)\n")
+    for attr, message in (("TGMM", "contract gmm-fp8 or gmm; my-tgmm is tgmm"),
+                          ("NUMPY", "in jax or torch; my-gmm is a numpy kernel")):
+        assert main(["gate", "--kernel", f"specs.py:{attr}", "--layers", "2"]) == 2
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("fp8check: error: ") and message in line, line

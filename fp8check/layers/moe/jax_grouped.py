@@ -23,7 +23,8 @@ BF16 = jnp.bfloat16
 
 def quantize(x: jax.Array, block: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
     """(values e4m3fn, scales f32) of x [..., R, C] with the `deepgemm` recipe: the Pallas
-    family's quantizer, bit-exact to `fp8check.references.quantize` (tested there)."""
+    family's quantizer, bit-exact to `fp8check.references.quantize` (tested in
+    tests/test_pallas_backward.py)."""
     from fp8check.kernels.pallas.quantize import quantize_deepgemm
 
     return quantize_deepgemm(x, block)

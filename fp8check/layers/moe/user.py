@@ -50,10 +50,7 @@ class UserKernels:
 
     def __post_init__(self) -> None:
         spec = self.forward
-        if spec.contract not in LAYER_CONTRACTS:
-            raise ValueError(f"layers 2 and 3 build a MoE layer around a forward kernel of "
-                             f"contract {' or '.join(LAYER_CONTRACTS)}; {spec.name} is "
-                             f"{spec.contract}")
+        tested_variant(spec.contract, spec.name)
         if spec.framework not in LAYER_FRAMEWORKS:
             raise ValueError(f"layers 2 and 3 build the MoE layer in "
                              f"{' or '.join(LAYER_FRAMEWORKS)}; {spec.name} is a "
@@ -63,12 +60,12 @@ class UserKernels:
                 raise ValueError(f"{name} {fn!r} is not callable")
 
 
-def tested_variant(contract: str) -> str:
+def tested_variant(contract: str, name: str = "the forward kernel") -> str:
     """The variant ("fp8" or "bf16") a forward kernel of `contract` is; ValueError for a
-    contract layers 2 and 3 cannot build around."""
+    contract layers 2 and 3 cannot build around (naming the kernel `name`)."""
     if contract not in LAYER_CONTRACTS:
-        raise ValueError(f"layers 2 and 3 need a forward kernel of contract "
-                         f"{' or '.join(LAYER_CONTRACTS)}, not {contract}")
+        raise ValueError(f"layers 2 and 3 build a MoE layer around a forward kernel of "
+                         f"contract {' or '.join(LAYER_CONTRACTS)}; {name} is {contract}")
     return LAYER_CONTRACTS[contract]
 
 
