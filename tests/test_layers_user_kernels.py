@@ -105,13 +105,16 @@ def test_a_bf16_forward_is_the_bf16_layer_and_the_bf16_training_run(here, capsys
 
 def test_without_backward_kernels_the_reference_backward_runs_and_is_named(here, capsys):
     rc, err, doc = _gate(here, capsys, "--kernel", f"{TORCH}:gmm_fp8", "--contract",
-                         "gmm-fp8", "--framework", "torch", "--layers", "2")
+                         "gmm-fp8", "--framework", "torch", "--layers", "2", "--report",
+                         str(here / "r.html"))
     assert rc == 0, err
     assert "no --dgrad or --tgmm, so that backward is fp8check's bf16 reference" in err
     for r in doc["results"]:
         assert r["passed"] is True
         assert r["metrics"]["backward"].startswith("fp8check's bf16 reference")
         assert "not a backward kernel of yours" in r["metrics"]["backward"]
+    html = (here / "r.html").read_text()
+    assert html.count("not a backward kernel of yours") == len(doc["results"])
     # one of the two given: the other is named as the reference
     rc, err, doc = _gate(here, capsys, "--kernel", f"{TORCH}:gmm_fp8", "--tgmm",
                          f"{TORCH}:tgmm", "--contract", "gmm-fp8", "--framework", "torch",
