@@ -251,6 +251,14 @@ def takes_out_dtype(fn: Callable[..., Any]) -> bool:
         p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)) for p in params)
 
 
+def out_dtype_kwargs(spec: KernelSpec, out_dtype: str | None) -> dict[str, Any]:
+    """The keywords a call of `spec.fn` passes for `out_dtype`: `out_dtype=<framework
+    dtype>` when one is asked for and the kernel takes it (`takes_out_dtype`), else none."""
+    if out_dtype is not None and takes_out_dtype(spec.fn):
+        return {"out_dtype": framework_dtype(spec.framework, out_dtype)}
+    return {}
+
+
 def call_kernel(spec: KernelSpec, args: Sequence[np.ndarray], out_dtype: str | None = None) -> Any:
     """Call `spec.fn` on numpy `args` converted to its framework, with `out_dtype=` the
     framework's dtype named `out_dtype` when given and the kernel takes it
@@ -258,10 +266,7 @@ def call_kernel(spec: KernelSpec, args: Sequence[np.ndarray], out_dtype: str | N
     tuple of them).  Whatever else the kernel returns comes back as it is.  Exceptions
     from the kernel propagate."""
     fargs = [to_framework(a, spec.framework) for a in args]
-    kwargs = {}
-    if out_dtype is not None and takes_out_dtype(spec.fn):
-        kwargs["out_dtype"] = framework_dtype(spec.framework, out_dtype)
-    out = spec.fn(*fargs, **kwargs)
+    out = spec.fn(*fargs, **out_dtype_kwargs(spec, out_dtype))
     if spec.contract == "quantizer" and isinstance(out, tuple | list):
         return tuple(_array_or_as_is(o) for o in out)
     return _array_or_as_is(out)

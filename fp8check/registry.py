@@ -10,9 +10,6 @@ import fails is reported by name with its error, and the other kernels still run
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
-
 from fp8check.contracts import CONTRACT_DOC, KernelSpec, load_target
 
 BACKENDS = ("auto", "interpret", "native")
@@ -55,14 +52,6 @@ def check_family(family: str) -> None:
     """ValueError unless `family` is one of FAMILIES."""
     if family not in FAMILIES:
         raise ValueError(f"unknown kernel family {family!r}; expected one of {FAMILIES}")
-
-
-def family_module(package: str, family: str) -> ModuleType:
-    """`<package>.<family>`, a layer package's module for kernel `family` (its MoE layer,
-    its training model), imported only now (importing the Triton family sets its
-    interpreter up); ValueError for an unknown family."""
-    check_family(family)
-    return importlib.import_module(f"{package}.{family}")
 
 
 def unknown_kernel(name: str) -> str:

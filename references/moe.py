@@ -215,10 +215,3 @@ def moe_reference(inp: MoEInputs, operands: str = "exact") -> MoEOutputs:
     return MoEOutputs(out=out.detach().numpy(), dx=grad(x), d_router=grad(w_r),
                       d_wi=grad(wi), d_wo=grad(wo), group_sizes=group_sizes)
 
-
-def variant_of(variants: dict, name: str):
-    """The grouped matmul a family registers under `name` ("fp8", "bf16"); ValueError
-    naming the choices otherwise."""
-    if name not in variants:
-        raise ValueError(f"variant must be one of {tuple(variants)}, got {name!r}")
-    return variants[name]

@@ -16,7 +16,7 @@ from fp8check.layers.training.task import make_task
 
 GATE_KEYS = {"kernel", "layer", "case", "passed", "metrics", "criteria", "failed", "skipped",
              "error", "repro", "seconds"}
-[TC] = SUITES["ci"]["pallas"]
+[TC] = SUITES["ci"]["jax"]
 
 
 @pytest.fixture(scope="module")
@@ -98,9 +98,9 @@ def test_a_raising_model_is_a_failed_result_not_a_crash():
 
 def test_case_selection_and_bad_input():
     assert layer3_size("ci", [TC.case_id(1)]) == 2
-    assert layer3_size("ci", family="triton") == 2 * SUITES["ci"]["triton"][0].seeds + 1
+    assert layer3_size("ci", framework="torch") == 2 * SUITES["ci"]["torch"][0].seeds + 1
     # A case of the Pallas schedule selects nothing in the Triton family (no error).
-    assert layer3_size("ci", [TC.case_id(1)], family="triton") == 0
+    assert layer3_size("ci", [TC.case_id(1)], framework="torch") == 0
     assert list(iter_layer3("triton", "ci", cases=[TC.case_id(1)])) == []
     assert layer3_size("ci", [TC.seeds_case_id(0)]) == 2 * TC.seeds + 1
     for kwargs in ({"family": "cuda"}, {"suite": "nightly"}, {"profile": "off"},
@@ -117,11 +117,11 @@ def test_case_selection_and_bad_input():
 def test_suite_schedules():
     assert all(tc.schedule.steps >= 50 for tcs in SUITES["ci"].values() for tc in tcs)
     assert all(tc.schedule.steps == 1000 for tcs in SUITES["full"].values() for tc in tcs)
-    assert SUITES["full"]["pallas"][0].seeds >= TC.seeds >= 2
+    assert SUITES["full"]["jax"][0].seeds >= TC.seeds >= 2
     # full trains every family on the Markov task and on real text too
     for fam, tcs in SUITES["full"].items():
         assert [tc.task for tc in tcs] == ["markov", "text"], fam
         assert all(tc.seeds >= 2 for tc in tcs), fam
     sizes = {fam: sum(2 * tc.seeds + 1 for tc in tcs) for fam, tcs in SUITES["full"].items()}
     assert layer3_size("full") == max(sizes.values())
-    assert layer3_size("full", family="pallas") == sizes["pallas"]
+    assert layer3_size("full", framework="jax") == sizes["jax"]

@@ -64,7 +64,7 @@ def test_corpus_and_case_validation():
 def test_a_short_text_run_learns_and_records_its_corpus(monkeypatch):
     tc = TrainingCase(Schedule(steps=40), seeds=1, model=TEXT_MODEL, task="text",
                       gate_learning=False)
-    monkeypatch.setitem(SUITES["smoke"], "pallas", (tc,))
+    monkeypatch.setitem(SUITES["smoke"], "jax", (tc,))
     out = [r.to_dict() for r in iter_layer3("pallas", "smoke")]
     assert [r["kernel"] for r in out] == ["pallas-train-fp8", "pallas-train-bf16"]
     for r in out:

@@ -8,15 +8,16 @@ import numpy as np
 import pytest
 
 import fp8check.kernels.triton  # noqa: F401  (sets TRITON_INTERPRET before triton loads)
+from fp8check.layers.moe import family_matmuls
 from fp8check.layers.training import SUITES, iter_layer3, layer3_size
+from fp8check.layers.training.jax_model import make_grad_fn as jax_grad_fn
 from fp8check.layers.training.model import init_params
-from fp8check.layers.training.pallas import make_grad_fn as pallas_grad_fn
 from fp8check.layers.training.task import make_task
 
 
 def test_triton_smoke_passes_and_matches_pallas_at_step0():
     out = [r.to_dict() for r in iter_layer3("triton", "smoke")]
-    [tc] = SUITES["smoke"]["triton"]
+    [tc] = SUITES["smoke"]["torch"]
     assert [r["kernel"] for r in out] == ["triton-train-fp8", "triton-train-bf16"]
     assert len(out) == layer3_size("smoke")
     for r in out:
@@ -29,6 +30,7 @@ def test_triton_smoke_passes_and_matches_pallas_at_step0():
     task = make_task()
     tokens, targets = task.batch(0, 0, tc.schedule.tokens)
     for v in ("fp8", "bf16"):
-        loss, grads = pallas_grad_fn(tc.model, v)(init_params(tc.model, 0), tokens, targets)
+        pallas = family_matmuls("pallas").variant(v)
+        loss, grads = jax_grad_fn(tc.model, pallas)(init_params(tc.model, 0), tokens, targets)
         assert curves[v][0] == pytest.approx(loss, rel=2e-3), v
         assert np.all(np.isfinite(grads["b0.wi"]))

@@ -44,6 +44,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "(default 1x128)")
     g.add_argument("--fmt", help="a plain quantizer's fp8 format: e4m3fn or e5m2 "
                                  "(default e4m3fn)")
+    g.add_argument("--tgmm", metavar="FILE.py:NAME",
+                   help="layers 2-3: your weight-gradient kernel (x, dy, group_sizes) -> dW, "
+                        "the backward of the MoE layer built around --kernel (default: "
+                        "fp8check's bf16 reference; docs/layers-for-your-kernel.md)")
+    g.add_argument("--dgrad", metavar="FILE.py:NAME",
+                   help="layers 2-3: your input-gradient kernel (dy, w, group_sizes) -> dX "
+                        "(default: fp8check's bf16 reference)")
     g.add_argument("--suite", choices=cases_mod.SUITES)
     g.add_argument("--profile", help=f"one of {', '.join(PROFILES)} (never off)")
     g.add_argument("--layers", help="comma list of layers to run (e.g. 1,2)")
@@ -78,7 +85,8 @@ def options(args: argparse.Namespace) -> GateOptions:
     return GateOptions(
         kernels=tuple(args.kernel or ()),
         plain=PlainDeclarations(args.contract, args.framework, args.accum, args.out_dtypes,
-                                args.m_align, args.recipe, args.block, args.fmt),
+                                args.m_align, args.recipe, args.block, args.fmt,
+                                args.tgmm, args.dgrad),
         suite=args.suite, profile=args.profile, layers=args.layers, seed=args.seed,
         backend=args.backend, targets=args.targets, cases=tuple(args.case or ()),
         json=args.json, jsonl=args.jsonl, junit=args.junit, report=args.report,

@@ -52,8 +52,10 @@ class GatePlan:
 
     `config`: the merged settings (its `layers` are the layers that run); `dropped`: layers
     the config asked for that need a kernel family none of the kernels has; `families`:
-    the kernel families layers 0, 2 and 3 run; `cases`: `--case` ids (empty: the suite,
-    this shard's part); `shard` (i, n), 1-based; `jsonl`: the streaming log.
+    the kernel families layers 0, 2 and 3 run; `layer_kernel`: the user's `--kernel` target
+    layers 2 and 3 build a MoE layer around (with `options.plain`'s `--tgmm`, `--dgrad`),
+    if any; `cases`: `--case` ids (empty: the suite, this shard's part); `shard` (i, n),
+    1-based; `jsonl`: the streaming log.
     """
 
     config: GateConfig
@@ -63,6 +65,7 @@ class GatePlan:
     targets: tuple[str, ...]
     shard: tuple[int, int]
     jsonl: Path
+    layer_kernel: str | None = None
 
     @property
     def layers(self) -> tuple[int, ...]:
@@ -149,6 +152,45 @@ def families_of(kernels: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(fams)
 
 
+def _user_kernels(kernels: tuple[str, ...]) -> list[str]:
+    """The `--kernel` values that are the user's targets (neither built-in nor a family)."""
+    return [k for k in kernels if k not in registry.BUILTIN_KERNELS and k not in registry.FAMILIES]
+
+
+def _layer_kernel(opts: GateOptions, cfg: GateConfig) -> tuple[str | None, str | None]:
+    """(the user's kernel layers 2 and 3 build around, None), or (None, why none is) when
+    they run; (None, None) when they do not.  UsageError for --tgmm / --dgrad that have no
+    MoE layer to go into."""
+    from fp8check.layers.moe.matmuls import LAYER_FRAMEWORKS
+    from fp8check.layers.moe.user import LAYER_CONTRACTS
+
+    plain = opts.plain
+    user = _user_kernels(cfg.kernels)
+    backward = "/".join(f for f, v in (("--tgmm", plain.tgmm), ("--dgrad", plain.dgrad)) if v)
+    layered = any(n >= 2 for n in cfg.layers)
+    if backward and not layered:
+        raise UsageError(f"{backward} is the backward of the MoE layer of layers 2 and 3; "
+                         f"layers {list(cfg.layers)} run neither")
+    builtin = [k for k in cfg.kernels if k not in user]
+    if backward and (builtin or not user):
+        raise UsageError(f"{backward} goes with one --kernel FILE.py:NAME of yours (the "
+                         f"forward); the built-in {', '.join(builtin) or 'families'} run "
+                         f"their own backward")
+    if not layered or not user:
+        return None, None
+    if len(user) > 1:
+        return None, (f"layers 2 and 3 build one MoE layer around one forward kernel; "
+                      f"--kernel names {len(user)} of yours")
+    if plain.contract is not None and plain.contract not in LAYER_CONTRACTS:
+        return None, (f"layers 2 and 3 build a MoE layer around a forward kernel of "
+                      f"contract {' or '.join(LAYER_CONTRACTS)}; --contract is "
+                      f"{plain.contract}")
+    if plain.framework is not None and plain.framework not in LAYER_FRAMEWORKS:
+        return None, (f"layers 2 and 3 build the MoE layer in "
+                      f"{' or '.join(LAYER_FRAMEWORKS)}; --framework is {plain.framework}")
+    return user[0], None
+
+
 def jsonl_path(cfg: GateConfig) -> Path:
     """The streaming log: --jsonl, else beside --json, else fp8check-out/gate.jsonl."""
     if cfg.jsonl:
@@ -193,19 +235,28 @@ def make_plan(opts: GateOptions, cfg: GateConfig) -> tuple[GatePlan, str | None]
             for cid in opts.cases:
                 cases_mod.find_case(cfg.suite, cfg.seed, cid)
     families = families_of(cfg.kernels) if any(n != 1 for n in cfg.layers) else ()
+    layer_kernel, why_not = _layer_kernel(opts, cfg)
     dropped: tuple[int, ...] = ()
-    notice = None
-    if any(n >= 2 for n in cfg.layers) and not families:
-        # Layers 2 and 3 run a family's MoE layer and training; a user's kernel has none.
-        # Asked for on the command line that is bad usage; from the config's default it
-        # narrows the run to layers 0-1, said on stderr and in the results.
+    notices = []
+    if why_not is not None or (any(n >= 2 for n in cfg.layers) and not families
+                               and layer_kernel is None):
+        # Layers 2 and 3 run a family's MoE layer and training, or the ones built around
+        # one kernel of the user's.  Asked for on the command line, a kernel they cannot
+        # run is bad usage; from the config's default it narrows the run (to layers 0-1,
+        # or to the families), said on stderr and in the results.
+        why = why_not or (f"they need a kernel family ({', '.join(registry.FAMILIES)}) or "
+                          f"one forward kernel of yours, and --kernel names neither")
         if opts.layers is not None or not {0, 1} & set(cfg.layers):
-            raise UsageError(f"layers {cfg.layers} need a kernel family "
-                             f"({', '.join(registry.FAMILIES)}); --kernel names none")
-        dropped = tuple(n for n in cfg.layers if n >= 2)
-        cfg = replace(cfg, layers=tuple(n for n in cfg.layers if n < 2))
-        notice = (f"fp8check: layers {list(dropped)} skipped: they need a kernel family "
-                  f"({', '.join(registry.FAMILIES)}) and --kernel names none")
+            raise UsageError(f"layers {list(n for n in cfg.layers if n >= 2)}: {why}")
+        notices.append(f"fp8check: layers 2 and 3 skip your kernels: {why}")
+        if not families:
+            dropped = tuple(n for n in cfg.layers if n >= 2)
+            cfg = replace(cfg, layers=tuple(n for n in cfg.layers if n < 2))
+    missing = [f for f, v in (("--dgrad", opts.plain.dgrad), ("--tgmm", opts.plain.tgmm)) if not v]
+    if layer_kernel is not None and missing:
+        notices.append(f"fp8check: layers 2 and 3 of {layer_kernel}: no {' or '.join(missing)}"
+                       f", so that backward is fp8check's bf16 reference, not a kernel of yours")
     plan = GatePlan(config=cfg, options=opts, dropped=dropped, families=families,
-                    targets=targets, shard=shard, jsonl=jsonl_path(cfg))
-    return plan, notice
+                    targets=targets, shard=shard, jsonl=jsonl_path(cfg),
+                    layer_kernel=layer_kernel)
+    return plan, "\n".join(notices) or None

@@ -4,7 +4,7 @@ failure lines and JSON `repro`, `fp8check.testing`'s "Reproduce in the gate" lin
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fp8check.contracts import QUANT_BLOCKS
@@ -21,10 +21,12 @@ def parse_block(text: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class PlainDeclarations:
-    """What a plain function (not a KernelSpec) is declared to be on the command line:
-    `--contract`, `--framework`, `--accum`, `--out-dtypes` (comma list), `--m-align`, and
-    for a quantizer `--recipe`, `--block` ("1x128") and `--fmt`.  Checked by the gate's
-    plan; `declared` turns them into KernelSpec fields."""
+    """What a user's kernel is declared to be on the command line: a plain function's
+    (not a KernelSpec's) `--contract`, `--framework`, `--accum`, `--out-dtypes` (comma
+    list), `--m-align`, for a quantizer `--recipe`, `--block` ("1x128") and `--fmt`, and
+    the backward kernels (`--tgmm`, `--dgrad`: file.py:attr or module:attr) layers 2 and 3
+    build its MoE layer with.  Checked by the gate's plan; `declared` turns the first ones
+    into KernelSpec fields."""
 
     contract: str | None = None
     framework: str | None = None
@@ -34,6 +36,13 @@ class PlainDeclarations:
     recipe: str | None = None
     block: str | None = None
     fmt: str | None = None
+    tgmm: str | None = None
+    dgrad: str | None = None
+
+    def for_layer(self, layer: int) -> PlainDeclarations:
+        """The declarations a rerun of a `layer` result repeats: the backward kernels only
+        for layers 2 and 3, the only ones that run them."""
+        return self if layer >= 2 else replace(self, tgmm=None, dgrad=None)
 
     def arguments(self) -> list[str]:
         """The declarations as gate arguments (only those given)."""
@@ -41,7 +50,8 @@ class PlainDeclarations:
         for flag, value in (("--contract", self.contract), ("--framework", self.framework),
                             ("--accum", self.accum), ("--out-dtypes", self.out_dtypes),
                             ("--m-align", self.m_align), ("--recipe", self.recipe),
-                            ("--block", self.block), ("--fmt", self.fmt)):
+                            ("--block", self.block), ("--fmt", self.fmt), ("--tgmm", self.tgmm),
+                            ("--dgrad", self.dgrad)):
             if value is not None:
                 parts += [flag, str(value)]
         return parts
@@ -78,11 +88,12 @@ def gate_command(kernel: str, layer: int, *, suite: str, seed: int | None = None
             identity, e.g. a compile has no seed).
         case: the case id (`--case`), layers 1-3.
         target: layer 0's compile target (`--targets`).
-        plain: declarations of a plain function, repeated so it loads the same way.
+        plain: declarations of a user's kernel, repeated so it loads the same way (the
+            backward kernels only for layers 2 and 3).
     """
     parts = ["fp8check", "gate", "--kernel", kernel]
     if plain is not None:
-        parts += plain.arguments()
+        parts += plain.for_layer(layer).arguments()
     parts += ["--layers", str(layer), "--suite", suite]
     for flag, value in (("--seed", seed), ("--profile", profile), ("--backend", backend),
                         ("--targets", target), ("--case", case)):

@@ -202,52 +202,78 @@ def _layer1(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
 # --- layers 2 and 3 ---------------------------------------------------------------------------
 
 
-def _family_cases(plan: GatePlan, layer: int, family: str) -> list[str] | None:
-    """Case ids of a layer-2/3 run of `family`: --case, else this shard's (None = all).
-    Layer 2 shards by case; layer 3 by family, since its across-seed result needs
-    every seed's run of the family in one process."""
+def _layer_cases(plan: GatePlan, layer: int, family: str | None) -> list[str] | None:
+    """Case ids of a layer-2/3 run of `family` (None: the user's layer kernels): --case,
+    else this shard's (None = all).  Layer 2 shards by case; layer 3 by family, since its
+    across-seed result needs every seed's run of the family in one process (the user's
+    kernels go with shard 1)."""
     if plan.cases:
         return list(plan.cases)
     if plan.shard == (1, 1):
         return None
     if layer == 3:
-        return None if family in plan.in_shard(list(registry.FAMILIES)) else []
+        mine = (family in plan.in_shard(list(registry.FAMILIES)) if family is not None
+                else plan.shard[0] == 1)
+        return None if mine else []
     from fp8check.layers.moe import SUITES
 
     return plan.in_shard([s.case_id(plan.config.seed) for s in SUITES[plan.config.suite]])
 
 
 def _family_layer(layer: int) -> Callable[[GatePlan, LoadedKernels], list[Batch]]:
-    """Layer 2 (MoE layer) or 3 (training) of each of the plan's kernel families."""
+    """Layer 2 (MoE layer) or 3 (training) of each of the plan's kernel families, then of
+    the user's kernels (`LoadedKernels.layers`)."""
     def batches(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
+        from fp8check.layers.moe import VARIANTS, ExpertMatmuls, tested_variant, user_matmuls
+        from fp8check.layers.moe.matmuls import FAMILY_FRAMEWORKS
+
         c = plan.config
         run: Callable[..., Iterator[CaseResult]]
-        size: Callable[[str, list[str] | None], int]
         if layer == 2:
             from fp8check.layers.moe import iter_layer2, layer2_size
 
             run = iter_layer2
-            size = lambda fam, cases: layer2_size(c.suite, cases)  # noqa: E731
         else:
             from fp8check.layers.training import iter_layer3, layer3_size
 
             run = iter_layer3
-            size = lambda fam, cases: layer3_size(c.suite, cases, seed=c.seed,  # noqa: E731
-                                                  family=fam)
+
+        def size(framework: str, tested: tuple[str, ...], cases: list[str] | None) -> int:
+            if layer == 2:
+                return layer2_size(c.suite, cases, variants=len(tested))
+            return layer3_size(c.suite, cases, seed=c.seed, framework=framework,
+                               tested=tested)
+
+        def batch(label: str, what: str | Callable[[], ExpertMatmuls], framework: str,
+                  tested: tuple[str, ...], cases: list[str] | None,
+                  repro: Callable[[CaseResult], str]) -> Batch:
+            """A family (its name) or the user's matmuls (built in the worker, by `what`)."""
+            def results() -> Iterator[CaseResult]:
+                matmuls = what if isinstance(what, str) else what()
+                return run(matmuls, c.suite, c.seed, c.profile, cases=cases)
+
+            return Batch(size(framework, tested, cases), f"layer {layer} {label}", layer,
+                         _from_first(results), repro, label)
+
         out = []
         for fam in plan.families:
-            cases = _family_cases(plan, layer, fam)
-
-            def results(fam: str = fam, cases: list[str] | None = cases) -> Iterator[CaseResult]:
-                return run(fam, c.suite, c.seed, c.profile, cases=cases)
-
-            def repro(res: CaseResult, fam: str = fam) -> str:
+            def family_repro(res: CaseResult, fam: str = fam) -> str:
                 # case "": a result that ended before it was known; rerun the whole layer
                 return gate_command(fam, layer, suite=c.suite, seed=c.seed, profile=c.profile,
                                     backend=c.backend, case=res.case or None)
 
-            out.append(Batch(size(fam, cases), f"layer {layer} {fam}", layer,
-                             _from_first(results), repro, fam))
+            out.append(batch(fam, fam, FAMILY_FRAMEWORKS[fam],
+                             VARIANTS, _layer_cases(plan, layer, fam), family_repro))
+        user, origin = kernels.layers, plan.layer_kernel
+        if user is not None and origin is not None:
+            def user_repro(res: CaseResult) -> str:
+                return gate_command(origin, layer, suite=c.suite, seed=c.seed,
+                                    profile=c.profile, backend=c.backend,
+                                    case=res.case or None, plain=plan.options.plain)
+
+            out.append(batch(user.forward.name, lambda: user_matmuls(user),
+                             user.forward.framework, (tested_variant(user.forward.contract),),
+                             _layer_cases(plan, layer, None), user_repro))
         return out
     return batches
 

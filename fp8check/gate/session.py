@@ -27,6 +27,9 @@ def _environment(plan: GatePlan, specs: list, load_errors: dict[str, str]) -> di
                isolated=c.isolate, timeout_s=c.timeout)
     if 0 in c.layers:
         env["native_targets"] = list(plan.targets)
+    if plan.layer_kernel is not None:  # what layers 2 and 3 were built around
+        p = plan.options.plain
+        env["layer_kernels"] = {"forward": plan.layer_kernel, "dgrad": p.dgrad, "tgmm": p.tgmm}
     return env
 
 
@@ -92,13 +95,13 @@ def run_gate(opts: GateOptions, cwd: str | Path = ".") -> int:
     with usage_errors():
         cfg = load_config(cwd)
     plan, notice = make_plan(opts, cfg)
-    if notice:
-        print(notice, file=sys.stderr)
     kernels = load_kernels(plan)
     try:
         batches = plan_batches(plan, kernels)
     except ToolchainMissing as e:
         raise UsageError(str(e)) from e
+    if notice:  # after every check of the input: bad usage stays one line
+        print(notice, file=sys.stderr)
     env = _environment(plan, kernels.specs, kernels.errors)
     for name, err in kernels.errors.items():
         print(f"fp8check: kernel {name} not loaded: {err}", file=sys.stderr)

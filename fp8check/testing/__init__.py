@@ -26,6 +26,10 @@ Bad input (shapes, dtypes, unknown names) raises ValueError, not AssertionError.
 pytest shows a failure as the test's line and the message: fp8check's own frames are
 hidden (`__tracebackhide__`).
 
+Layers 2 and 3 around a user's kernels (the MoE layer and training built around its
+forward and backward kernels): `assert_layers_pass(forward, framework=..., tgmm=...,
+dgrad=...)` (`layers`).
+
 Modules: `asserts` (the public asserts and `replay`), `gate_case` (`GateCase`),
 `engine` (the one path from criteria to the AssertionError), `message` (its text),
 `replay_record` (`ReplayRecord`, its .npz),
@@ -44,6 +48,7 @@ from fp8check.testing.asserts import (
 )
 from fp8check.testing.exactness import partials_exact_in_f32
 from fp8check.testing.gate_case import GateCase
+from fp8check.testing.layers import assert_layers_pass
 from fp8check.testing.recording import FAILURE_DIR_ENV as FAILURE_DIR_ENV
 from fp8check.testing.recording import add_listener, remove_listener
 
@@ -52,6 +57,7 @@ __all__ = [
     "add_listener",
     "assert_bitexact",
     "assert_gmm_matches",
+    "assert_layers_pass",
     "assert_quantizer_matches",
     "assert_tgmm_matches",
     "partials_exact_in_f32",

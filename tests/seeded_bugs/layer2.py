@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from fp8check.kernels.pallas import dgrad, gmm_fp8_train, quantize_deepgemm, tgmm
-from fp8check.layers.moe.pallas import GroupedMatmul, run_moe
+from fp8check.layers.moe.jax_layer import GroupedMatmul, run_moe
 
 from .layer2_table import bug_table, layer_running
 

@@ -12,7 +12,7 @@ import torch
 
 from fp8check.kernels.triton import dgrad, quantize_fp8, tgmm
 from fp8check.kernels.triton.autograd import _fp8_forward
-from fp8check.layers.moe.triton import GroupedMatmul, run_moe
+from fp8check.layers.moe.torch_layer import GroupedMatmul, run_moe
 
 from .layer2_table import bug_table, layer_running
 

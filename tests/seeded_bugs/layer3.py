@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from fp8check.kernels.pallas import dgrad, gmm_fp8_train, tgmm
-from fp8check.layers.moe.pallas import GroupedMatmul
+from fp8check.layers.moe.jax_layer import GroupedMatmul
 from fp8check.references.moe import MoEInputs, MoEOutputs
 
 GRID_LOG2 = 10
@@ -55,13 +55,15 @@ BUG: GroupedMatmul = truncated_wgrad_gmm
 
 def layer2_impl(inp: MoEInputs, variant: str) -> MoEOutputs:
     """A `layer_impl` for `run_layer2`: the Pallas MoE layer with the bug inside."""
-    from fp8check.layers.moe.pallas import run_moe
+    from fp8check.layers.moe.jax_layer import run_moe
 
     return run_moe(inp, BUG)
 
 
 def model_impl(cfg, variant: str):
     """A `model_impl` for `iter_layer3`: the bug in the FP8 model, bf16 left correct."""
-    from fp8check.layers.training.pallas import make_grad_fn
+    from fp8check.layers.moe import family_matmuls
+    from fp8check.layers.training.jax_model import make_grad_fn
 
-    return make_grad_fn(cfg, BUG if variant == "fp8" else variant)
+    return make_grad_fn(cfg, BUG if variant == "fp8" else family_matmuls("pallas").variant(
+        variant))

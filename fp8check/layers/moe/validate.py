@@ -1,8 +1,12 @@
-"""Layer 2 (MoE layer): a kernel family's MoE layer, forward and backward, against the
-float64 reference layer `fp8check.references.moe`.
+"""Layer 2 (MoE layer): a MoE layer, forward and backward, against the float64 reference
+layer `fp8check.references.moe`.
 
-Each kernel family ("pallas", "triton") has two layers under test: "<family>-moe-fp8"
-(FP8 forward, bf16 backward) and "<family>-moe-bf16" (bf16 forward and backward).  Every
+The layer is the framework's (`jax_layer`, `torch_layer`) around a set of expert matmuls
+(`ExpertMatmuls`): a kernel family's ("pallas", "triton": two layers under test each,
+"<family>-moe-fp8", FP8 forward and bf16 backward, and "<family>-moe-bf16", bf16 forward and
+backward) or a user's kernels (`fp8check.layers.moe.user`: "<kernel>-moe-fp8" for a gmm-fp8
+forward, "<kernel>-moe-bf16" for a gmm one; the results' `forward` and `backward` metrics
+say what ran).  Every
 result answers two questions, never mixed (each criterion names its question):
 
 * **correctness** (`st_*`): the layer against the reference computed on the *same*
@@ -38,19 +42,19 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from fp8check import metrics, registry
+from fp8check import metrics
+from fp8check.layers.moe.matmuls import VARIANTS, ExpertMatmuls, resolve
 from fp8check.profiles import get_profile
 from fp8check.references.moe import MoEInputs, MoEOutputs, moe_reference, route_numpy
 from fp8check.results.model import CaseResult, Criterion
 
 LAYER = 2
-VARIANTS = ("fp8", "bf16")
 TENSORS = ("out", "dx", "router", "wi", "wo")
 ST_MIN_SQNR_DB = 40.0
 IMPACT_LIMITS = {"strict": (23.0, 21.0), "explore": (20.0, 18.0)}  # (out, gradients) dB
@@ -197,16 +201,18 @@ def _limits(variant: str, profile: str) -> dict[str, float]:
 
 
 def validate_moe_case(
-    family: str, variant: str, sc: MoeCase, seed: int, profile: str, layer: LayerImpl,
-    refs: dict[str, MoEOutputs], inp: MoEInputs,
+    name: str, variant: str, sc: MoeCase, seed: int, profile: str, layer: LayerImpl,
+    refs: dict[str, MoEOutputs], inp: MoEInputs, notes: Mapping[str, str] | None = None,
 ) -> CaseResult:
-    """One (layer, scenario) result; `refs` holds the "exact" and `variant` references."""
+    """One (layer, scenario) result of kernel `<name>-moe-<variant>`; `refs` holds the
+    "exact" and `variant` references; `notes` go into the metrics as they are."""
     t0 = time.perf_counter()
     cid = sc.case_id(seed)
-    res = CaseResult(kernel=f"{family}-moe-{variant}", layer=LAYER, case=cid, passed=None)
+    res = CaseResult(kernel=f"{name}-moe-{variant}", layer=LAYER, case=cid, passed=None)
     m = res.metrics
     m.update(tokens=sc.tokens, experts=sc.experts, top_k=sc.top_k, d_model=sc.d_model,
              d_ff=sc.d_ff, group_sizes=[int(v) for v in refs["exact"].group_sizes])
+    m.update(notes or {})
     try:
         got = layer(inp, variant)
         st_limits = dict.fromkeys(TENSORS, ST_MIN_SQNR_DB)
@@ -223,57 +229,62 @@ def validate_moe_case(
     return res
 
 
-def layer2_size(suite: str, cases: Sequence[str] | None = None) -> int:
-    """Number of results `iter_layer2` yields per family (for progress bars)."""
+def layer2_size(suite: str, cases: Sequence[str] | None = None, *,
+                variants: int = len(VARIANTS)) -> int:
+    """Number of results `iter_layer2` yields for expert matmuls with `variants` tested
+    variants (for progress bars)."""
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
     n = len(SUITES[suite]) if cases is None else len(set(cases))
-    return n * len(VARIANTS)
+    return n * variants
 
 
 def iter_layer2(
-    family: str, suite: str = "ci", seed: int = 0, profile: str = "strict", *,
+    family: str | ExpertMatmuls, suite: str = "ci", seed: int = 0, profile: str = "strict", *,
     layer_impl: LayerImpl | None = None, cases: Sequence[str] | None = None,
-    variants: Sequence[str] = VARIANTS,
+    variants: Sequence[str] | None = None,
 ) -> Iterator[CaseResult]:
-    """Layer 2 of `suite` for one kernel family: one CaseResult per (scenario, variant),
-    yielded as each completes (so the gate can stream them).
+    """Layer 2 of `suite` for a kernel family (its name) or a user's `ExpertMatmuls`: one
+    CaseResult per (scenario, variant), yielded as each completes (so the gate can stream
+    them).
 
-    `layer_impl` replaces the family's layer (seeded-bug tests); `cases` keeps only the
-    given case ids (a repro); `variants` a subset of ("fp8", "bf16").
+    `layer_impl` replaces the layer (seeded-bug tests); `cases` keeps only the given case
+    ids (a repro); `variants` a subset of the tested variants (default: all of them).
     """
-    registry.check_family(family)
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
     get_profile(profile)  # the gate's profile check: unknown or "off" is a ValueError
     if profile not in IMPACT_LIMITS:
         raise ValueError(f"profile {profile!r} has no layer-2 limits; expected one of "
                          f"{', '.join(IMPACT_LIMITS)}")
-    bad = [v for v in variants if v not in VARIANTS]
+    matmuls = resolve(family)
+    variants = matmuls.tested if variants is None else tuple(variants)
+    bad = [v for v in variants if v not in matmuls.tested]
     if bad:
-        raise ValueError(f"unknown variants {bad}; expected a subset of {VARIANTS}")
+        raise ValueError(f"unknown variants {bad}; expected a subset of {matmuls.tested}")
     scenarios = [s for s in SUITES[suite] if cases is None or s.case_id(seed) in cases]
     if cases is not None and len(scenarios) != len(set(cases)):
         known = ", ".join(s.case_id(seed) for s in SUITES[suite])
         raise ValueError(f"unknown layer-2 case in {list(cases)}; suite {suite} has {known}")
-    layer = layer_impl or registry.family_module(__package__, family).run_variant
+    layer = layer_impl or matmuls.run_layer
     for sc in scenarios:
         inp = make_inputs(sc, seed)
         refs = {"exact": moe_reference(inp, "exact")}
         for v in variants:
             refs[v] = moe_reference(inp, v)
-            yield validate_moe_case(family, v, sc, seed, profile, layer, refs, inp)
+            yield validate_moe_case(matmuls.name, v, sc, seed, profile, layer, refs, inp,
+                                    matmuls.notes)
 
 
 def run_layer2(
-    family: str, suite: str = "ci", seed: int = 0, profile: str = "strict", *,
+    family: str | ExpertMatmuls, suite: str = "ci", seed: int = 0, profile: str = "strict", *,
     layer_impl: LayerImpl | None = None, cases: Sequence[str] | None = None,
-    variants: Sequence[str] = VARIANTS,
+    variants: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """`iter_layer2` collected as result dicts (the gate's JSON keys), grouped by variant
     in the order of `variants`."""
     out = [r.to_dict() for r in iter_layer2(family, suite, seed, profile,
                                             layer_impl=layer_impl, cases=cases,
                                             variants=variants)]
-    order = {f"{family}-moe-{v}": i for i, v in enumerate(variants)}
-    return sorted(out, key=lambda r: order.get(r["kernel"], len(order)))
+    order = {v: i for i, v in enumerate(variants or VARIANTS)}
+    return sorted(out, key=lambda r: order.get(r["kernel"].rsplit("-", 1)[1], len(order)))

@@ -1,8 +1,9 @@
 """Layer 3 (training): the tiny MoE model trained in three precisions (`validate`).
 
 Modules: `model` (the model's shape and parameters), `task` (the Markov and text tasks), `optimizer`
-(AdamW), `trainer` (the training loop), `dense` (the f32 dense model), `pallas` and
-`triton` (the model on each kernel family's MoE layer), `validate` (the layer's results).
+(AdamW), `trainer` (the training loop), `dense` (the f32 dense model), `jax_model` and
+`torch_model` (the model on each framework's MoE layer, around any expert matmuls),
+`validate` (the layer's results).
 """
 
 from fp8check.layers.training.validate import (

@@ -1,6 +1,11 @@
 """Layer 3 (training): the tiny MoE model of `fp8check.layers.training.model`, trained with
-AdamW in three precisions (the family's FP8 kernels, its bf16 kernels, and the f32 dense
-model) from the same initialisation on the same batches, seed by seed.
+AdamW in three precisions (the FP8 expert matmuls, the bf16 ones, and the f32 dense model)
+from the same initialisation on the same batches, seed by seed.  The expert matmuls are an
+`ExpertMatmuls` (`fp8check.layers.moe.matmuls`): a kernel family's, or a user's kernels
+(`fp8check.layers.moe.user`), whose model is the one of their framework (`jax_model`,
+`torch_model`); only the tested variants give results (a user's gmm-fp8 kernel: the
+`-train-fp8` results, against fp8check's own bf16 run, `baseline_note`; a gmm kernel: the
+`-train-bf16` results, and no seed test).
 
 A case trains on a task (`task.py`): "markov", a random chain whose entropy rate is the
 achievable loss, or "text", the bytes of the Python standard library's sources, whose
@@ -25,15 +30,17 @@ Across seeds, one more result (case `<task>-...-seeds<a>-<b>`, kernel
 (`curves.seed_test`); it fails only on the verdict "fp8-worse" (significant and beyond
 the AUC limit), and is skipped with one seed.
 
-What each suite runs (`SUITES`), 64 tokens a step: the ci suite trains Pallas for 4 seeds
-x 60 steps (the whole step is one jitted XLA program: ~25 ms an FP8 step in interpret
-mode; measured 16 s for the four seeds, tracing included) and Triton for 2 seeds x 50
-steps (interpret mode; measured 59 s a seed, three precisions and the SNR probes, on the
-shared 2-core box), so each family's seed test runs in ci too (2 seeds: a weak test, it
-can only flag a gap consistent across both); `full` runs 1000 steps on the Markov task
-(8 seeds for Pallas, 3 for Triton) and on text (vocab 256; 3 seeds for Pallas, 2 for
-Triton); `smoke` one Pallas seed of 50 steps and one Triton seed of 8 steps (a
-wiring check that cannot show learning, so its learning criterion is reported, not gated).
+What each suite runs (`SUITES`, by framework: JAX models are the Pallas family's and a
+user's JAX kernels', torch models the Triton family's and a user's torch kernels'), 64
+tokens a step: the ci suite trains JAX for 4 seeds x 60 steps (the whole step is one
+jitted XLA program: ~25 ms a Pallas FP8 step in interpret mode; measured 16 s for the
+four seeds, tracing included) and torch for 2 seeds x 50 steps (Triton's interpret mode;
+measured 59 s a seed, three precisions and the SNR probes, on the shared 2-core box), so
+each framework's seed test runs in ci too (2 seeds: a weak test, it can only flag a gap
+consistent across both); `full` runs 1000 steps on the Markov task (8 seeds for JAX, 3
+for torch) and on text (vocab 256; 3 seeds for JAX, 2 for torch); `smoke` one JAX seed of
+50 steps and one torch seed of 8 steps (a wiring check that cannot show learning, so its
+learning criterion is reported, not gated).
 """
 
 from __future__ import annotations
@@ -45,8 +52,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fp8check import registry
 from fp8check.curves import Curve, compare, get_limits, seed_test, trend
+from fp8check.layers.moe.matmuls import VARIANTS, ExpertMatmuls, resolve
 from fp8check.layers.training.dense import dense_f32_grad_fn
 from fp8check.layers.training.model import GradFn, ModelConfig
 from fp8check.layers.training.optimizer import Schedule
@@ -62,10 +69,10 @@ from fp8check.layers.training.trainer import TrainLog, train
 from fp8check.results.model import CaseResult, Criterion
 
 LAYER = 3
-VARIANTS = ("fp8", "bf16")
 MIN_LEARNED = 0.5
-# (model config, "fp8" | "bf16") -> the family's GradFn: the model under test.
+# (model config, "fp8" | "bf16") -> the GradFn of the model under test.
 ModelImpl = Callable[[ModelConfig, str], GradFn]
+BASELINE = {"fp8": "bf16", "bf16": "f32"}  # the run each variant's curve is compared with
 
 
 TASKS = ("markov", "text")
@@ -74,7 +81,7 @@ TEXT_MODEL = ModelConfig(vocab=BYTE_VOCAB)
 
 @dataclass(frozen=True)
 class TrainingCase:
-    """One layer-3 schedule of a family in a suite: `seeds` runs of `schedule` on `task`
+    """One layer-3 schedule of a framework in a suite: `seeds` runs of `schedule` on `task`
     ("markov": the random chain; "text": the standard library's bytes, vocab 256)."""
 
     schedule: Schedule
@@ -107,23 +114,24 @@ class TrainingCase:
 
 _LONG = Schedule(steps=1000, warmup=50, snr_every=25)
 SUITES: dict[str, dict[str, tuple[TrainingCase, ...]]] = {
-    "smoke": {"pallas": (TrainingCase(Schedule(steps=50), seeds=1),),
-              "triton": (TrainingCase(Schedule(steps=8, warmup=2, snr_every=4), seeds=1,
-                                      gate_learning=False),)},
-    "ci": {"pallas": (TrainingCase(Schedule(steps=60), seeds=4),),
-           "triton": (TrainingCase(Schedule(steps=50), seeds=2),)},
-    "full": {"pallas": (TrainingCase(_LONG, seeds=8),
-                        TrainingCase(_LONG, seeds=3, model=TEXT_MODEL, task="text")),
-             "triton": (TrainingCase(_LONG, seeds=3),
-                        TrainingCase(_LONG, seeds=2, model=TEXT_MODEL, task="text"))},
+    "smoke": {"jax": (TrainingCase(Schedule(steps=50), seeds=1),),
+              "torch": (TrainingCase(Schedule(steps=8, warmup=2, snr_every=4), seeds=1,
+                                     gate_learning=False),)},
+    "ci": {"jax": (TrainingCase(Schedule(steps=60), seeds=4),),
+           "torch": (TrainingCase(Schedule(steps=50), seeds=2),)},
+    "full": {"jax": (TrainingCase(_LONG, seeds=8),
+                     TrainingCase(_LONG, seeds=3, model=TEXT_MODEL, task="text")),
+             "torch": (TrainingCase(_LONG, seeds=3),
+                       TrainingCase(_LONG, seeds=2, model=TEXT_MODEL, task="text"))},
 }
 
 
-def _check(family: str, suite: str) -> tuple[TrainingCase, ...]:
-    registry.check_family(family)
+def _check(framework: str, suite: str) -> tuple[TrainingCase, ...]:
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
-    return SUITES[suite][family]
+    if framework not in SUITES[suite]:
+        raise ValueError(f"layer 3 trains in {' or '.join(SUITES[suite])}, not {framework!r}")
+    return SUITES[suite][framework]
 
 
 def _case_ids(tc: TrainingCase, seed: int) -> set[str]:
@@ -134,7 +142,7 @@ def _case_ids(tc: TrainingCase, seed: int) -> set[str]:
 def _plan(suite: str, tc: TrainingCase, seed: int, cases: Sequence[str] | None
           ) -> tuple[list[int], bool]:
     """(seeds to train, whether the across-seed result is wanted) for `cases`.  A case of
-    another family's schedule selects nothing here; one of no family's is a ValueError."""
+    another framework's schedule selects nothing here; one of none's is a ValueError."""
     all_seeds = [seed + i for i in range(tc.seeds)]
     if cases is None:
         return all_seeds, tc.seeds > 1
@@ -149,18 +157,19 @@ def _plan(suite: str, tc: TrainingCase, seed: int, cases: Sequence[str] | None
 
 
 def layer3_size(suite: str, cases: Sequence[str] | None = None, *, seed: int = 0,
-                family: str | None = None) -> int:
-    """Number of results `iter_layer3` yields for `family` (for progress bars); without a
-    family, the largest count over the families (their schedules differ)."""
+                framework: str | None = None, tested: Sequence[str] = VARIANTS) -> int:
+    """Number of results `iter_layer3` yields for expert matmuls of `framework` with the
+    `tested` variants (for progress bars); without a framework, the largest count over
+    the frameworks (their schedules differ)."""
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
-    families = list(SUITES[suite]) if family is None else [family]
+    frameworks = list(SUITES[suite]) if framework is None else [framework]
     sizes = []
-    for fam in families:
+    for fw in frameworks:
         size = 0
-        for tc in _check(fam, suite):
+        for tc in _check(fw, suite):
             seeds, stats = _plan(suite, tc, seed, cases)
-            size += len(VARIANTS) * len(seeds) + int(stats)
+            size += len(tested) * len(seeds) + int(stats and "fp8" in tested)
         sizes.append(size)
     return max(sizes)
 
@@ -177,11 +186,13 @@ def _learned(curve: list[float], achievable: float) -> float:
     return (y[0] - final) / (y[0] - achievable)
 
 
-def _seed_result(family: str, variant: str, tc: TrainingCase, seed: int, profile: str,
-                 logs: dict[str, TrainLog], task: TrainingTask, seconds: float) -> CaseResult:
-    base = "bf16" if variant == "fp8" else "f32"
+def _seed_result(matmuls: ExpertMatmuls, variant: str, tc: TrainingCase, seed: int,
+                 profile: str, logs: dict[str, TrainLog], task: TrainingTask,
+                 seconds: float) -> CaseResult:
+    base = BASELINE[variant]
     cid = tc.case_id(seed)
-    res = CaseResult(kernel=f"{family}-train-{variant}", layer=LAYER, case=cid, passed=None)
+    res = CaseResult(kernel=f"{matmuls.name}-train-{variant}", layer=LAYER, case=cid,
+                     passed=None)
     limits = get_limits(profile)
     cmp = compare(Curve.of(logs[variant].loss, variant), Curve.of(logs[base].loss, base),
                   limits)
@@ -189,8 +200,12 @@ def _seed_result(family: str, variant: str, tc: TrainingCase, seed: int, profile
     s = tc.schedule
     m.update(baseline=base, steps=s.steps, tokens_per_step=s.tokens, lr=s.lr, seed=seed,
              model=vars(tc.model), task=tc.task, achievable_loss=task.entropy_rate,
-             curves={v: logs[v].loss for v in ("fp8", "bf16", "f32")},
-             diverged_at={v: logs[v].diverged_at for v in ("fp8", "bf16", "f32")})
+             curves={v: log.loss for v, log in logs.items()},
+             diverged_at={v: log.diverged_at for v, log in logs.items()})
+    m.update(matmuls.notes)
+    if base in matmuls.variants and base not in matmuls.tested:
+        m["baseline_note"] = (f"the {base} run is fp8check's own {base} grouped matmul "
+                              f"(bf16 operands, float32 accumulation), not a kernel under test")
     if isinstance(task, TextTask):  # the corpus follows the Python version: say which
         m.update(corpus=task.source, corpus_sha256=task.digest, corpus_bytes=task.data.size)
     m.update(cmp.metrics)
@@ -224,12 +239,12 @@ def _seed_result(family: str, variant: str, tc: TrainingCase, seed: int, profile
     return res
 
 
-def _seeds_result(family: str, tc: TrainingCase, seed: int, profile: str,
+def _seeds_result(name: str, tc: TrainingCase, seed: int, profile: str,
                   per_seed: list[tuple[int, dict[str, TrainLog]]]) -> CaseResult:
     from fp8check.curves import auc, rel_gap
 
     cid = tc.seeds_case_id(seed)
-    res = CaseResult(kernel=f"{family}-train-fp8", layer=LAYER, case=cid, passed=None)
+    res = CaseResult(kernel=f"{name}-train-fp8", layer=LAYER, case=cid, passed=None)
     limit = get_limits(profile).max_auc_gap
     gaps, base_aucs = [], []
     for _, logs in per_seed:
@@ -252,54 +267,76 @@ def _seeds_result(family: str, tc: TrainingCase, seed: int, profile: str,
 
 
 def iter_layer3(
-    family: str, suite: str = "ci", seed: int = 0, profile: str = "strict", *,
+    family: str | ExpertMatmuls, suite: str = "ci", seed: int = 0, profile: str = "strict", *,
     cases: Sequence[str] | None = None, model_impl: ModelImpl | None = None,
 ) -> Iterator[CaseResult]:
-    """Layer 3 of `suite` for one kernel family, case by case (`SUITES`): per seed (seeds
-    seed, seed+1, ...) the `<family>-train-fp8` and `<family>-train-bf16` results, yielded
-    as each seed finishes, then the case's across-seed result.  `cases` keeps only the
-    named case ids (naming an across-seed case runs its every seed); `model_impl` replaces
-    the family's model."""
-    tcs = _check(family, suite)
+    """Layer 3 of `suite` for a kernel family (its name) or a user's `ExpertMatmuls`, case
+    by case (`SUITES` of their framework): per seed (seeds seed, seed+1, ...) a
+    `<name>-train-<variant>` result per tested variant, yielded as each seed finishes, then
+    the case's across-seed result (when "fp8" is tested).  `cases` keeps only the named
+    case ids (naming an across-seed case runs its every seed); `model_impl` replaces the
+    model of every variant."""
+    matmuls = resolve(family)
+    tcs = _check(matmuls.framework, suite)
     get_limits(profile)  # unknown profile or "off": ValueError before any training
     plans = [(tc, *_plan(suite, tc, seed, cases)) for tc in tcs]
-    model = model_impl or registry.family_module(__package__, family).make_grad_fn
+    model = model_impl or _framework_model(matmuls)
     for tc, seeds, stats in plans:
         if seeds:
-            yield from _iter_case(family, tc, seeds, stats, seed, profile, model)
+            yield from _iter_case(matmuls, tc, seeds, stats and "fp8" in matmuls.tested, seed,
+                                  profile, model)
 
 
-def _iter_case(family: str, tc: TrainingCase, seeds: list[int], stats: bool, seed: int,
-               profile: str, model: ModelImpl) -> Iterator[CaseResult]:
+def _framework_model(matmuls: ExpertMatmuls) -> ModelImpl:
+    """The model of `matmuls`' framework, its expert matmuls those of the variant asked."""
+    if matmuls.framework == "jax":
+        from fp8check.layers.training.jax_model import make_grad_fn
+    else:
+        from fp8check.layers.training.torch_model import make_grad_fn  # type: ignore[assignment]
+
+    def model(cfg: ModelConfig, variant: str) -> GradFn:
+        return make_grad_fn(cfg, matmuls.variant(variant))
+
+    return model
+
+
+def _trained(tested: Sequence[str]) -> list[str]:
+    """The variants a run of `tested` trains: each, and each one's baseline but f32 (the
+    dense model), in VARIANTS order."""
+    return [v for v in VARIANTS if v in tested or any(BASELINE[t] == v for t in tested)]
+
+
+def _iter_case(matmuls: ExpertMatmuls, tc: TrainingCase, seeds: list[int], stats: bool,
+               seed: int, profile: str, model: ModelImpl) -> Iterator[CaseResult]:
     """`iter_layer3` for one TrainingCase: its `seeds`, then (`stats`) the seed test."""
     task = tc.make_task()
     f32 = dense_f32_grad_fn(tc.model)
-    fns = {v: model(tc.model, v) for v in VARIANTS}
+    trained = _trained(matmuls.tested)
+    fns = {v: model(tc.model, v) for v in trained}
     per_seed = []
     for s in seeds:
         t0 = time.perf_counter()
         logs = {"f32": train(f32, tc.model, tc.schedule, task, s)}
         errors = {}
-        for v in VARIANTS:
+        for v in trained:
             try:
                 logs[v] = train(fns[v], tc.model, tc.schedule, task, s, snr_ref=f32)
             except Exception as e:  # the model under test may raise anything: report it
                 errors[v] = f"{type(e).__name__}: {e}"
         seconds = time.perf_counter() - t0
         if errors:
-            for v in VARIANTS:
-                cid = tc.case_id(s)
-                yield CaseResult(kernel=f"{family}-train-{v}", layer=LAYER, case=cid,
-                                 passed=False, error=errors.get(v) or next(iter(
-                                     errors.values())), seconds=seconds)
+            for v in matmuls.tested:
+                yield CaseResult(kernel=f"{matmuls.name}-train-{v}", layer=LAYER,
+                                 case=tc.case_id(s), passed=False, error=errors.get(v) or next(
+                                     iter(errors.values())), seconds=seconds)
             continue
         per_seed.append((s, logs))
-        for v in VARIANTS:
-            yield _seed_result(family, v, tc, s, profile, logs, task, seconds)
+        for v in matmuls.tested:
+            yield _seed_result(matmuls, v, tc, s, profile, logs, task, seconds)
     if stats:
         if len(per_seed) == len(seeds):
-            yield _seeds_result(family, tc, seed, profile, per_seed)
+            yield _seeds_result(matmuls.name, tc, seed, profile, per_seed)
         else:
-            yield CaseResult(kernel=f"{family}-train-fp8", layer=LAYER,
+            yield CaseResult(kernel=f"{matmuls.name}-train-fp8", layer=LAYER,
                              case=tc.seeds_case_id(seed), passed=False,
                              error="a seed's training raised: no seed test")

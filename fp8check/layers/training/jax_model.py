@@ -1,12 +1,13 @@
-"""The layer-3 tiny MoE model in JAX on the Pallas MoE layer
-(`fp8check.layers.moe.pallas.moe_layer`).
+"""The layer-3 tiny MoE model in JAX on the JAX MoE layer
+(`fp8check.layers.moe.jax_layer.moe_layer`).
 
 The model is `fp8check.layers.training.model`'s (its docstring): fixed embedding and head in
 float32, two residual MoE blocks on rmsnorm'd bf16 inputs, mean cross-entropy.  Only the
-blocks' grouped matmuls differ between variants ("fp8": `gmm_fp8_train`, "bf16":
-`gmm_bf16_train`, or any `GroupedMatmul` a test injects).  The whole loss-and-gradient
-step is one `jax.jit`: interpret-mode Pallas kernels are traced once and then run as
-compiled XLA, so a step costs milliseconds on a CPU.
+blocks' grouped matmuls differ between runs (an `ExpertMatmuls` variant, or any
+`GroupedMatmul` a test injects).  The whole loss-and-gradient step is one `jax.jit`
+(so the grouped matmuls are traced: group sizes are traced int32 arrays): interpret-mode
+Pallas kernels are traced once and then run as compiled XLA, so a step costs milliseconds
+on a CPU.
 """
 
 from __future__ import annotations
@@ -15,21 +16,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fp8check.layers.moe.pallas import VARIANTS, GroupedMatmul, moe_layer
+from fp8check.layers.moe.jax_layer import GroupedMatmul, moe_layer
 from fp8check.layers.training.model import GradFn, ModelConfig, Params, frozen_params
-from fp8check.references.moe import variant_of
 
 
 def _rmsnorm(h: jax.Array) -> jax.Array:
     return h * jax.lax.rsqrt(jnp.mean(h * h, axis=-1, keepdims=True) + 1e-6)
 
 
-def make_grad_fn(cfg: ModelConfig, gmm: GroupedMatmul | str, task_seed: int = 0) -> GradFn:
+def make_grad_fn(cfg: ModelConfig, gmm: GroupedMatmul, task_seed: int = 0) -> GradFn:
     """A `GradFn` (numpy params in, (loss, numpy grads) out) of the model whose expert
-    matmuls are `gmm` (a variant name of the MoE layer's `VARIANTS` or a differentiable
-    GMM)."""
-    if isinstance(gmm, str):
-        gmm = variant_of(VARIANTS, gmm)
+    matmuls are the differentiable grouped matmul `gmm`."""
     emb, head = (jnp.asarray(a) for a in frozen_params(cfg, task_seed))
     no_bias = jnp.zeros(cfg.experts, jnp.float32)
 

@@ -1,15 +1,10 @@
-"""torch MoE layer on the Triton grouped-matmul kernels (the math of
-`fp8check.references.moe`).
+"""The MoE layer in torch (the math of `fp8check.references.moe`) around any
+differentiable grouped matmul: the Triton family's (`fp8check.layers.moe.matmuls`) or a
+user's torch kernels (`fp8check.layers.moe.user`).
 
 Precision contract (what the float64 straight-through reference mirrors): router logits,
 softmax and combine weights in float32; x, x_perm, both GMM outputs and the SiLU-GLU
-activation stored in bf16; the combine accumulates in float32 and `out` is float32.  The
-"fp8" variant runs both GMMs with `grouped_linear_fp8` (FP8 forward, bf16 backward), the
-"bf16" variant with `grouped_linear_bf16` (bf16 forward and backward).
-
-There is no bf16 forward Triton kernel: `grouped_linear_bf16`'s forward is the `dgrad`
-kernel on the transposed weight, since dgrad(x, W^T)_g = x_g @ (W_g^T)^T = x_g @ W_g
-(bf16 operands, float32 accumulation, one rounding to bf16).
+activation stored in bf16; the combine accumulates in float32 and `out` is float32.
 """
 
 from __future__ import annotations
@@ -19,14 +14,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from fp8check.kernels.triton.autograd import grouped_linear_bf16, grouped_linear_fp8
-from fp8check.references.moe import MoEInputs, MoEOutputs, variant_of
+from fp8check.references.moe import MoEInputs, MoEOutputs
 
 # A differentiable grouped matmul: (x [M, K], w [G, K, N], group_sizes [G]) -> [M, N] bf16.
 GroupedMatmul = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-VARIANTS: dict[str, GroupedMatmul] = {"fp8": grouped_linear_fp8, "bf16": grouped_linear_bf16}
 
 
 def moe_layer(x: torch.Tensor, w_router: torch.Tensor, router_bias: torch.Tensor,
@@ -70,7 +61,3 @@ def run_moe(inp: MoEInputs, gmm: GroupedMatmul) -> MoEOutputs:
                       d_router=d_router.numpy(), d_wi=d_wi.numpy(), d_wo=d_wo.numpy(),
                       group_sizes=gs.numpy().astype(np.int32))
 
-
-def run_variant(inp: MoEInputs, variant: str) -> MoEOutputs:
-    """`run_moe` with the variant's kernels ("fp8" or "bf16")."""
-    return run_moe(inp, variant_of(VARIANTS, variant))

@@ -1,10 +1,10 @@
-"""The layer-3 tiny MoE model in torch on the Triton MoE layer
-(`fp8check.layers.moe.triton.moe_layer`).
+"""The layer-3 tiny MoE model in torch on the torch MoE layer
+(`fp8check.layers.moe.torch_layer.moe_layer`).
 
 The model is `fp8check.layers.training.model`'s (its docstring): fixed embedding and head in
 float32, two residual MoE blocks on rmsnorm'd bf16 inputs, mean cross-entropy.  Only the
-blocks' grouped matmuls differ between variants ("fp8": `grouped_linear_fp8`, "bf16":
-`grouped_linear_bf16`, or any `GroupedMatmul` a test injects).
+blocks' grouped matmuls differ between runs (an `ExpertMatmuls` variant, or any
+`GroupedMatmul` a test injects).
 """
 
 from __future__ import annotations
@@ -12,21 +12,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fp8check.layers.moe.triton import VARIANTS, GroupedMatmul, moe_layer
+from fp8check.layers.moe.torch_layer import GroupedMatmul, moe_layer
 from fp8check.layers.training.dense import torch_single_thread
 from fp8check.layers.training.model import GradFn, ModelConfig, Params, frozen_params
-from fp8check.references.moe import variant_of
 
 
 def _rmsnorm(h: torch.Tensor) -> torch.Tensor:
     return h * torch.rsqrt(torch.mean(h * h, dim=-1, keepdim=True) + 1e-6)
 
 
-def make_grad_fn(cfg: ModelConfig, gmm: GroupedMatmul | str, task_seed: int = 0) -> GradFn:
+def make_grad_fn(cfg: ModelConfig, gmm: GroupedMatmul, task_seed: int = 0) -> GradFn:
     """A `GradFn` (numpy params in, (loss, numpy grads) out) of the model whose expert
-    matmuls are `gmm` (a variant name of the MoE layer's `VARIANTS` or a differentiable
-    GMM)."""
-    expert_gmm = variant_of(VARIANTS, gmm) if isinstance(gmm, str) else gmm
+    matmuls are the differentiable grouped matmul `gmm`."""
     emb, head = (torch.from_numpy(a) for a in frozen_params(cfg, task_seed))
     no_bias = torch.zeros(cfg.experts)
     names = cfg.trainable()
@@ -38,7 +35,7 @@ def make_grad_fn(cfg: ModelConfig, gmm: GroupedMatmul | str, task_seed: int = 0)
         h = emb[torch.from_numpy(tokens.astype(np.int64))]
         for b in range(cfg.blocks):
             out, _ = moe_layer(_rmsnorm(h).to(torch.bfloat16), p[f"b{b}.w_router"], no_bias,
-                               p[f"b{b}.wi"], p[f"b{b}.wo"], top_k=cfg.top_k, gmm=expert_gmm)
+                               p[f"b{b}.wi"], p[f"b{b}.wo"], top_k=cfg.top_k, gmm=gmm)
             h = h + out
         logits = _rmsnorm(h) @ head
         loss = torch.nn.functional.cross_entropy(

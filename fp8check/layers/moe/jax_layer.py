@@ -1,11 +1,10 @@
-"""JAX MoE layer on the Pallas grouped-matmul kernels (the math of
-`fp8check.references.moe`).
+"""The MoE layer in JAX (the math of `fp8check.references.moe`) around any differentiable
+grouped matmul: the Pallas family's (`fp8check.layers.moe.matmuls`) or a user's JAX kernels
+(`fp8check.layers.moe.user`).
 
 Precision contract (what the float64 straight-through reference mirrors): router logits,
 softmax and combine weights in float32; x, x_perm, both GMM outputs and the SiLU-GLU
-activation stored in bf16; the combine accumulates in float32 and `out` is float32.  The
-"fp8" variant runs both GMMs with `gmm_fp8_train` (FP8 forward, bf16 backward), the "bf16"
-variant with `gmm_bf16_train` (bf16 forward and backward).
+activation stored in bf16; the combine accumulates in float32 and `out` is float32.
 """
 
 from __future__ import annotations
@@ -16,14 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fp8check.kernels.pallas.train import gmm_bf16_train, gmm_fp8_train
-from fp8check.references.moe import MoEInputs, MoEOutputs, variant_of
+from fp8check.references.moe import MoEInputs, MoEOutputs
 
 # A differentiable grouped matmul: (lhs [M, K], rhs [G, K, N], group_sizes [G]) -> [M, N].
 GroupedMatmul = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
-
-
-VARIANTS: dict[str, GroupedMatmul] = {"fp8": gmm_fp8_train, "bf16": gmm_bf16_train}
 
 
 def moe_layer(x, w_router, router_bias, wi, wo, *, top_k: int,
@@ -70,7 +65,3 @@ def run_moe(inp: MoEInputs, gmm: GroupedMatmul) -> MoEOutputs:
     return MoEOutputs(out=np.asarray(out), dx=dx, d_router=d_router, d_wi=d_wi, d_wo=d_wo,
                       group_sizes=np.asarray(gs, np.int32))
 
-
-def run_variant(inp: MoEInputs, variant: str) -> MoEOutputs:
-    """`run_moe` with the variant's kernels ("fp8" or "bf16")."""
-    return run_moe(inp, variant_of(VARIANTS, variant))

@@ -1,0 +1,157 @@
+"""A user's kernels as the expert matmuls of layers 2 and 3 (`user_matmuls`): the MoE layer
+and the training model of the kernels' framework, built around them.
+
+* forward, contract `gmm-fp8` (variant "fp8"): each grouped matmul quantizes its operands
+  with the `deepgemm` recipe, as the straight-through reference does (x [M, K] in 1x128
+  blocks, w [G, K, N] in 128x128 blocks per expert: `<framework>_grouped.quantize`), and
+  calls the kernel on (x values, x scales, w values, w scales, group_sizes);
+* forward, contract `gmm` (variant "bf16"): the kernel on bf16 copies of (x, w), group_sizes;
+* the kernel's output is asked for in bf16 (the layer's storage dtype) when it declares
+  bf16, else in float32 and rounded to bf16 by the layer (said in the results' `forward`);
+* backward: the user's `dgrad` (dy [M, N] bf16, w [G, K, N] bf16, group_sizes) -> dX [M, K]
+  and `tgmm` (x [M, K] bf16, dy [M, N] bf16, group_sizes) -> dW [G, K, N], float32 or bf16;
+  where one is not given, fp8check's bf16 reference backward (`bf16_dgrad`, `bf16_tgmm`:
+  bf16 operands, float32 accumulation) runs in its place and the results' `backward` says
+  so.
+
+A gmm-fp8 kernel's layer-3 training is compared with a bf16 run of fp8check's own bf16
+grouped matmul (`bf16_forward`, the reference backward): the baseline, whose results are
+not reported.  Every output of the user's kernels is checked for its shape and dtype (a
+ValueError naming the kernel is the result's error).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from fp8check.contracts import KernelSpec, out_dtype_kwargs
+from fp8check.layers.moe.matmuls import LAYER_FRAMEWORKS, ExpertMatmuls
+
+# The forward contracts layers 2 and 3 can build around -> the variant their kernel is.
+LAYER_CONTRACTS = {"gmm-fp8": "fp8", "gmm": "bf16"}
+REFERENCE_BACKWARD = "fp8check's bf16 reference (bf16 operands, float32 accumulation)"
+
+
+@dataclass(frozen=True)
+class UserKernels:
+    """The kernels a user's layers 2 and 3 run: `forward` (a KernelSpec of contract gmm-fp8
+    or gmm, framework jax or torch) and, optionally, its backward kernels `dgrad` and
+    `tgmm` (module docstring; None: fp8check's bf16 reference backward in its place), with
+    the names the results give them."""
+
+    forward: KernelSpec
+    dgrad: Callable[..., Any] | None = None
+    tgmm: Callable[..., Any] | None = None
+    dgrad_name: str = "dgrad"
+    tgmm_name: str = "tgmm"
+
+    def __post_init__(self) -> None:
+        spec = self.forward
+        tested_variant(spec.contract, spec.name)
+        if spec.framework not in LAYER_FRAMEWORKS:
+            raise ValueError(f"layers 2 and 3 build the MoE layer in "
+                             f"{' or '.join(LAYER_FRAMEWORKS)}; {spec.name} is a "
+                             f"{spec.framework} kernel")
+        for name, fn in (("dgrad", self.dgrad), ("tgmm", self.tgmm)):
+            if fn is not None and not callable(fn):
+                raise ValueError(f"{name} {fn!r} is not callable")
+
+
+def tested_variant(contract: str, name: str = "the forward kernel") -> str:
+    """The variant ("fp8" or "bf16") a forward kernel of `contract` is; ValueError for a
+    contract layers 2 and 3 cannot build around (naming the kernel `name`)."""
+    if contract not in LAYER_CONTRACTS:
+        raise ValueError(f"layers 2 and 3 build a MoE layer around a forward kernel of "
+                         f"contract {' or '.join(LAYER_CONTRACTS)}; {name} is {contract}")
+    return LAYER_CONTRACTS[contract]
+
+
+def _ops(framework: str) -> ModuleType:
+    if framework == "jax":
+        from fp8check.layers.moe import jax_grouped
+
+        return jax_grouped
+    from fp8check.layers.moe import torch_grouped
+
+    return torch_grouped
+
+
+def _checked(ops: ModuleType, out: Any, shape: tuple[int, ...], what: str,
+             dtypes: tuple[str, ...]) -> Any:
+    """`out` if it is an array of `shape` and one of `dtypes`; else ValueError."""
+    got = ops.dtype_name(out)
+    if got not in dtypes or tuple(out.shape) != shape:
+        have = f"{getattr(out, 'dtype', type(out).__name__)}{list(getattr(out, 'shape', []))}"
+        raise ValueError(f"{what} returned {have}; expected {' or '.join(dtypes)} "
+                         f"{list(shape)}")
+    return out
+
+
+def _forward(spec: KernelSpec, ops: ModuleType) -> tuple[Callable[..., Any], str]:
+    """(the forward (x, w, group_sizes) -> [M, N] bf16 around `spec`, the output dtype
+    asked of the kernel)."""
+    out_dtype = "bf16" if "bf16" in spec.out_dtypes else spec.out_dtypes[0]
+    kwargs = out_dtype_kwargs(spec, out_dtype)
+
+    def forward(x: Any, w: Any, group_sizes: Any) -> Any:
+        if spec.contract == "gmm-fp8":
+            args = (*ops.quantize(x, (1, 128)), *ops.quantize(w, (128, 128)), group_sizes)
+        else:
+            args = (ops.to_bf16(x), ops.to_bf16(w), group_sizes)
+        out = spec.fn(*args, **kwargs)
+        shape = (x.shape[0], w.shape[2])
+        return ops.to_bf16(_checked(ops, out, shape, f"forward kernel {spec.name}",
+                                    (out_dtype,)))
+
+    return forward, out_dtype
+
+
+def _backward(fn: Callable[..., Any] | None, reference: Callable[..., Any], name: str,
+              ops: ModuleType, shape_of: Callable[[Any, Any, Any], tuple[int, ...]]
+              ) -> Callable[..., Any]:
+    """The user's backward kernel `fn` with its output checked, or the reference."""
+    if fn is None:
+        return reference
+
+    def backward(a: Any, b: Any, group_sizes: Any) -> Any:
+        out = fn(a, b, group_sizes)
+        return _checked(ops, out, shape_of(a, b, group_sizes), name, ("f32", "bf16"))
+
+    return backward
+
+
+def _backward_note(k: UserKernels) -> str:
+    if k.dgrad is None and k.tgmm is None:
+        return (f"{REFERENCE_BACKWARD}: no dgrad or tgmm kernel given (--dgrad, --tgmm), so "
+                f"the gradients check the forward kernel and the layer, not a backward "
+                f"kernel of yours")
+    parts = [f"{role}: {name if fn is not None else REFERENCE_BACKWARD + ' (none given)'}"
+             for role, fn, name in (("dgrad", k.dgrad, k.dgrad_name),
+                                    ("tgmm", k.tgmm, k.tgmm_name))]
+    return "; ".join(parts)
+
+
+def user_matmuls(k: UserKernels) -> ExpertMatmuls:
+    """The expert matmuls of `k` (module docstring): the kernels' variant, tested, and for a
+    gmm-fp8 forward the bf16 baseline; `notes` say what ran forward and backward."""
+    spec = k.forward
+    ops = _ops(spec.framework)
+    forward, out_dtype = _forward(spec, ops)
+    dgrad = _backward(k.dgrad, ops.bf16_dgrad, f"dgrad kernel {k.dgrad_name}", ops,
+                      lambda dy, w, gs: (dy.shape[0], w.shape[1]))
+    tgmm = _backward(k.tgmm, ops.bf16_tgmm, f"tgmm kernel {k.tgmm_name}", ops,
+                     lambda x, dy, gs: (gs.shape[0], x.shape[1], dy.shape[1]))
+    variant = tested_variant(spec.contract)
+    variants = {variant: ops.differentiable(forward, dgrad, tgmm)}
+    if variant == "fp8":
+        variants["bf16"] = ops.differentiable(ops.bf16_forward, ops.bf16_dgrad, ops.bf16_tgmm)
+    operands = ("operands quantized with the deepgemm recipe (1x128 activation blocks, "
+                "128x128 weight blocks per expert)" if variant == "fp8"
+                else "bf16 operands")
+    rounding = "" if out_dtype == "bf16" else ", rounded to bf16 by the layer"
+    notes = {"forward": f"{spec.name} on {operands}, output {out_dtype}{rounding}",
+             "backward": _backward_note(k)}
+    return ExpertMatmuls(spec.name, spec.framework, variants, tested=(variant,), notes=notes)
