@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from fp8check.contracts import KernelSpec, out_dtype_kwargs
+from fp8check.contracts import KernelSpec, out_dtype_kwargs, takes_out_dtype
 from fp8check.layers.moe.matmuls import LAYER_FRAMEWORKS, ExpertMatmuls
 
 # The forward contracts layers 2 and 3 can build around -> the variant their kernel is.
@@ -91,10 +91,17 @@ def _checked(ops: ModuleType, out: Any, shape: tuple[int, ...], what: str,
 
 
 def _forward(spec: KernelSpec, ops: ModuleType) -> tuple[Callable[..., Any], str]:
-    """(the forward (x, w, group_sizes) -> [M, N] bf16 around `spec`, the output dtype
-    asked of the kernel)."""
-    out_dtype = "bf16" if "bf16" in spec.out_dtypes else spec.out_dtypes[0]
-    kwargs = out_dtype_kwargs(spec, out_dtype)
+    """(the forward (x, w, group_sizes) -> [M, N] bf16 around `spec`, what its output
+    is).  A kernel that takes `out_dtype` is asked for bf16 when it declares bf16 (the
+    layer's dtype); one that does not must return a dtype it declares, the same on every
+    call (the first call's)."""
+    takes = takes_out_dtype(spec.fn)
+    if takes:
+        wanted = ("bf16",) if "bf16" in spec.out_dtypes else spec.out_dtypes[:1]
+    else:
+        wanted = spec.out_dtypes
+    kwargs = out_dtype_kwargs(spec, wanted[0])
+    seen: list[str] = []
 
     def forward(x: Any, w: Any, group_sizes: Any) -> Any:
         if spec.contract == "gmm-fp8":
@@ -103,10 +110,15 @@ def _forward(spec: KernelSpec, ops: ModuleType) -> tuple[Callable[..., Any], str
             args = (ops.to_bf16(x), ops.to_bf16(w), group_sizes)
         out = spec.fn(*args, **kwargs)
         shape = (x.shape[0], w.shape[2])
-        return ops.to_bf16(_checked(ops, out, shape, f"forward kernel {spec.name}",
-                                    (out_dtype,)))
+        out = _checked(ops, out, shape, f"forward kernel {spec.name}",
+                       tuple(seen) or wanted)
+        seen[:] = [ops.dtype_name(out)]
+        return ops.to_bf16(out)
 
-    return forward, out_dtype
+    if takes and wanted == ("bf16",):
+        return forward, "output bf16"
+    how = "asked by out_dtype" if takes else "as the kernel returns it, without out_dtype"
+    return forward, f"output {' or '.join(wanted)} ({how}), rounded to bf16 by the layer"
 
 
 def _backward(fn: Callable[..., Any] | None, reference: Callable[..., Any], name: str,
@@ -139,7 +151,7 @@ def user_matmuls(k: UserKernels) -> ExpertMatmuls:
     gmm-fp8 forward the bf16 baseline; `notes` say what ran forward and backward."""
     spec = k.forward
     ops = _ops(spec.framework)
-    forward, out_dtype = _forward(spec, ops)
+    forward, output = _forward(spec, ops)
     dgrad = _backward(k.dgrad, ops.bf16_dgrad, f"dgrad kernel {k.dgrad_name}", ops,
                       lambda dy, w, gs: (dy.shape[0], w.shape[1]))
     tgmm = _backward(k.tgmm, ops.bf16_tgmm, f"tgmm kernel {k.tgmm_name}", ops,
@@ -151,7 +163,6 @@ def user_matmuls(k: UserKernels) -> ExpertMatmuls:
     operands = ("operands quantized with the deepgemm recipe (1x128 activation blocks, "
                 "128x128 weight blocks per expert)" if variant == "fp8"
                 else "bf16 operands")
-    rounding = "" if out_dtype == "bf16" else ", rounded to bf16 by the layer"
-    notes = {"forward": f"{spec.name} on {operands}, output {out_dtype}{rounding}",
+    notes = {"forward": f"{spec.name} on {operands}, {output}",
              "backward": _backward_note(k)}
     return ExpertMatmuls(spec.name, spec.framework, variants, tested=(variant,), notes=notes)
