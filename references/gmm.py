@@ -507,7 +507,7 @@ def gmm(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray, group_sizes: Array
     for gi in range(g):
         if gs[gi]:
             r0, r1 = offs[gi], offs[gi + 1]
-            out[r0:r1] = exact_matmul(a64[r0:r1], _to_f64(np.asarray(rhs)[gi]), dt)
+            exact_matmul(a64[r0:r1], _to_f64(np.asarray(rhs)[gi]), dt, out=out[r0:r1])
     return out
 
 
@@ -543,11 +543,9 @@ def tgmm(lhs: np.ndarray, dy: np.ndarray, group_sizes: ArrayLike,
     gs = check_group_sizes(group_sizes, np.asarray(group_sizes).shape[0], lhs.shape[0])
     offs = group_offsets(gs)
     a64, d64 = _to_f64(lhs), _to_f64(dy)
-    out = np.zeros((gs.shape[0], lhs.shape[1], dy.shape[1]), dt)
-    for g in range(gs.shape[0]):
-        if gs[g]:
-            r0, r1 = offs[g], offs[g + 1]
-            out[g] = exact_matmul(a64[r0:r1].T, d64[r0:r1], dt)
+    out = np.empty((gs.shape[0], lhs.shape[1], dy.shape[1]), dt)
+    for g in range(gs.shape[0]):  # an empty group: a sum of no terms, zeros
+        exact_matmul(a64[offs[g]:offs[g + 1]].T, d64[offs[g]:offs[g + 1]], dt, out=out[g])
     return out
 
 
@@ -577,7 +575,7 @@ def dgrad(dy: np.ndarray, rhs: np.ndarray, group_sizes: ArrayLike,
     for g in range(gs.shape[0]):
         if gs[g]:
             r0, r1 = offs[g], offs[g + 1]
-            out[r0:r1] = exact_matmul(d64[r0:r1], _to_f64(rhs[g]).T, dt)
+            exact_matmul(d64[r0:r1], _to_f64(rhs[g]).T, dt, out=out[r0:r1])
     return out
 
 

@@ -150,19 +150,24 @@ def _round_block(rows, cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1, b2_ro
     return out, flagged
 
 
-def _fast(a, b, a1, a2, b1, b2, dt: np.dtype) -> np.ndarray:
-    """a1 @ b1 from BLAS, exact, cast once to dt where no correction reaches (RN: numpy's
-    and ml_dtypes' casts from float64 round once, correctly); the rows of a2 and the columns
-    of b2 with nonzeros through `_round_block` and, where flagged, `certified.exact_dots`."""
+def _fast(a, b, a1, a2, b1, b2, out: np.ndarray) -> None:
+    """Into out: a1 @ b1 from BLAS, exact, cast once to out's dtype where no correction
+    reaches (RN: numpy's and ml_dtypes' casts from float64 round once, correctly); the rows
+    of a2 and the columns of b2 with nonzeros through `_round_block` and, where flagged,
+    `certified.exact_dots`."""
     m, k = a.shape
     n = b.shape[1]
-    t1 = a1 @ b1  # exact, see the module docstring
-    out = t1 if dt == np.float64 else t1.astype(dt)
+    dt = out.dtype
+    if dt == np.float64:
+        t1 = np.matmul(a1, b1, out=out)  # exact, see the module docstring
+    else:
+        t1 = a1 @ b1
+        out[...] = t1
     rows_c = np.flatnonzero(a2.any(axis=1))
     b2r, b2c = np.nonzero(b2)
     cols_c = np.unique(b2c)
     if not rows_c.size and not cols_c.size:
-        return out
+        return
     a2r, a2c = np.nonzero(a2)
     ptr = np.searchsorted(a2r, np.arange(m + 1))
     others = np.ones(m, np.bool_)
@@ -186,37 +191,45 @@ def _fast(a, b, a1, a2, b1, b2, dt: np.dtype) -> np.ndarray:
         if fr.size:
             i, j = rows[fr], cols[fc]
             out[i, j] = exact_dots(a, b, i, j, prec, emin).astype(dt)
-    return out
 
 
-def _finite_matmul(a: np.ndarray, b: np.ndarray, dt: np.dtype) -> np.ndarray:
+def _finite_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     m, k = a.shape
     n = b.shape[1]
     beta = slice_bits(k)
     a1, a2 = split_top(a, beta, axis=1)
     b1, b2 = split_top(b, beta, axis=0)
     if np.count_nonzero(a2) * n + np.count_nonzero(b2) * m > _SPARSE_FRACTION * m * n * k:
-        return _dense(a, b, beta, *precision_of(dt)).astype(dt)
-    return _fast(a, b, a1, a2, b1, b2, dt)
+        out[...] = _dense(a, b, beta, *precision_of(out.dtype))
+    else:
+        _fast(a, b, a1, a2, b1, b2, out)
 
 
-def exact_matmul(a: np.ndarray, b: np.ndarray, out_dtype: DTypeLike) -> np.ndarray:
+def exact_matmul(a: np.ndarray, b: np.ndarray, out_dtype: DTypeLike,
+                 out: np.ndarray | None = None) -> np.ndarray:
     """Exact a @ b for float64 a [m, k], b [k, n] (any memory layout) holding images of
     float32 / bf16 values, rounded once to out_dtype (float64, float32 or bfloat16) ->
-    [m, n] of out_dtype.  Non-finite inputs give the IEEE values of the elements they reach
-    (module docstring)."""
+    [m, n] of out_dtype, written into `out` (C-contiguous, of that shape and dtype) when
+    given.  Non-finite inputs give the IEEE values of the elements they reach (module
+    docstring)."""
     dt = np.dtype(out_dtype)
     precision_of(dt)  # ValueError for a format without exact rounding
     m, n = a.shape[0], b.shape[1]
+    if out is None:
+        out = np.empty((m, n), dt)
+    elif out.shape != (m, n) or out.dtype != dt or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous {dt} {(m, n)}, got {out.dtype} {out.shape}")
     if m == 0 or n == 0 or a.shape[1] == 0:
-        return np.zeros((m, n), dt)
+        out[...] = 0
+        return out
     finite_a, finite_b = np.isfinite(a), np.isfinite(b)
     # Casts past the output's range give inf (the IEEE rounding), and the non-finite
     # elements' NaNs are the values asked for: neither is worth a warning.
     with np.errstate(over="ignore", invalid="ignore"):
         if finite_a.all() and finite_b.all():
-            return _finite_matmul(a, b, dt)
-        out = _finite_matmul(np.where(finite_a, a, 0.0), np.where(finite_b, b, 0.0), dt)
+            _finite_matmul(a, b, out)
+            return out
+        _finite_matmul(np.where(finite_a, a, 0.0), np.where(finite_b, b, 0.0), out)
         bad = ~finite_a.all(axis=1)[:, None] | ~finite_b.all(axis=0)[None, :]
         out[bad] = (a @ b)[bad].astype(dt)
     return out
