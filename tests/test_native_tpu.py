@@ -232,6 +232,24 @@ def test_libtpu_missing_is_a_one_line_usage_error(tmp_path):
     assert not out.exists()
 
 
+def test_parallel_workers_read_back_their_own_compiles(tmp_path):
+    """`--jobs 2`: two workers compile for v5e at once, each reading back the Mosaic dumps
+    its own compiles add.  With one dump directory for both (the parent's, inherited),
+    a third of the results lost their VMEM and LLO figures and failed; every one must pass,
+    the Mosaic kernels' with their figures."""
+    out = tmp_path / "g.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fp8check", "gate", "--kernel", "pallas-fp8", "--kernel",
+         "pallas-tgmm", "--layers", "0", "--suite", "smoke", "--targets", "v5e", "--jobs",
+         "2", "--json", str(out), "--no-progress"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = __import__("json").loads(out.read_text())["results"]
+    assert len(results) > 20 and all(r["passed"] for r in results)
+    mosaic = [r for r in results if not r["case"].startswith("quantize-")]  # XLA, no Mosaic
+    assert mosaic and all("llo_missing" not in r["metrics"] for r in mosaic)
+
+
 FWD_TILINGS = [Tiling(tm, tk, tn) for tm in (32, 256) for tk in (128, 512, 2048)
                for tn in (128, 512)]
 

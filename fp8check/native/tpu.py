@@ -20,8 +20,9 @@ What a `TpuBuild` records, per (kernel, chip):
   multiply-add op appears (it decides the scale step's rounding, `gmm.ACCUM_NATIVE`).
 
 Mosaic writes its dumps to the directory named by `--xla_mosaic_dump_to` in
-LIBTPU_INIT_ARGS, which libtpu reads once, when it loads; this module sets it before it
-first loads libtpu, and reads back the files each compile adds.  If libtpu was loaded
+LIBTPU_INIT_ARGS, which libtpu reads once, when it loads; this module sets it, to a
+directory of the process's own, before it first loads libtpu, and reads back the files each
+compile adds.  If libtpu was loaded
 before without it, builds carry no LLO figures (`llo is None`) and say why.
 
 Compiling is not running: a build says what the compiler produced for the chip, not what
@@ -47,6 +48,7 @@ from fp8check.native import ToolchainMissing
 TPU_TARGETS: dict[str, str] = {"v5e": "v5e:2x2", "v6e": "v6e:2x2", "v5p": "v5p:2x2x1"}
 
 _DUMP_FLAG = "--xla_mosaic_dump_to"
+_DUMP_OWNER = "FP8CHECK_MOSAIC_DUMP_PID"  # the process whose dump directory the flag names
 _OP = re.compile(r'"?llo\.([a-z_0-9.]+)"?[ (<{]')
 _FORMAT = re.compile(r"matmul_data_format<([a-z0-9_]+)>")
 _MEMREF = re.compile(r"%arg\d+: memref<([0-9x]+)x([a-zA-Z0-9]+), #tpu\.memory_space<vmem>>")
@@ -102,11 +104,16 @@ def _dump_dir() -> Path | None:
 
 @functools.cache
 def _libtpu_loaded() -> bool:
-    """Load libtpu (once), first naming a Mosaic dump directory if none is named."""
-    if _dump_dir() is None:
-        d = tempfile.mkdtemp(prefix="fp8check-mosaic-")
-        os.environ["LIBTPU_INIT_ARGS"] = (
-            os.environ.get("LIBTPU_INIT_ARGS", "") + f" {_DUMP_FLAG}={d}").strip()
+    """Load libtpu (once), first naming a Mosaic dump directory of this process's own: a
+    fresh one, inside the directory named before if one was (by the user, or inherited
+    from the process that started this one).  Each process reads back the files its
+    compiles add, so two processes sharing one directory (the gate's --jobs workers) would
+    take each other's dumps for their own."""
+    if os.environ.get(_DUMP_OWNER) != str(os.getpid()):
+        d = tempfile.mkdtemp(prefix="fp8check-mosaic-", dir=_dump_dir())
+        others = re.sub(rf"{_DUMP_FLAG}=\S+", "", os.environ.get("LIBTPU_INIT_ARGS", ""))
+        os.environ["LIBTPU_INIT_ARGS"] = f"{others.strip()} {_DUMP_FLAG}={d}".strip()
+        os.environ[_DUMP_OWNER] = str(os.getpid())
     try:
         import libtpu  # noqa: F401
     except ImportError as e:
