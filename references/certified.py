@@ -42,14 +42,6 @@ _MARGIN = 1.0 + 2.0**-51
 
 
 @numba.njit(cache=True, inline="always")
-def two_sum(a, b):
-    """(s, e) with s = RN64(a + b) and s + e == a + b exactly (Knuth's TwoSum)."""
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
-
-
-@numba.njit(cache=True, inline="always")
 def round_certified(s, e, err, p, emin):
     """(RN_p(s) as float64, whether it is RN_p(t) for every t with |t - (s+e)| <= err)."""
     if not (math.isfinite(s) and math.isfinite(e) and math.isfinite(err)):

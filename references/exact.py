@@ -101,6 +101,14 @@ def round_pair_f32(s, e):
     return _break_tie(s, r, e)
 
 
+@numba.njit(cache=True, inline="always")
+def two_sum(a, b):
+    """(s, e) with s = RN64(a + b) and s + e == a + b exactly (Knuth's TwoSum)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
 def _fma_f32(a, b, c):
     p = np.float64(a) * np.float64(b)  # exact: 24 + 24 bits
     c64 = np.float64(c)
@@ -109,8 +117,7 @@ def _fma_f32(a, b, c):
     # The TwoSum remainder is needed only at an exact float32 midpoint (rare): test first.
     if not math.isfinite(s) or np.float64(r) == s or not _is_f32_midpoint(s, r):
         return r
-    bb = s - p
-    e = (p - (s - bb)) + (c64 - bb)  # TwoSum: s + e == p + c exactly
+    e = two_sum(p, c64)[1]  # s + e == p + c exactly
     return r if e == 0.0 else _break_tie(s, r, e)
 
 

@@ -51,7 +51,7 @@ from numpy.typing import ArrayLike, DTypeLike
 from threadpoolctl import threadpool_limits
 
 from fp8check.references import amx, hopper_mma, vnni
-from fp8check.references.certified import round_certified, scaled_terms_exact, two_sum
+from fp8check.references.certified import round_certified, scaled_terms_exact
 from fp8check.references.exact import (
     ACC_SIZE,
     acc_add,
@@ -61,6 +61,7 @@ from fp8check.references.exact import (
     precision_of,
     round_pair_f32,
     two_product,
+    two_sum,
 )
 from fp8check.references.matmul import exact_matmul
 from fp8check.references.quant import QTensor, expand_scales

@@ -45,8 +45,8 @@ import numba
 import numpy as np
 from numpy.typing import DTypeLike
 
-from fp8check.references.certified import exact_dots, round_certified, two_sum
-from fp8check.references.exact import ACC_SIZE, acc_add, acc_round, exact_sum_rows, precision_of
+from fp8check.references.certified import exact_dots, round_certified
+from fp8check.references.exact import exact_sum_rows, precision_of, two_sum
 
 _U = 2.0**-53
 _MAX_SLICE_PAIRS = 16
@@ -76,43 +76,36 @@ def split_top(x: np.ndarray, beta: int, axis: int = 1) -> tuple[np.ndarray, np.n
     return hi, x - hi
 
 
-def slices(x: np.ndarray, beta: int, max_slices: int) -> list[np.ndarray] | None:
-    """Split float64 x [m, k] row by row into x = sum(slices) exactly (`split_top` on each
-    remainder in turn); None if more than max_slices are needed."""
+def slices(x: np.ndarray, beta: int, max_slices: int, axis: int = 1) -> list[np.ndarray] | None:
+    """Split float64 x [m, k] row by row (axis=1; column by column with axis=0) into
+    x = sum(slices) exactly (`split_top` on each remainder in turn); None if more than
+    max_slices are needed."""
     out: list[np.ndarray] = []
     r = np.array(x, dtype=np.float64)
     while r.any():
         if len(out) == max_slices:
             return None
-        hi, r = split_top(r, beta)
+        hi, r = split_top(r, beta, axis)
         out.append(hi)
     return out
 
 
-@numba.njit(parallel=True, cache=True)
-def exact_matmul_terms(a, b, prec, emin):
-    """exact_matmul term by term: every product into the superaccumulator (parallel over
-    rows).  The path for operands whose slices would be too many, and the tests' oracle."""
-    m, k = a.shape
-    n = b.shape[1]
-    out = np.empty((m, n), np.float64)
-    for i in numba.prange(m):
-        acc = np.zeros(ACC_SIZE, np.int64)
-        for j in range(n):
-            for t in range(k):
-                acc_add(acc, a[i, t] * b[t, j])
-            out[i, j] = acc_round(acc, prec, emin)
-    return out
+def exact_matmul_terms(a: np.ndarray, b: np.ndarray, prec: int, emin: int) -> np.ndarray:
+    """exact_matmul term by term: every product into the superaccumulator
+    (`certified.exact_dots` on every element) -> float64 [m, n].  The path for operands
+    whose slices would be too many, and the tests' oracle."""
+    m, n = a.shape[0], b.shape[1]
+    rows, cols = np.divmod(np.arange(m * n), n)
+    return exact_dots(a, b, rows, cols, prec, emin).reshape(m, n)
 
 
-def _dense(a: np.ndarray, b: np.ndarray, beta: int, prec: int, emin: int) -> np.ndarray:
-    sa = slices(a, beta, _MAX_SLICE_PAIRS)
-    sb = slices(np.ascontiguousarray(b.T), beta, _MAX_SLICE_PAIRS)
-    if sa is None or sb is None or len(sa) * len(sb) > _MAX_SLICE_PAIRS:
-        return exact_matmul_terms(np.ascontiguousarray(a), np.ascontiguousarray(b), prec, emin)
-    if not sa or not sb:  # a zero operand
-        return np.zeros((a.shape[0], b.shape[1]))
-    prods = np.stack([x @ y.T for x in sa for y in sb])  # [pairs, m, n], each exact
+def _dense(a, b, a1, a2, b1, b2, beta: int, prec: int, emin: int) -> np.ndarray:
+    """Ozaki's slices all the way, continuing from the first split a1 + a2, b1 + b2."""
+    sa = slices(a2, beta, _MAX_SLICE_PAIRS - 1)
+    sb = slices(b2, beta, _MAX_SLICE_PAIRS - 1, axis=0)
+    if sa is None or sb is None or (len(sa) + 1) * (len(sb) + 1) > _MAX_SLICE_PAIRS:
+        return exact_matmul_terms(a, b, prec, emin)
+    prods = np.stack([x @ y for x in (a1, *sa) for y in (b1, *sb)])  # [pairs, m, n], exact
     terms = prods.reshape(prods.shape[0], -1).T
     return exact_sum_rows(terms, prec, emin).reshape(a.shape[0], b.shape[1])
 
@@ -200,7 +193,7 @@ def _finite_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     a1, a2 = split_top(a, beta, axis=1)
     b1, b2 = split_top(b, beta, axis=0)
     if np.count_nonzero(a2) * n + np.count_nonzero(b2) * m > _SPARSE_FRACTION * m * n * k:
-        out[...] = _dense(a, b, beta, *precision_of(out.dtype))
+        out[...] = _dense(a, b, a1, a2, b1, b2, beta, *precision_of(out.dtype))
     else:
         _fast(a, b, a1, a2, b1, b2, out)
 
