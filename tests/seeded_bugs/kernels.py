@@ -18,6 +18,7 @@ import numpy as np
 from fp8check.contracts import KernelSpec
 from fp8check.references.exact import fma_f32
 from fp8check.references.hopper_mma import block_partial
+from seeded_bugs.catch import Catch
 
 TM = 128  # rows per M tile
 QB = 128  # quantization block (K and N)
@@ -377,6 +378,26 @@ BUGGY: dict[str, KernelSpec] = {
         tgmm_spec("bug-tgmm-empty-group-nan", tgmm_amax_normalised),
         quantizer_spec("bug-quantizer-no-amax-guard", quantize_no_amax_guard),
     )
+}
+
+# Where each bug must fail: the ci suite, and a criterion among its failures.
+EXPECTED = {
+    "bug-shifted-group-start": Catch("ci", "bound_ratio"),
+    "bug-dropped-residual-tile": Catch("ci", "bound_ratio"),
+    "bug-unmasked-residual-store": Catch("ci", "bound_ratio"),
+    "bug-empty-group-shift": Catch("ci", "bound_ratio"),
+    "bug-transposed-rhs-scale": Catch("ci", "bound_ratio"),
+    "bug-stale-lhs-scale": Catch("ci", "bound_ratio"),
+    "bug-one-scale-per-512-tile": Catch("ci", "bound_ratio"),
+    "bug-bf16-accumulator": Catch("ci", "error_ratio"),
+    "bug-truncating-bf16-cast": Catch("ci", "bias_z"),
+    "bug-random-k-order": Catch("ci", "deterministic"),
+    "bug-reused-accumulator": Catch("ci", "bound_ratio"),
+    "bug-dropped-last-k-block": Catch("ci", "bound_ratio"),
+    "bug-hopper-declared-f32": Catch("ci", "bound_ratio"),
+    "bug-hopper-truncating-bf16-cast": Catch("ci", "bias_z"),
+    "bug-tgmm-empty-group-nan": Catch("ci", "finite"),
+    "bug-quantizer-no-amax-guard": Catch("ci", "quantizer_bit_exact"),
 }
 
 # Named for `fp8check gate --kernel tests/seeded_bugs/kernels.py:NAME` (notebook 02's
