@@ -16,17 +16,20 @@ dtypes, seeded adversarial random group sizes (`random<i>` cases: empty groups, 
 and beside 128-row tile edges, rows past the last group), and an `exact_partials` family
 (small integers times power-of-two block magnitudes, quantized with `deepgemm-ue8m0`): on
 it every 128-wide partial sum is exactly representable in float32, so a kernel declaring
-an accumulation recipe must match the reference bit for bit.
+an accumulation recipe must match the reference bit for bit.  ci adds the `subnormal`
+family (`fp8check.subnormal_data`): outputs and partial sums in the float32 subnormal
+range, exact in every valid order, so a flush-to-zero accumulator fails unless declared.
 """
 
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from fp8check.references.quant import BLOCK
+from fp8check.subnormal_data import SUBNORMAL_DIST, SUBNORMAL_RECIPE, subnormal_inputs
 from fp8check.testdata import DISTRIBUTIONS, GROUP_PATTERNS, GroupPattern
 
 EXACT_RECIPE = "deepgemm-ue8m0"
@@ -200,6 +203,14 @@ def build_suite(suite: str, seed: int = 0) -> list[Case]:
             _make_case(suite, aspect, shape.gs[0], pattern, "smallint", outs[i % 2], seed,
                        exact=True)
         )
+    if suite == "ci":
+        # Outputs and partial sums in the float32 subnormal range, exact in every valid
+        # order (fp8check.subnormal_data): one f32 and one bf16 output (bf16 has
+        # subnormals too).
+        for aspect, pattern, out in (("wo", focus[1], "f32"), ("wi", focus[0], "bf16")):
+            cases.append(replace(
+                _make_case(suite, aspect, shape.gs[0], pattern, SUBNORMAL_DIST, out, seed,
+                           exact=True), recipe=SUBNORMAL_RECIPE))
     for aspect in ("wi", "wo") if suite != "smoke" else ("wi",):
         for i in range(shape.random_draws):
             cases.append(
@@ -234,6 +245,9 @@ def _smallint(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 def case_inputs(case: Case) -> CaseInputs:
     """The case's float32 operands, regenerated deterministically from its id."""
     rng = _rng(case.id, "values")
+    if case.distribution == SUBNORMAL_DIST:
+        x, w, dy = subnormal_inputs(rng, case.m, case.k, case.n, case.g)
+        return CaseInputs(x=x, w=w, dy=dy, group_sizes=case.group_sizes_array())
     draw = _smallint if case.exact_partials else DISTRIBUTIONS[case.distribution]
     x = np.asarray(draw(rng, (case.m, case.k)), dtype=np.float32)
     w = np.asarray(draw(rng, (case.g, case.k, case.n)), dtype=np.float32)

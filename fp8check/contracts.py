@@ -81,6 +81,13 @@ class KernelSpec:
         compiled natively (interpret=False); gate layer 0 compiles it for the TPU chips
         (default: `fn` itself, which for an interpret-mode Pallas kernel is plain XLA, with
         no Mosaic kernel to inspect: the results then show `llo_missing`).
+    flushes_subnormals: the kernel flushes float32 subnormal results to zero and reads
+        subnormal inputs as zero (FTZ/DAZ).  None (the default) resolves by framework:
+        True for jax (XLA:CPU, which runs jax and interpreted Pallas here, and TPUs flush),
+        False for numpy and torch (IEEE subnormals on CPU; CUDA and compiled Triton keep
+        them unless built with ftz).  A kernel declaring it has the bound's flush-to-zero
+        term (`fp8check.underflow`): outputs below 2^-126 are then not checked precisely,
+        and the results say so.
     hopper_jobs: for a Triton kernel, (m, k, n, g) -> the `fp8check.native.hopper.HopperJob`s
         (its @triton.jit function, signature, constexprs, num_warps) its launch compiles at
         that problem; gate layer 0 compiles them for sm_90a.  A JAX kernel needs nothing:
@@ -108,6 +115,7 @@ class KernelSpec:
     hopper_interval: int = 128
     native_fn: Callable[..., Any] | None = None
     hopper_jobs: Callable[[int, int, int, int], Sequence[Any]] | None = None
+    flushes_subnormals: bool | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -124,6 +132,10 @@ class KernelSpec:
             )
         if not callable(self.fn):
             raise ValueError(f"kernel {self.name!r}: fn is not callable")
+        if self.flushes_subnormals is None:  # frozen: resolved once, here
+            object.__setattr__(self, "flushes_subnormals", self.framework == "jax")
+        elif not isinstance(self.flushes_subnormals, bool):
+            raise ValueError(f"kernel {self.name!r}: flushes_subnormals must be a bool or None")
         if self.accum is not None and self.accum not in ACCUMS:
             raise ValueError(
                 f"kernel {self.name!r}: unknown accum {self.accum!r}; "

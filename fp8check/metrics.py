@@ -264,11 +264,12 @@ def bound_ratio(
     out_dtype=np.float32,
     n: int | None = None,
     extra: np.ndarray | None = None,
+    underflow: float = 0.0,
 ) -> np.ndarray:
     """|out - exact| / bound, elementwise (float64); <= 1 for every valid implementation.
 
-    bound = gamma_n * abs_ab + 0.5 * ulp(max(|exact|, |out|), out_dtype) + 2^-53 * |exact|,
-    gamma_n = n u / (1 - n u), n = k + 2 ceil(k / 128) + 2 unless given (`error_bound`
+    bound = gamma_n * abs_ab + (1 + gamma_n) underflow + 0.5 * ulp(max(|exact|, |out|),
+    out_dtype) + 2^-53 * |exact|, gamma_n = n u / (1 - n u), n = k + 2 ceil(k / 128) + 2 unless given (`error_bound`
     returns it).
 
     Why this bounds every valid kernel: the kernel evaluates sum_i s_i a_i b_i (s_i the
@@ -278,10 +279,13 @@ def bound_ratio(
     two), so by Higham (Accuracy and Stability, Lemma 3.1 / eq. 3.4) the accumulator value
     acc satisfies |acc - x| <= gamma_n sum_i |s_i a_i b_i| <= gamma_n abs_ab, where x is
     the real value and abs_ab is an upper bound of (|A||B|)_ij on the dequantized operands.
-    The relative-error model assumes no product or scaled partial falls below float32's
-    smallest normal 2^-126 (sums there are exact, products are not): the gate's data stays
-    far above it (dequantized products >= about 2^-72, even in 2^-20 many-scales tiles);
-    operands built to underflow could exceed the bound by a few 2^-150.  The final
+    The relative-error model assumes no product falls below float32's smallest normal
+    2^-126 (sums there are exact, products are not).  With underflow each multiplication
+    may add an absolute e, |e| <= 2^-150 (or, in a kernel that flushes subnormals to zero,
+    every operation up to 2^-126), amplified by the factors applied after it and by at
+    most n roundings: `underflow` is W, the sum of those |e| times their amplification
+    (`fp8check.underflow` derives it per contract, with the proof), and the bound adds
+    (1 + gamma_n) W.  W = 0 (the default) is the no-underflow model.  The final
     rounding out = RN(acc) to out_dtype adds <= 0.5 ulp(acc); RN is monotone, so |out|
     lies in the binade of |acc| or above and ulp(max(|exact|, |out|)) >= ulp(acc).
     `exact` is x rounded to float64, off by <= 2^-53 |exact|.  The denominator is never 0:
@@ -301,7 +305,8 @@ def bound_ratio(
     """
     o, ex, ab, gamma, f = _bound_operands(out, exact, abs_ab, k, u, out_dtype, n, extra,
                                         "bound_ratio")
-    return _ratio_all(o, ex, ab, gamma, f.min_exponent, f.mantissa_bits).reshape(
+    floor = underflow_floor(underflow, gamma, "bound_ratio")
+    return _ratio_all(o, ex, ab, gamma, f.min_exponent, f.mantissa_bits, floor).reshape(
         np.shape(exact))
 
 
@@ -315,6 +320,7 @@ def error_bound(
     out_dtype=np.float32,
     n: int | None = None,
     extra: np.ndarray | None = None,
+    underflow: float = 0.0,
 ) -> np.ndarray:
     """The bound of `bound_ratio`, elementwise (float64, > 0, same arguments and checks):
     the error |out - exact| a valid kernel may make, in the output's units.
@@ -326,7 +332,8 @@ def error_bound(
     """
     o, ex, ab, gamma, f = _bound_operands(out, exact, abs_ab, k, u, out_dtype, n, extra,
                                         "error_bound")
-    return _bound_all(o, ex, ab, gamma, f.min_exponent, f.mantissa_bits).reshape(
+    floor = underflow_floor(underflow, gamma, "error_bound")
+    return _bound_all(o, ex, ab, gamma, f.min_exponent, f.mantissa_bits, floor).reshape(
         np.shape(exact))
 
 
@@ -374,39 +381,50 @@ def _bound_operands(
     return o_flat, ex_flat, ab_flat, gamma, f
 
 
+def underflow_floor(underflow: float, gamma: float, fn: str) -> float:
+    """(1 + gamma) W: the bound's absolute underflow term for `underflow` = W (finite,
+    >= 0; ValueError from `fn` otherwise).  Rounded up by one float64 ulp so that the
+    float64 product never falls below the real one."""
+    if not (math.isfinite(underflow) and underflow >= 0):
+        raise ValueError(f"{fn}: underflow must be finite and >= 0, got {underflow!r}")
+    return math.nextafter((1.0 + gamma) * underflow, math.inf) if underflow else 0.0
+
+
 @numba.njit(cache=True, inline="always")
-def bound_of(o, ex, ab, gamma, emin, mant):
+def bound_of(o, ex, ab, gamma, emin, mant, floor):
     """`error_bound` of one element (the numba scalar core of the bound, shared by
-    `ratio_of`): float64 o, ex, ab; the out format's `emin` and `mant`.  A non-finite o
-    is left out of the ulp term's magnitude."""
+    `ratio_of`): float64 o, ex, ab; the out format's `emin` and `mant`; `floor` the
+    absolute underflow term (`underflow_floor`).  A non-finite o is left out of the ulp
+    term's magnitude."""
     mag = abs(ex)
     if abs(o) <= F64_MAX and abs(o) > mag:
         mag = abs(o)
-    return gamma * ab + 0.5 * ulp_of(mag, emin, mant) + 2.0**-53 * abs(ex)
+    return gamma * ab + floor + 0.5 * ulp_of(mag, emin, mant) + 2.0**-53 * abs(ex)
 
 
 @numba.njit(cache=True, inline="always")
-def ratio_of(o, ex, ab, gamma, emin, mant):
+def ratio_of(o, ex, ab, gamma, emin, mant, floor):
     """`bound_ratio` of one element (a numba scalar core, inlined by the metric kernels):
-    float64 o, ex, ab; the out format's `emin` and `mant`; inf for a non-finite o."""
+    float64 o, ex, ab; the out format's `emin` and `mant`; `floor` as in `bound_of`; inf
+    for a non-finite o."""
     if not abs(o) <= F64_MAX:
         return math.inf
-    return abs(o - ex) / bound_of(o, ex, ab, gamma, emin, mant)
+    return abs(o - ex) / bound_of(o, ex, ab, gamma, emin, mant, floor)
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")  # the denominator is > 0
-def _ratio_all(o, ex, ab, gamma, emin, mant):
+def _ratio_all(o, ex, ab, gamma, emin, mant, floor):
     out = np.empty(o.size)
     for i in numba.prange(o.size):
-        out[i] = ratio_of(o[i], ex[i], ab[i], gamma, emin, mant)
+        out[i] = ratio_of(o[i], ex[i], ab[i], gamma, emin, mant, floor)
     return out
 
 
 @numba.njit(parallel=True, cache=True)
-def _bound_all(o, ex, ab, gamma, emin, mant):
+def _bound_all(o, ex, ab, gamma, emin, mant, floor):
     out = np.empty(o.size)
     for i in numba.prange(o.size):
-        out[i] = bound_of(o[i], ex[i], ab[i], gamma, emin, mant)
+        out[i] = bound_of(o[i], ex[i], ab[i], gamma, emin, mant, floor)
     return out
 
 

@@ -8,8 +8,8 @@ when reduced:
 * `ulp_max`, `n_ulp_off`: max and count of `ulp_distance(out, RN(exact), out_dtype) > 0`
   (distance to the correctly rounded exact value; `ULP_NAN` where out is NaN);
 * `bound_ratio_max`, `bound_ratio_argmax`, `n_over_bound`: max, first argmax and count
-  over 1 of `bound_ratio(out, exact, abs_ab, k, u=u, out_dtype=out_dtype, n=n)`, bit for
-  bit (the same scalar core, `metrics.ratio_of`);
+  over 1 of `bound_ratio(out, exact, abs_ab, k, u=u, out_dtype=out_dtype, n=n,
+  underflow=underflow)`, bit for bit (the same scalar core, `metrics.ratio_of`);
 * `n_nonfinite`: NaN or Inf in out (the reference must be finite);
 * `signal`, `noise`: sum exact^2 and sum (out - exact)^2, from which `sqnr_db` follows;
   float64 sums in a fixed block order, so the result does not depend on the thread count
@@ -35,7 +35,7 @@ import numpy as np
 
 from fp8check.bits import F64_MAX, bits_f32, exponent, pow2
 from fp8check.formats import get_format
-from fp8check.metrics import ULP_NAN, ratio_of
+from fp8check.metrics import ULP_NAN, ratio_of, underflow_floor
 
 _BLOCK = 1 << 16  # elements per parallel work item; fixes the order of the float64 sums
 _SUB = 1024  # elements per vectorized sub-block (buffers stay in L1)
@@ -149,7 +149,7 @@ def _max(buf, n):
 # error_model="numpy": no zero-divisor check on the ratio's division (its denominator is
 # at least half the format's smallest subnormal), which costs the loop 2.5x on Zen 4.
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift):
+def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor):
     """Per block of _BLOCK elements: ints [nonfinite, ulp max, ulp off, over bound, ref
     mismatches, invalid exact / abs_ab] and floats [bound max, signal, noise].
     Elementwise values go through small buffers so that the elementwise loop and each
@@ -175,7 +175,7 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift):
                 r = np.float32(ex) if shift == 0 else _rounded(ex, p, emin)  # f32: one RNE cast
                 d = abs(_ordered(o32) - _ordered(r)) >> shift
                 dist[t] = d if o == o else ULP_NAN
-                rr[t] = ratio_of(o, ex, ab[t], gamma, emin, mant)
+                rr[t] = ratio_of(o, ex, ab[t], gamma, emin, mant, floor)
                 sq[t] = ex * ex
                 dd[t] = (o - ex) * (o - ex) if abs(o) <= F64_MAX else 0.0
             nonfinite = ulp_max = ulp_off = over = mismatch = bad = 0
@@ -203,10 +203,11 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift):
 
 
 @numba.njit(cache=True)
-def _first_index_of(out, exact, abs_ab, value, start, stop, gamma, emin, mant):
+def _first_index_of(out, exact, abs_ab, value, start, stop, gamma, emin, mant, floor):
     """First i in [start, stop) whose bound ratio equals `value` (-1 if none)."""
     for i in range(start, stop):
-        if ratio_of(np.float64(out[i]), exact[i], abs_ab[i], gamma, emin, mant) == value:
+        if ratio_of(np.float64(out[i]), exact[i], abs_ab[i], gamma, emin, mant,
+                    floor) == value:
             return i
     return -1
 
@@ -220,9 +221,10 @@ def _f32_view(x: np.ndarray, name: str) -> np.ndarray:
 
 
 def metric_totals(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | None = None,
-              ref=None) -> MetricTotals:
+              ref=None, underflow: float = 0.0) -> MetricTotals:
     """Reduced layer-1 metrics of `out` (float32 or bfloat16, any shape) against `exact`
-    and `abs_ab` (float64, finite, same shape); `k`, `u`, `n` as in `metrics.bound_ratio`;
+    and `abs_ab` (float64, finite, same shape); `k`, `u`, `n`, `underflow` as in
+    `metrics.bound_ratio`;
     `ref` (out's dtype and shape) the recipe reference for the bit-exact count.  The ULP
     and bound are taken in out's dtype.  ValueError for bad input, as the metrics."""
     out = np.asarray(out)
@@ -246,8 +248,9 @@ def metric_totals(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | N
     o32 = _f32_view(out, "out")
     r32 = _f32_view(ref, "ref") if ref is not None else o32
     p, gamma = fmt.mantissa_bits + 1, n * u / (1 - n * u)
+    floor = underflow_floor(underflow, gamma, "metric_totals")
     ints, flt = _reduce(o32, ex, ab, r32, ref is not None, gamma, p, fmt.min_exponent,
-                        fmt.mantissa_bits, shift)
+                        fmt.mantissa_bits, shift, floor)
     if ints[:, 5].any():  # checked in the same pass: a separate one would double the cost
         raise ValueError("metric_totals: exact and abs_ab must be finite, abs_ab >= 0")
     if not ints.shape[0]:
@@ -255,7 +258,7 @@ def metric_totals(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | N
     best = int(np.argmax(flt[:, 0]))  # first block holding the max, then its first element
     arg = _first_index_of(o32, ex, ab, flt[best, 0], best * _BLOCK,
                           min(o32.size, (best + 1) * _BLOCK), gamma, fmt.min_exponent,
-                          fmt.mantissa_bits)
+                          fmt.mantissa_bits, floor)
     return MetricTotals(
         n=int(o32.size), n_nonfinite=int(ints[:, 0].sum()), ulp_max=int(ints[:, 1].max()),
         n_ulp_off=int(ints[:, 2].sum()), bound_ratio_max=float(flt[best, 0]),
@@ -266,13 +269,15 @@ def metric_totals(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | N
 
 
 def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepgemm",
-                rows_per_chunk: int = 2048) -> MetricTotals:
+                rows_per_chunk: int = 2048, ftz: bool = False) -> MetricTotals:
     """`metric_totals` of a gmm-fp8 output `out` [M, N] (float32 or bfloat16) against the
     exact reference of lhs [M,K] (1x128) and rhs [G,K,N] (128x128) QTensors, streamed
     `rows_per_chunk` rows of one group at a time; `accum` (None to skip) adds the
     bit-exact count against `gmm(..., accum=accum)`.  Only rows below sum(group_sizes)
-    are compared, as in the gate."""
+    are compared, as in the gate.  The bound's underflow term is the operands'
+    (`underflow.fp8_model`), for a kernel that flushes subnormals when `ftz`."""
     from fp8check.references import abs_product, gmm
+    from fp8check.underflow import fp8_model
     from fp8check.references.gmm import check_group_sizes, group_offsets
     from fp8check.references.quant import QTensor
 
@@ -286,6 +291,7 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
         raise ValueError(f"gmm_metric_totals: rows_per_chunk must be >= 1, got {rows_per_chunk!r}")
     gs = check_group_sizes(group_sizes, g, m)
     offs = group_offsets(gs)
+    underflow = fp8_model(lhs, rhs, lhs.shape[1]).term(ftz=ftz, u=2.0**-24)
     total = MetricTotals.empty(accum is not None)
     for gi in range(g):
         for r0 in range(offs[gi], offs[gi + 1], rows_per_chunk):
@@ -296,6 +302,7 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
             one = np.array([r1 - r0])
             ref = None if accum is None else gmm(a, b, one, out_dtype=out.dtype, accum=accum)
             part = metric_totals(out[r0:r1], gmm(a, b, one, out_dtype=np.float64, accum="exact"),
-                             abs_product(a, b, one), lhs.shape[1], ref=ref)
+                             abs_product(a, b, one), lhs.shape[1], ref=ref,
+                             underflow=underflow)
             total = total.merge(part, r0 * n)
     return total

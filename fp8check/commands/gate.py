@@ -44,6 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "(default 1x128)")
     g.add_argument("--fmt", help="a plain quantizer's fp8 format: e4m3fn or e5m2 "
                                  "(default e4m3fn)")
+    g.add_argument("--ftz", action=argparse.BooleanOptionalAction, default=None,
+                   help="a plain function flushes float32 subnormals to zero (FTZ/DAZ): the "
+                        "bound gains the flush term and outputs below 2^-126 are not checked "
+                        "precisely (default: yes for --framework jax, no for numpy and torch)")
     g.add_argument("--tgmm", metavar="FILE.py:NAME",
                    help="layers 2-3: your weight-gradient kernel (x, dy, group_sizes) -> dW, "
                         "the backward of the MoE layer built around --kernel (default: "
@@ -86,7 +90,7 @@ def options(args: argparse.Namespace) -> GateOptions:
         kernels=tuple(args.kernel or ()),
         plain=PlainDeclarations(args.contract, args.framework, args.accum, args.out_dtypes,
                                 args.m_align, args.recipe, args.block, args.fmt,
-                                args.tgmm, args.dgrad),
+                                args.tgmm, args.dgrad, ftz=args.ftz),
         suite=args.suite, profile=args.profile, layers=args.layers, seed=args.seed,
         backend=args.backend, targets=args.targets, cases=tuple(args.case or ()),
         json=args.json, jsonl=args.jsonl, junit=args.junit, report=args.report,

@@ -25,7 +25,7 @@ class PlainDeclarations:
     (not a KernelSpec's) `--contract`, `--framework`, `--accum`, `--out-dtypes` (comma
     list), `--m-align`, for a quantizer `--recipe`, `--block` ("1x128") and `--fmt`, and
     the backward kernels (`--tgmm`, `--dgrad`: file.py:attr or module:attr) layers 2 and 3
-    build its MoE layer with.  Checked by the gate's plan; `declared` turns the first ones
+    build its MoE layer with, and `--ftz` / `--no-ftz` (flushes_subnormals).  Checked by the gate's plan; `declared` turns the first ones
     into KernelSpec fields."""
 
     contract: str | None = None
@@ -38,6 +38,7 @@ class PlainDeclarations:
     fmt: str | None = None
     tgmm: str | None = None
     dgrad: str | None = None
+    ftz: bool | None = None
 
     def for_layer(self, layer: int) -> PlainDeclarations:
         """The declarations a rerun of a `layer` result repeats: the backward kernels only
@@ -54,6 +55,8 @@ class PlainDeclarations:
                             ("--dgrad", self.dgrad)):
             if value is not None:
                 parts += [flag, str(value)]
+        if self.ftz is not None:
+            parts.append("--ftz" if self.ftz else "--no-ftz")
         return parts
 
     def declared(self) -> dict[str, Any]:
@@ -72,6 +75,8 @@ class PlainDeclarations:
             fields["block"] = parse_block(self.block)
         if self.fmt is not None:
             fields["fmt"] = self.fmt
+        if self.ftz is not None:
+            fields["flushes_subnormals"] = self.ftz
         return fields
 
 

@@ -79,7 +79,8 @@ def environment(
         "kernels": {
             s.name: {"contract": s.contract, "framework": s.framework, "backend": s.backend,
                      "accum": s.accum, "out_dtypes": list(s.out_dtypes), "m_align": s.m_align,
-                     "deterministic": s.deterministic, "fidelity_fixes": list(s.fidelity_fixes)}
+                     "deterministic": s.deterministic, "fidelity_fixes": list(s.fidelity_fixes),
+                     "flushes_subnormals": s.flushes_subnormals}
             for s in specs
         },
         "kernel_load_errors": dict(load_errors),

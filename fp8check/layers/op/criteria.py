@@ -320,7 +320,7 @@ def bias_clusters(o: np.ndarray) -> tuple[np.ndarray, int]:
 def output_criteria(
     out: np.ndarray, prob: Problem, profile: Profile, m: dict[str, Any], *,
     accum: str | None = None, acc_unit_roundoff: float = 2.0**-24, hopper_interval: int = 128,
-    plots: PlotHook | None = None,
+    plots: PlotHook | None = None, flushes_subnormals: bool = False,
 ) -> list[Criterion]:
     """Every layer-1 criterion that one output of a matmul contract decides: correctness
     (finite, bound_ratio, error_ratio, bias_z, and bit_exact when `accum` is declared and
@@ -334,7 +334,9 @@ def output_criteria(
     its accumulator's unit roundoff (the error bound's u).  accum "deepgemm-hopper"
     declares the Hopper tensor core with promotion every `hopper_interval` K elements: the
     bound gains its truncation term and the criteria compare with the model
-    (`_correctness`).
+    (`_correctness`).  The bound's underflow term is the problem's (`fp8check.underflow`),
+    the flush-to-zero one when the kernel declares `flushes_subnormals`: then outputs
+    below 2^-126 are only held to that term, and `m` says so (`subnormal_range`).
     """
     why = shape_error(out, prob.exact.shape, prob.out_dtype)
     if why is not None:
@@ -348,9 +350,26 @@ def output_criteria(
         extra = prob.hopper_term(hopper_interval)[sl]
         model_ref = prob.accum_ref(accum, prob.out_dtype, hopper_interval)[sl]
         m["hopper_interval"] = hopper_interval
+    underflow = prob.underflow.term(ftz=flushes_subnormals, u=acc_unit_roundoff)
+    m["underflow_term"] = underflow
+    # A flushing kernel on data that reaches the subnormal range differs from IEEE results
+    # there by design: only the bound (with the flush term) is gated for it.
+    ftz_relaxed = flushes_subnormals and not prob.underflow.subnormal_free
+    if ftz_relaxed:
+        m["subnormal_range"] = ("not checked precisely: the kernel flushes subnormals "
+                                "(flushes_subnormals); only bound_ratio, with the flush "
+                                "term, is gated here")
+    elif flushes_subnormals:
+        m["subnormal_range"] = "none reached (the kernel flushes subnormals)"
     ratio = metrics.bound_ratio(o, exact, prob.abs_ab[sl], prob.k, u=acc_unit_roundoff,
-                                out_dtype=out_np, n=prob.n_terms, extra=extra)
+                                out_dtype=out_np, n=prob.n_terms, extra=extra,
+                                underflow=underflow)
     if plots is not None and prob.unquantized is not None:  # the report's per-case figures
         m["plots"] = plots(o, prob, acc_unit_roundoff, ulps, ratio, extra)
-    return (_correctness(prob, o, ulps, ratio, profile, m, accum, model_ref)
-            + _impact(prob, out, profile, m))
+    crit = _correctness(prob, o, ulps, ratio, profile, m, accum, model_ref)
+    impact = _impact(prob, out, profile, m)
+    if ftz_relaxed:
+        m["ftz_not_gated"] = [c.name for c in crit + impact
+                              if c.name not in ("finite", "bound_ratio")]
+        return [c for c in crit if c.name in ("finite", "bound_ratio")]
+    return crit + impact

@@ -14,14 +14,16 @@ from fp8check.cases import Case, case_inputs
 from fp8check.contracts import NUMPY_DTYPES
 from fp8check.profiles import IMPACT_REPORT_ONLY
 from fp8check.references.baselines import grouped_matmul, grouped_tmatmul
+from fp8check.underflow import UnderflowModel, fp8_model, plain_model
 
 
 @dataclass
 class Problem:
     """Kernel arguments and everything the criteria compare against (numpy, float64 refs).
 
-    `rows` is how many leading rows are compared (all of them for tgmm); `k` and `n_terms`
-    feed the error bound.  `out_dtype` is the dtype the output must have; `exact_partials`
+    `rows` is how many leading rows are compared (all of them for tgmm); `k`, `n_terms`
+    and `underflow` (what the bound's underflow / flush-to-zero term needs,
+    `fp8check.underflow`) feed the error bound.  `out_dtype` is the dtype the output must have; `exact_partials`
     says every 128-wide partial is exact in float32 (then a declared accumulation recipe
     is checked bit for bit); `unquantized` is None when the unquantized operands are not
     known (the impact question is then not measured); `impact_not_gated` gives the reason
@@ -39,6 +41,7 @@ class Problem:
     k: int
     n_terms: int | None
     out_dtype: str
+    underflow: UnderflowModel
     exact_partials: bool = False
     impact_not_gated: str | None = None
     quantized: tuple[Any, Any] | None = None  # (lhs QTensor, rhs QTensor) for gmm-fp8
@@ -134,7 +137,7 @@ def gmm_fp8_problem(
         naive=grouped_matmul(dequantize(lq), dequantize(rq), gs).astype(NUMPY_DTYPES[out_dtype]),
         unquantized=None if unquantized is None else grouped_matmul(*unquantized, gs, np.float64),
         rows=int(gs.sum()), k=lq.shape[1], n_terms=None, out_dtype=out_dtype,
-        quantized=(lq, rq), **facts,
+        underflow=fp8_model(lq, rq, lq.shape[1]), quantized=(lq, rq), **facts,
     )
 
 
@@ -153,7 +156,8 @@ def plain_gmm_problem(
         naive=grouped_matmul(lhs, rhs, gs).astype(NUMPY_DTYPES[out_dtype]),
         unquantized=None if unquantized is None else grouped_matmul(*unquantized, gs, np.float64),
         # No scales in a plain matmul: only the K-term sum rounds.
-        rows=int(gs.sum()), k=lhs.shape[1], n_terms=lhs.shape[1], out_dtype=out_dtype, **facts,
+        rows=int(gs.sum()), k=lhs.shape[1], n_terms=lhs.shape[1], out_dtype=out_dtype,
+        underflow=plain_model(lhs, rhs, lhs.shape[1]), **facts,
     )
 
 
@@ -176,7 +180,8 @@ def tgmm_problem(
                                gs, np.float64),
         naive=grouped_tmatmul(lhs, dy, gs).astype(NUMPY_DTYPES[out_dtype]),
         unquantized=None if unquantized is None else grouped_tmatmul(*unquantized, gs, np.float64),
-        rows=len(gs), k=k, n_terms=k, out_dtype=out_dtype, **facts,
+        rows=len(gs), k=k, n_terms=k, out_dtype=out_dtype,
+        underflow=plain_model(lhs, dy, k), **facts,
     )
 
 

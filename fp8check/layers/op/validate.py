@@ -94,7 +94,8 @@ def _matmul_criteria(
     timing["kernel"] = time.perf_counter() - t
     crit = output_criteria(outs[0], prob, profile, m, accum=spec.accum,
                            acc_unit_roundoff=spec.acc_unit_roundoff,
-                           hopper_interval=spec.hopper_interval, plots=plots)
+                           hopper_interval=spec.hopper_interval, plots=plots,
+                           flushes_subnormals=bool(spec.flushes_subnormals))
     if spec.deterministic:
         sl = slice(0, prob.rows)
         same = same_bits(outs[0][sl], outs[1][sl])
