@@ -269,8 +269,8 @@ def bound_ratio(
     """|out - exact| / bound, elementwise (float64); <= 1 for every valid implementation.
 
     bound = gamma_n * abs_ab + (1 + gamma_n) underflow + 0.5 * ulp(max(|exact|, |out|),
-    out_dtype) + 2^-53 * |exact|, gamma_n = n u / (1 - n u), n = k + 2 ceil(k / 128) + 2 unless given (`error_bound`
-    returns it).
+    out_dtype) + 2^-53 * |exact|, gamma_n = n u / (1 - n u), n = k + 2 ceil(k / 128) + 2
+    unless given (`error_bound` returns it).
 
     Why this bounds every valid kernel: the kernel evaluates sum_i s_i a_i b_i (s_i the
     product of the two block scales) with float32 operations, in any order and with or

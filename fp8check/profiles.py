@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fp8check.subnormal_data import SUBNORMAL_DIST
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -84,6 +86,10 @@ PROFILES: dict[str, Profile] = {
 IMPACT_REPORT_ONLY: dict[str, str] = {
     "fp8-ties": "every value sits on an e4m3 rounding tie by construction (worst-case "
                 "quantization error); impact reported, not gated",
+    SUBNORMAL_DIST: "outputs in the float32 / bf16 subnormal range keep only a few significant "
+                 "bits (bf16 rounds them to multiples of 2^-133), so the output's own "
+                 "rounding dominates the error against the unquantized value; this case "
+                 "checks arithmetic, impact reported, not gated",
 }
 
 

@@ -277,9 +277,9 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     are compared, as in the gate.  The bound's underflow term is the operands'
     (`underflow.fp8_model`), for a kernel that flushes subnormals when `ftz`."""
     from fp8check.references import abs_product, gmm
-    from fp8check.underflow import fp8_model
     from fp8check.references.gmm import check_group_sizes, group_offsets
     from fp8check.references.quant import QTensor
+    from fp8check.underflow import fp8_model
 
     out = np.asarray(out)
     if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):

@@ -30,9 +30,9 @@ Which nodes count, per output element, for the K terms of a matmul:
   subnormal W gains K (max|a| + max|b|) FLUSH (`nonroot_amp`).
 * gmm-fp8 (terms sa sb qa qb, sa and sb float32 block scales, qa, qb e4m3/e5m2 values,
   a nonzero product qa qb is a multiple of the granule g = (smallest fp8 subnormal)^2,
-  2^-18 for e4m3 and 2^-32 for e5m2, far above 2^-126, and exact): a valid order forms each term, or the term of a 128-wide block partial
-  P_b = sum qa qb (a float32 multiple of the products' granule), with at most three
-  multiplications among {sa, sb, qa, qb} or {sa, sb, P_b}; the last is the term's root
+  2^-18 for e4m3 and 2^-32 for e5m2, far above 2^-126, and exact): a valid order forms
+  each term, or the term of a 128-wide block partial P_b = sum qa qb (a float32
+  multiple of g), with at most three multiplications among {sa, sb, qa, qb} or {sa, sb, P_b}; the last is the term's root
   (A = 1, at most K roots).  Every other product is a NON-ROOT: sa sb (DeepGEMM's
   RN(sa sb)), sa qa, sb P_b, ...; its exact value is a product of a nonempty subset S of
   the scales and a Q among {1, qa, qb, qa qb, P_b}, all multiples of g, so when nonzero
@@ -53,8 +53,11 @@ Which nodes count, per output element, for the K terms of a matmul:
     128 for a block partial as the remaining factor, 2 for computed versus exact values:
     (1 + gamma_130)(1 + u)^2 (1 + 2^-126) < 2 for u <= 2^-10, which `term` checks).
     W = ETA (K + 6K A) or FLUSH (2K + 6K A), A = 256 S_a S_b Q_a Q_b.  This is loose by
-    design: it applies only where scales are tiny and not powers of two, and there the
-    gate says the subnormal range was not checked precisely.
+    design: it applies only where scales are tiny (s_lo g < 2^-125) and, without FTZ,
+    not powers of two; no case of the gate's suites falls here.
+  In the first two cases the roots are exact or normal too (sa sb Q, by the same
+  arguments), so W = K ETA is slack there, kept so that fma forms need no separate
+  argument.
 
 On the gate's ordinary data (scales >= 2^-30) W is at most K 2^-150 (2K 2^-126 with FTZ),
 some 2^-100 below any nonzero output, so the bound is unchanged there up to that.

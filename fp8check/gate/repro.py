@@ -25,7 +25,8 @@ class PlainDeclarations:
     (not a KernelSpec's) `--contract`, `--framework`, `--accum`, `--out-dtypes` (comma
     list), `--m-align`, for a quantizer `--recipe`, `--block` ("1x128") and `--fmt`, and
     the backward kernels (`--tgmm`, `--dgrad`: file.py:attr or module:attr) layers 2 and 3
-    build its MoE layer with, and `--ftz` / `--no-ftz` (flushes_subnormals).  Checked by the gate's plan; `declared` turns the first ones
+    build its MoE layer with, and `--ftz` / `--no-ftz` (flushes_subnormals).  Checked by
+    the gate's plan; `declared` turns the first ones
     into KernelSpec fields."""
 
     contract: str | None = None

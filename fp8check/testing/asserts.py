@@ -44,7 +44,7 @@ def assert_gmm_matches(
     out: Any, lhs: Any, rhs: Any, group_sizes: Any, *, accum: str | None = None,
     profile: str = "strict", recipe: str | None = None,
     unquantized: tuple[Any, Any] | None = None,
-    acc_unit_roundoff: float = F32_UNIT_ROUNDOFF,
+    acc_unit_roundoff: float = F32_UNIT_ROUNDOFF, flushes_subnormals: bool = False,
 ) -> CaseResult:
     """Assert that `out` [M,N] (f32 or bf16) is a correct grouped matmul of lhs and rhs.
 
@@ -58,6 +58,9 @@ def assert_gmm_matches(
     `accum` declares the recipe the kernel follows ("deepgemm", "cublas", "tokamax"):
     then `bit_exact` is checked wherever the partials are provably exact
     (`partials_exact_in_f32`).  `acc_unit_roundoff` is the accumulator's u (2^-24 = f32).
+    `flushes_subnormals`: the kernel flushes float32 subnormals to zero (as jax on
+    XLA:CPU and TPUs do): the bound gains the flush term (`fp8check.underflow`) and, on
+    data that reaches the subnormal range, only the bound is asserted there.
     Only rows below sum(group_sizes) are compared.
 
     Returns:
@@ -105,18 +108,20 @@ def assert_gmm_matches(
     if unq is not None:
         arrays.update(x=unq[0], w=unq[1])
     record = ReplayRecord("gmm", arrays | {"out": o, "group_sizes": gs}, accum=accum,
-                          profile=profile, acc_unit_roundoff=acc_unit_roundoff)
+                          profile=profile, acc_unit_roundoff=acc_unit_roundoff,
+                          flushes_subnormals=flushes_subnormals)
     return check_matmul(o, prob, record)
 
 
 def assert_tgmm_matches(
     out: Any, lhs: Any, dy: Any, group_sizes: Any, *, profile: str = "strict",
     unquantized: tuple[Any, Any] | None = None,
-    acc_unit_roundoff: float = F32_UNIT_ROUNDOFF,
+    acc_unit_roundoff: float = F32_UNIT_ROUNDOFF, flushes_subnormals: bool = False,
 ) -> CaseResult:
     """Assert that `out` [G,K,N] (f32 or bf16) is the weight gradient dW_g = lhs_g^T dy_g
     of lhs [M,K] and dy [M,N] (bf16 or f32); an empty group must give zeros.
-    `unquantized=(x, dy)` in float32 adds the impact question."""
+    `unquantized=(x, dy)` in float32 adds the impact question; `flushes_subnormals` as
+    in `assert_gmm_matches`."""
     __tracebackhide__ = True
     o = as_array(out, "out")
     out_dtype = dtype_name(o, "out", ("f32", "bf16"))
@@ -133,7 +138,8 @@ def assert_tgmm_matches(
     prob = tgmm_problem(a, d, gs, out_dtype, unq)
     arrays = {"lhs": a, "dy": d} | ({} if unq is None else {"x": unq[0], "w": unq[1]})
     record = ReplayRecord("tgmm", arrays | {"out": o, "group_sizes": gs}, profile=profile,
-                          acc_unit_roundoff=acc_unit_roundoff)
+                          acc_unit_roundoff=acc_unit_roundoff,
+                          flushes_subnormals=flushes_subnormals)
     return check_matmul(o, prob, record)
 
 
@@ -197,20 +203,23 @@ def replay(path: str | Path) -> CaseResult:
     unq = (a["x"], a["w"]) if "x" in a and r.kind != "quantizer" else None
     if r.kind == "gmm":
         accum, profile, u = r.accum, r.need("profile"), r.need("acc_unit_roundoff")
+        ftz = bool(r.flushes_subnormals)
         if "lhs_values" in a:
             lq = QTensor(a["lhs_values"], a["lhs_scales"], (1, BLOCK),
                          a["lhs_values"].dtype.name.replace("float8_", ""), "as given")
             rq = QTensor(a["rhs_values"], a["rhs_scales"], (BLOCK, BLOCK),
                          a["rhs_values"].dtype.name.replace("float8_", ""), "as given")
             return assert_gmm_matches(a["out"], lq, rq, a["group_sizes"], unquantized=unq,
-                                      accum=accum, profile=profile, acc_unit_roundoff=u)
+                                      accum=accum, profile=profile, acc_unit_roundoff=u,
+                                      flushes_subnormals=ftz)
         return assert_gmm_matches(a["out"], a["lhs"], a["rhs"], a["group_sizes"],
                                   unquantized=unq, accum=accum, profile=profile,
-                                  acc_unit_roundoff=u)
+                                  acc_unit_roundoff=u, flushes_subnormals=ftz)
     if r.kind == "tgmm":
         return assert_tgmm_matches(a["out"], a["lhs"], a["dy"], a["group_sizes"],
                                    unquantized=unq, profile=r.need("profile"),
-                                   acc_unit_roundoff=r.need("acc_unit_roundoff"))
+                                   acc_unit_roundoff=r.need("acc_unit_roundoff"),
+                                   flushes_subnormals=bool(r.flushes_subnormals))
     if r.kind == "quantizer":
         return assert_quantizer_matches(a["values"], a["scales"], a["x"], r.need("block"),
                                         r.need("recipe"), r.need("fmt"))

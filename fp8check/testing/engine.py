@@ -29,7 +29,8 @@ def check_matmul(out: np.ndarray, prob: Problem, record: ReplayRecord) -> CaseRe
                          "exact_partials": prob.exact_partials,
                          "n_compared": int(out[:prob.rows].size)}
     crit = output_criteria(out, prob, prof, m, plots=plot_data, accum=record.accum,
-                           acc_unit_roundoff=record.need("acc_unit_roundoff"))
+                           acc_unit_roundoff=record.need("acc_unit_roundoff"),
+                           flushes_subnormals=bool(record.flushes_subnormals))
     if record.accum is not None and not prob.exact_partials:
         m["bit_exact_note"] = ("partials not provably exact in float32 on this data: "
                                "bit_exact not checked (the error bound still is)")

@@ -98,8 +98,10 @@ class GateCase:
                             case=self.case.id, plain=plain)
 
     def assert_matches(self, out: Any, *, accum: str | None = None,
-                       acc_unit_roundoff: float = F32_UNIT_ROUNDOFF) -> CaseResult:
-        """Assert the kernel's output on `args` passes the gate's criteria for this case."""
+                       acc_unit_roundoff: float = F32_UNIT_ROUNDOFF,
+                       flushes_subnormals: bool | None = None) -> CaseResult:
+        """Assert the kernel's output on `args` passes the gate's criteria for this case.
+        `flushes_subnormals` as `KernelSpec`'s: None means True for the jax framework."""
         __tracebackhide__ = True
         if accum is not None and self.contract != "gmm-fp8":
             raise ValueError("accum is only meaningful for the gmm-fp8 contract")
@@ -115,7 +117,10 @@ class GateCase:
         kind = "tgmm" if self.contract == "tgmm" else "gmm"
         record = ReplayRecord(kind, arrays | {"out": o, "group_sizes": prob.args[-1]},
                               accum=accum, profile=self.profile,
-                              acc_unit_roundoff=acc_unit_roundoff)
+                              acc_unit_roundoff=acc_unit_roundoff,
+                              flushes_subnormals=(self.framework == "jax"
+                                                  if flushes_subnormals is None
+                                                  else flushes_subnormals))
         scope = recording.current_scope()
         in_own_scope = scope is not None and scope.gate_case is self
         with nullcontext() if in_own_scope else recording.assertion_context(

@@ -36,6 +36,7 @@ class ReplayRecord:
     block: tuple[int, int] | None = None
     recipe: str | None = None
     fmt: str | None = None
+    flushes_subnormals: bool | None = None  # gmm, tgmm; None in files older than it: False
 
     def need(self, name: str) -> Any:
         """Option `name`, which this record's kind must have; ValueError (a damaged or
