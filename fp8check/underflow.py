@@ -28,15 +28,16 @@ Which nodes count, per output element, for the K terms of a matmul:
   = K).  With FTZ: K products, K - 1 additions and the output conversion, W = 2K FLUSH;
   a subnormal bf16 input read as 0 loses |a b| < 2^-126 |b| (or |a|), so when an input is
   subnormal W gains K (max|a| + max|b|) FLUSH (`nonroot_amp`).
-* gmm-fp8 (terms sa sb qa qb, sa and sb float32 block scales, qa, qb e4m3/e5m2 values,
+* gmm-fp8 (terms sa sb qa qb, sa and sb float32 block scales, qa, qb e4m3/e5m2 values;
   a nonzero product qa qb is a multiple of the granule g = (smallest fp8 subnormal)^2,
   2^-18 for e4m3 and 2^-32 for e5m2, far above 2^-126, and exact): a valid order forms
   each term, or the term of a 128-wide block partial P_b = sum qa qb (a float32
-  multiple of g), with at most three multiplications among {sa, sb, qa, qb} or {sa, sb, P_b}; the last is the term's root
-  (A = 1, at most K roots).  Every other product is a NON-ROOT: sa sb (DeepGEMM's
-  RN(sa sb)), sa qa, sb P_b, ...; its exact value is a product of a nonempty subset S of
-  the scales and a Q among {1, qa, qb, qa qb, P_b}, all multiples of g, so when nonzero
-  it is at least s_lo g with s_lo = min(min sa, min sb, min sa min sb, 1).
+  multiple of g), with at most three multiplications among {sa, sb, qa, qb} or
+  {sa, sb, P_b}; the last is the term's root (A = 1, at most K roots).  Every other
+  product is a NON-ROOT: sa sb (DeepGEMM's RN(sa sb)), sa qa, sb P_b, ...; its exact
+  value is a product of a nonempty subset S of the scales and a Q among
+  {1, qa, qb, qa qb, P_b}, all multiples of g, so when nonzero it is at least s_lo g with
+  s_lo = min(min sa, min sb, min sa min sb, 1).
   - `nonroot_normal` when s_lo g >= 2^-125: every non-root's exact value is >= 2^-125
     and its computed value (through at most two roundings, (1 - u)^2 > 1/2) >= 2^-126:
     normal, no e, and not flushed by FTZ either.  Then W = K ETA, or 2K FLUSH with FTZ.

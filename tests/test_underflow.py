@@ -342,3 +342,78 @@ def test_testing_asserts_take_the_declaration(tmp_path, monkeypatch):
         assert_gmm_matches(out, a, b, gs)
     # the IEEE result passes without the declaration
     assert_gmm_matches(_plain_pairwise(a, b[0]), a, b, gs)
+
+
+FTZ_KERNEL_FILE = f"""
+import sys
+sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+from seeded_bugs.underflow import BUGGY
+
+ftz_accumulator = BUGGY["bug-ftz-accumulator"].fn
+"""
+
+
+def test_gate_cli_ftz_flag_decides_the_exit_code(tmp_path, monkeypatch):
+    """The undeclared flushing kernel fails the subnormal case (exit 1); declared with
+    --ftz it passes (exit 0), the results recording the declaration."""
+    import json
+
+    from fp8check.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ftz_kernels.py").write_text(FTZ_KERNEL_FILE)
+    base = ["gate", "--no-progress", "--no-isolate", "--suite", "ci", "--layers", "1",
+            "--kernel", "ftz_kernels.py:ftz_accumulator", "--contract", "gmm-fp8",
+            "--framework", "numpy", "--case", SUBNORMAL_CASES[0].id]
+    assert main([*base, "--json", "ieee.json"]) == 1
+    assert main([*base, "--ftz", "--json", "ftz.json"]) == 0
+    doc = json.loads((tmp_path / "ftz.json").read_text())
+    assert doc["environment"]["kernels"]["ftz_kernels.py:ftz_accumulator"][
+        "flushes_subnormals"] is True
+    (res,) = doc["results"]
+    assert "not checked precisely" in res["metrics"]["subnormal_range"]
+
+
+def test_streamed_totals_apply_the_same_term():
+    from fp8check.totals import gmm_metric_totals, metric_totals
+
+    a, b = _tie_operands(np.random.default_rng(8))
+    prob = _plain_problem(a, b)
+    out = _plain_pairwise(a, b)
+    k = a.shape[1]
+    term = prob.underflow.term(ftz=False, u=U)
+    for w in (term, term / 2):
+        s = metric_totals(out, prob.exact, prob.abs_ab, k, underflow=w)
+        ratio = _ratio(out, prob.exact, prob.abs_ab, k, w)
+        assert s.bound_ratio_max == np.max(ratio)
+        assert s.n_over_bound == np.count_nonzero(ratio > 1)
+    assert metric_totals(out, prob.exact, prob.abs_ab, k, underflow=term / 2).n_over_bound \
+        == out.size
+    # gmm-fp8 streamed: the FTZ DeepGEMM order passes only when declared
+    case = SUBNORMAL_CASES[0]
+    lq, rq = PROBLEMS.get("gmm-fp8", case)[0].quantized
+    one = (QTensor(lq.values[:32], lq.scales[:32], lq.block, lq.fmt, lq.recipe),
+           QTensor(rq.values[:1], rq.scales[:1], rq.block, rq.fmt, rq.recipe))
+    flushed = _fp8_orders(*one, flush=_ftz)["deepgemm"]
+    gs = np.array([32])
+    assert gmm_metric_totals(flushed, *one, gs, accum=None).n_over_bound > 0
+    assert gmm_metric_totals(flushed, *one, gs, accum=None, ftz=True).n_over_bound == 0
+    exact_out = _fp8_orders(*one)["deepgemm"]
+    assert gmm_metric_totals(exact_out, *one, gs).n_ref_mismatch == 0
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--ftz", True), ("--no-ftz", False), (None, None)])
+def test_ftz_flag_parses_and_repeats_in_the_repro_command(flag, value):
+    import argparse
+
+    from fp8check.commands.gate import options, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["gate", "--contract", "gmm", "--framework", "jax",
+                              *([flag] if flag else [])])
+    plain = options(args).plain
+    assert plain.ftz is value
+    assert plain.declared().get("flushes_subnormals") is value
+    assert (flag in plain.arguments()) if flag else not any("ftz" in a
+                                                             for a in plain.arguments())

@@ -25,11 +25,11 @@ class Problem:
     and `underflow` (what the bound's underflow / flush-to-zero term needs,
     `fp8check.underflow`) feed the error bound.  `out_dtype` is the dtype the output must
     have; `exact_partials` says every 128-wide partial is exact in float32 (then a
-    declared accumulation recipe is checked bit for bit); `unquantized` is None when the unquantized operands are not
-    known (the impact question is then not measured); `impact_not_gated` gives the reason
-    when impact is reported but not gated.  A Problem depends only on (contract, case), so
-    one serves every kernel of that contract; `accum_ref` memoises the reference under
-    each declared recipe.
+    declared accumulation recipe is checked bit for bit); `unquantized` is None when the
+    unquantized operands are not known (the impact question is then not measured);
+    `impact_not_gated` gives the reason when impact is reported but not gated.  A Problem
+    depends only on (contract, case), so one serves every kernel of that contract;
+    `accum_ref` memoises the reference under each declared recipe.
     """
 
     args: tuple[np.ndarray, ...]
