@@ -40,7 +40,11 @@ Which nodes count, per output element, for the K terms of a matmul:
   s_lo = min(min sa, min sb, min sa min sb, 1).
   - `nonroot_normal` when s_lo g >= 2^-125: every non-root's exact value is >= 2^-125
     and its computed value (through at most two roundings, (1 - u)^2 > 1/2) >= 2^-126:
-    normal, no e, and not flushed by FTZ either.  Then W = K ETA, or 2K FLUSH with FTZ.
+    normal, no e, and not flushed by FTZ either.  Then W = K ETA; with FTZ, K roots and
+    K - 1 additions plus the conversion, each addition amplified by the scales applied
+    after it (a partly scaled sum such as sum RN(sb qa qb), then times sa, may cancel
+    below 2^-126 and flush): at most 2 S_a S_b (`sum_amp`, S = max(1, max s)), so
+    W = K (1 + 2 S_a S_b) FLUSH.
   - `nonroot_exact` (no FTZ) also when every scale is a power of two and
     s_lo g >= 2^-149 (e4m3: s_lo >= 2^-131): a non-root is then S Q with S a power of two
     >= s_lo and Q a float32 multiple of g (qa, qb, qa qb exact; P_b a sum of multiples,
@@ -53,15 +57,18 @@ Which nodes count, per output element, for the K terms of a matmul:
     factors, bounded by 2 S_a S_b Q_a Q_b 128 (S = max(1, max s), Q = max(1, max |q|),
     128 for a block partial as the remaining factor, 2 for computed versus exact values:
     (1 + gamma_130)(1 + u)^2 (1 + 2^-126) < 2 for u <= 2^-10, which `term` checks).
-    W = ETA (K + 6K A) or FLUSH (2K + 6K A), A = 256 S_a S_b Q_a Q_b.  This is loose by
-    design: it applies only where scales are tiny (s_lo g < 2^-125) and, without FTZ,
-    not powers of two; no case of the gate's suites falls here.
+    W = ETA (K + 6K A) or FLUSH (K (1 + 2 S_a S_b) + 6K A), A = 256 S_a S_b Q_a Q_b.
+    This is loose by design: it applies only where scales are tiny (s_lo g < 2^-125)
+    and, without FTZ, not powers of two; of the gate's cases only the ci `subnormal`
+    ones fall here, and only for a kernel that flushes (whose results there say the
+    subnormal range was not checked precisely).
   In the first two cases the roots are exact or normal too (sa sb Q, by the same
   arguments), so W = K ETA is slack there, kept so that fma forms need no separate
   argument.
 
-On the gate's ordinary data (scales >= 2^-30) W is at most K 2^-150 (2K 2^-126 with FTZ),
-some 2^-100 below any nonzero output, so the bound is unchanged there up to that.
+On the gate's ordinary data (scales >= 2^-30) W is at most K 2^-150, or
+K (1 + 2 S_a S_b) 2^-126 with FTZ: far below any nonzero output, so the bound is
+unchanged there up to that.
 """
 
 from __future__ import annotations
@@ -96,6 +103,8 @@ class UnderflowModel:
         magnitude (so FTZ flushes none of them).
     nonroot_amp: upper bound of the summed amplification of the other nodes, used where
         the flag for the mode is False (see the module docstring).
+    sum_amp: upper bound of the factors applied after an addition (1 for the plain
+        contracts, whose sums are never scaled).
     subnormal_free: every input and every nonzero product a valid order forms, roots
         included, is >= 2^-125: FTZ changes no product, only a sum that cancels below
         2^-126 (covered by the term).  Where it is False, a flushing kernel's output in
@@ -108,20 +117,22 @@ class UnderflowModel:
     nonroot_exact: bool
     nonroot_normal: bool
     nonroot_amp: float
+    sum_amp: float
     subnormal_free: bool
 
     def term(self, *, ftz: bool, u: float) -> float:
         """W in the output's units (>= 0): the absolute error before the (1 + gamma_n)
         of `metrics.bound_ratio`; `ftz` when the kernel flushes subnormals, `u` its
-        accumulator's unit roundoff (ValueError above 2^-10, where the conservative
-        amplification's factor 2 is not proven)."""
-        if not 0 < u <= _MAX_U:
+        accumulator's unit roundoff (ValueError above 2^-10 where the conservative
+        amplification is needed: its factor 2 is not proven there)."""
+        conservative = not (self.nonroot_normal if ftz else self.nonroot_exact)
+        if conservative and not 0 < u <= _MAX_U:
             raise ValueError(f"underflow term: needs 0 < u <= 2^-10, got u={u!r}")
+        extra = self.nonroot_amp if conservative else 0.0
         if ftz:
-            # roots, the K - 1 additions and the output conversion: 2K flushes of < 2^-126
-            extra = 0.0 if self.nonroot_normal else self.nonroot_amp
-            return FLUSH * (2 * self.roots + extra)
-        extra = 0.0 if self.nonroot_exact else self.nonroot_amp
+            # the roots, and the K - 1 additions and the output conversion, each flushing
+            # less than 2^-126, the additions' losses amplified by up to sum_amp
+            return FLUSH * (self.roots * (1.0 + self.sum_amp) + extra)
         return ETA * (self.roots + extra)
 
 
@@ -134,6 +145,7 @@ def plain_model(lhs: np.ndarray, rhs: np.ndarray, k: int) -> UnderflowModel:
     subnormal_input = min(least) < MIN_NORMAL
     return UnderflowModel(roots=k, nonroot_exact=True, nonroot_normal=not subnormal_input,
                           nonroot_amp=k * (peak[0] + peak[1]) if subnormal_input else 0.0,
+                          sum_amp=1.0,
                           subnormal_free=least[0] * least[1] >= 2.0 * MIN_NORMAL)
 
 
@@ -153,4 +165,5 @@ def fp8_model(lq: Any, rq: Any, k: int) -> UnderflowModel:
     # a root is sa sb Q with |Q| >= granule when nonzero
     free = normal and sa_min * sb_min * granule >= 2.0 * MIN_NORMAL
     return UnderflowModel(roots=k, nonroot_exact=normal or (pow2 and s_lo * granule >= ETA * 2),
-                          nonroot_normal=normal, nonroot_amp=amp, subnormal_free=free)
+                          nonroot_normal=normal, nonroot_amp=amp,
+                          sum_amp=2.0 * peaks[0] * peaks[1], subnormal_free=free)

@@ -183,9 +183,11 @@ def test_fp8_model_preconditions():
     model = fp8_model(normal, QTensor(rq.values, np.full_like(rq.scales, 2.0**-20),
                                       rq.block, rq.fmt, "x"), 256)
     assert model.nonroot_normal and model.subnormal_free
-    assert model.term(ftz=False, u=U) == 256 * ETA and model.term(ftz=True, u=U) == 512 * FLUSH
+    # scales <= 1: a flushed sum is amplified by at most 2 (computed scale factors)
+    assert model.term(ftz=False, u=U) == 256 * ETA and model.term(ftz=True, u=U) == 768 * FLUSH
+    assert model.term(ftz=False, u=2.0**-8) == 256 * ETA  # no conservative part: any u
     with pytest.raises(ValueError, match="u <= 2"):
-        model.term(ftz=False, u=2.0**-8)
+        fp8_model(lq, rq, 256).term(ftz=False, u=2.0**-8)
 
 
 # ------------------------------------------------------------------- flush to zero
