@@ -84,10 +84,11 @@ class KernelSpec:
     flushes_subnormals: the kernel flushes float32 subnormal results to zero and reads
         subnormal inputs as zero (FTZ/DAZ).  None (the default) resolves by framework:
         True for jax (XLA:CPU, which runs jax and interpreted Pallas here, and TPUs flush),
-        False for numpy and torch (IEEE subnormals on CPU; CUDA and compiled Triton keep
-        them unless built with ftz).  A kernel declaring it has the bound's flush-to-zero
-        term (`fp8check.underflow`): outputs below 2^-126 are then not checked precisely,
-        and the results say so.
+        False for numpy and torch (IEEE subnormals in float32 CPU arithmetic; CUDA and
+        compiled Triton keep them unless built with ftz).  torch's CPU bf16 GEMM does
+        flush (AVX512-BF16): a torch kernel built on it declares True.  A kernel
+        declaring it has the bound's flush-to-zero term (`fp8check.underflow`): outputs
+        below 2^-126 are then not checked precisely, and the results say so.
     hopper_jobs: for a Triton kernel, (m, k, n, g) -> the `fp8check.native.hopper.HopperJob`s
         (its @triton.jit function, signature, constexprs, num_warps) its launch compiles at
         that problem; gate layer 0 compiles them for sm_90a.  A JAX kernel needs nothing:

@@ -151,6 +151,10 @@ def torchao_grouped_emulated(backend: str = "auto") -> KernelSpec:
         name="torchao-grouped-emulated", contract="gmm-fp8", framework="torch", fn=gmm,
         # torch operators, no Triton: on the CPU where Triton would be interpreted
         out_dtypes=("bf16",), backend="cpu" if interpret else "native",
+        # torch's CPU bf16 GEMM flushes float32-subnormal results (measured: a [4, n] x
+        # [n, 4] bf16 matmul of 2^-70 entries gives 0, not n 2^-140; the AVX512-BF16 dot
+        # instructions flush); on a GPU it is not known to, and stays IEEE.
+        flushes_subnormals=interpret,
         description="torchao 0.18.0 emulated blockwise FP8 grouped GEMM (third-party; "
                     "bf16 dequantization + torch._grouped_mm)",
     )
