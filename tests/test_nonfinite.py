@@ -191,3 +191,19 @@ def test_report_renders_a_nonfinite_case():
     results.documents.schema.check(doc, results.documents.schema.DOCUMENT, "test")
     page = report_html.render_html(doc)
     assert CASE.id in page and "bug-nan-to-num-output" in page
+
+
+@pytest.mark.parametrize("block", [(1, 128), (128, 128)])
+def test_pallas_quantizer_carries_nonfinite_blocks_as_the_reference(block):
+    # It gave an Inf block a NaN scale and all-NaN values (its opaque zero was 0 * amax).
+    from fp8check.kernels.pallas.quantize import quantize_deepgemm
+    from fp8check.layers.op.criteria import quantizer_output_criteria
+
+    x = np.random.default_rng(2).standard_normal((256, 384)).astype(np.float32)
+    x[0, 3], x[130, 200], x[5, 300] = np.inf, -np.inf, np.nan
+    values, scales = quantize_deepgemm(x, block)
+    m: dict = {}
+    crit = quantizer_output_criteria(np.asarray(values), np.asarray(scales), x, block,
+                                     "deepgemm", "e4m3fn", m)
+    assert crit[0].passed, m
+    assert np.isinf(np.asarray(scales)).any() and np.isnan(np.asarray(scales)).any()

@@ -41,6 +41,10 @@ def quantize_deepgemm(x, block: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
     x32 = x.astype(jnp.float32)
     blocks = x32.reshape(*lead, r // br, br, c // bc, bc)
     amax = jnp.max(jnp.abs(blocks), axis=(-3, -1))
+    # XLA's max reduction does not carry NaN reliably (measured on CPU: a NaN at element
+    # 44 of a 1x128 block gave the finite max of the others, masking the NaN block), while
+    # the recipe's max is NaN for a block holding one: say so explicitly.
+    amax = jnp.where(jnp.isnan(blocks).any(axis=(-3, -1)), jnp.float32(jnp.nan), amax)
     # XLA's algebraic simplifier rewrites x / 448 into x * RN(1/448) and 1 / (a / 448) into
     # 448 / a, neither of which is the recipe (measured: scales and values off by one ulp;
     # optimization_barrier does not stop it).  It cannot fold 0 * amax (that is NaN for an
