@@ -25,7 +25,8 @@ ULP_BINS = (0, 1, 2, 4, 8, 64)
 
 # What each criterion measures (`Criterion.meaning`) and what its n_bad counts.
 MEANINGS = {
-    "finite": "NaN/Inf where the exact reference is finite (or the reverse)",
+    "finite": "NaN/Inf where the exact reference is finite, finite where it is not, or "
+              "NaN, +Inf, -Inf other than the reference's",
     "bound_ratio": "|out - exact| over Higham's bound for any valid float32 summation order",
     "error_ratio": "rms error over that of a naive same-precision implementation",
     "bias_z": "t-statistic of the signed error (truncation instead of rounding is one-signed)",
@@ -132,7 +133,8 @@ def _finite_criterion(o: np.ndarray, exact: np.ndarray, out_np: np.dtype,
         first_bad = {"index": list(idx), "out": float(o[idx]), "ref": float(exact[idx]),
                      "ulp": int(ulps[0]), "bound": None}
     return criterion("finite", bad, "==", 0, n_bad=bad,
-                     bad_means="elements non-finite on one side only", worst=first_bad)
+                     bad_means="elements finite, NaN or +-Inf unlike the exact value",
+                     worst=first_bad)
 
 
 def _correctness(
@@ -182,6 +184,8 @@ def _correctness(
                           bad_means=_NOT_ROUNDED, worst=worst_off))
 
     clusters, n_clusters = bias_clusters(o)
+    if kept is not None:  # clusters with no finite exact value hold no sample
+        n_clusters = int(np.unique(clusters[kept]).size)
     if n_clusters < 2:  # a t-statistic needs two independent samples
         m["bias_z_note"] = "fewer than 2 (row, N tile) clusters: bias not testable"
     else:
