@@ -130,8 +130,7 @@ def test_quantizer_reference_on_nonfinite_blocks(recipe, scales, inf_value, rest
     assert np.isfinite(q.scales[3]).all() and np.isfinite(v[3]).all()  # a finite block
 
 
-@pytest.mark.parametrize("name", ["numpy-fp8-deepgemm", "numpy-fp8-naive", "numpy-fp8-hopper",
-                                  "numpy-tgmm", "numpy-quantizer"])
+@pytest.mark.parametrize("name", sorted(CORRECT))
 def test_correct_kernels_pass_the_nonfinite_case(name):
     spec = CORRECT[name]
     prob = None if spec.contract == "quantizer" else PROBLEMS.get(spec.contract, CASE)[0]
