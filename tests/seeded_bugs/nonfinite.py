@@ -1,7 +1,8 @@
 """Seeded bugs in how a kernel carries NaN and +-Inf inputs (docs/contract.md, "Non-finite
 inputs"), each caught by the ci suite's `nonfinite` case: one that masks (a non-finite
 exact value comes out finite), one that spreads (a finite exact value comes out
-non-finite) and a quantizer whose amax skips NaN."""
+non-finite), a quantizer whose amax skips NaN and a weight gradient that zeroes
+non-finite dy."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from fp8check.contracts import KernelSpec
 from seeded_bugs.catch import Catch
-from seeded_bugs.kernels import QB, BlockwiseGmm, quantizer_spec, spec
+from seeded_bugs.kernels import QB, BlockwiseGmm, quantizer_spec, spec, tgmm_f32, tgmm_spec
 
 
 class NanToNumOutput(BlockwiseGmm):
@@ -59,12 +60,21 @@ def quantize_nanmax_amax(x):
     return q.astype(ml_dtypes.float8_e4m3fn), s
 
 
+def tgmm_finite_dy(lhs, dy, group_sizes, out_dtype=np.float32):
+    """Masking weight gradient: non-finite output gradients are zeroed before the reduction
+    ("skip tokens whose gradient overflowed"), so an Inf or NaN in dy never reaches dW,
+    where the exact dW is +-Inf or NaN."""
+    dy = np.asarray(dy, np.float32)
+    return tgmm_f32(lhs, np.where(np.isfinite(dy), dy, np.float32(0)), group_sizes, out_dtype)
+
+
 BUGGY: dict[str, KernelSpec] = {
     s.name: s
     for s in (
         spec("bug-nan-to-num-output", NanToNumOutput()),
         spec("bug-nan-spread-tile-amax-epilogue", TileAmaxEpilogue()),
         quantizer_spec("bug-quantizer-nanmax-amax", quantize_nanmax_amax),
+        tgmm_spec("bug-tgmm-zeroed-nonfinite-dy", tgmm_finite_dy),
     )
 }
 
@@ -72,4 +82,5 @@ EXPECTED = {
     "bug-nan-to-num-output": Catch("ci", "finite"),
     "bug-nan-spread-tile-amax-epilogue": Catch("ci", "finite"),
     "bug-quantizer-nanmax-amax": Catch("ci", "quantizer_bit_exact"),
+    "bug-tgmm-zeroed-nonfinite-dy": Catch("ci", "finite"),
 }
