@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from fp8check.nonfinite_inputs import plant as plant_nonfinite
 from fp8check.references.quant import BLOCK
 from fp8check.subnormal_data import SUBNORMAL_DIST, SUBNORMAL_RECIPE, subnormal_inputs
 from fp8check.testdata import DISTRIBUTIONS, GROUP_PATTERNS, GroupPattern
@@ -39,6 +40,10 @@ _BLOCK_SPREAD_LOG2 = (-3, 3)
 # Small integers of the exact family: |x| <= 8, so q = x * 2**-e and a 128-wide partial
 # sum is an integer multiple of 2**-(e_a+e_b) with at most 128 * 8 * 8 = 2**13 units.
 _EXACT_INT_MAX = 8
+
+# The value class with NaN and +-Inf planted in normal operands (`fp8check.nonfinite_inputs`):
+# not a DISTRIBUTIONS entry, since fuzzing and the other suites draw finite data.
+NONFINITE = "nonfinite"
 
 SUITES = ("smoke", "ci", "full")
 # The smoke suite and the exact family use these patterns first: a zero-size group in the
@@ -218,6 +223,8 @@ def build_suite(suite: str, seed: int = 0) -> list[Case]:
                            dists[i % len(dists)], outs[i % 2], seed,
                            build_sizes=_random_group_sizes)
             )
+    if suite == "ci":  # NaN and +-Inf inputs (docs/contract.md, "Non-finite inputs")
+        cases.append(_make_case(suite, "wo", shape.gs[0], "partial-sum", NONFINITE, "bf16", seed))
     ids = [c.id for c in cases]
     assert len(set(ids)) == len(ids), "case ids must be unique"
     return cases
@@ -248,13 +255,17 @@ def case_inputs(case: Case) -> CaseInputs:
     if case.distribution == SUBNORMAL_DIST:
         x, w, dy = subnormal_inputs(rng, case.m, case.k, case.n, case.g)
         return CaseInputs(x=x, w=w, dy=dy, group_sizes=case.group_sizes_array())
-    draw = _smallint if case.exact_partials else DISTRIBUTIONS[case.distribution]
+    nonfinite = case.distribution == NONFINITE
+    draw = (_smallint if case.exact_partials else
+            DISTRIBUTIONS["normal" if nonfinite else case.distribution])
     x = np.asarray(draw(rng, (case.m, case.k)), dtype=np.float32)
     w = np.asarray(draw(rng, (case.g, case.k, case.n)), dtype=np.float32)
     dy = np.asarray(draw(rng, (case.m, case.n)), dtype=np.float32)
     # Powers of two keep the exact family exact and scale every K block differently.
     x = x * _block_magnitudes(rng, case.k)[None, :]
     w = w * _block_magnitudes(rng, case.k)[None, :, None]
+    if nonfinite:
+        plant_nonfinite(x, w, dy, case.group_sizes_array())
     return CaseInputs(x=x, w=w, dy=dy, group_sizes=case.group_sizes_array())
 
 

@@ -139,7 +139,7 @@ class UnderflowModel:
 def plain_model(lhs: np.ndarray, rhs: np.ndarray, k: int) -> UnderflowModel:
     """The model of a plain (bf16 or f32 operand) matmul with at most k products per
     output: every product is a root; a subnormal input is a flush under FTZ."""
-    mags = [np.abs(np.asarray(v).astype(np.float64)) for v in (lhs, rhs)]
+    mags = [_finite_magnitudes(v) for v in (lhs, rhs)]
     peak = [float(np.max(a, initial=0.0)) for a in mags]
     least = [float(np.min(a[a > 0], initial=1.0)) for a in mags]
     subnormal_input = min(least) < MIN_NORMAL
@@ -152,18 +152,24 @@ def plain_model(lhs: np.ndarray, rhs: np.ndarray, k: int) -> UnderflowModel:
 def fp8_model(lq: Any, rq: Any, k: int) -> UnderflowModel:
     """The model of a gmm-fp8 problem on QTensors lq [M,K] and rq [G,K,N] (K terms per
     output; see the module docstring for the non-root conditions)."""
-    sa = np.asarray(lq.scales, np.float64)
-    sb = np.asarray(rq.scales, np.float64)
+    sa, sb = _finite_magnitudes(lq.scales), _finite_magnitudes(rq.scales)
     sa_min, sb_min = float(np.min(sa, initial=1.0)), float(np.min(sb, initial=1.0))
     s_lo = min(sa_min, sb_min, sa_min * sb_min, 1.0)  # float64 product of two f32: exact
     pow2 = bool(np.all(np.frexp(sa)[0] == 0.5) and np.all(np.frexp(sb)[0] == 0.5))
     granule = get_format(lq.fmt).smallest_subnormal * get_format(rq.fmt).smallest_subnormal
     normal = s_lo * granule >= 2.0 * MIN_NORMAL
     peaks = [max(1.0, float(np.max(np.abs(v), initial=0.0)))
-             for v in (sa, sb, lq.values.astype(np.float64), rq.values.astype(np.float64))]
+             for v in (sa, sb, _finite_magnitudes(lq.values), _finite_magnitudes(rq.values))]
     amp = 6.0 * k * 256.0 * peaks[0] * peaks[1] * peaks[2] * peaks[3]
     # a root is sa sb Q with |Q| >= granule when nonzero
     free = normal and sa_min * sb_min * granule >= 2.0 * MIN_NORMAL
     return UnderflowModel(roots=k, nonroot_exact=normal or (pow2 and s_lo * granule >= ETA * 2),
                           nonroot_normal=normal, nonroot_amp=amp,
                           sum_amp=2.0 * peaks[0] * peaks[1], subnormal_free=free)
+
+
+def _finite_magnitudes(v: Any) -> np.ndarray:
+    """|v| in float64, flattened, its NaN and Inf left out: elements with a non-finite
+    input have a non-finite exact value and are decided by `finite`, not by the bound."""
+    a = np.abs(np.asarray(v).astype(np.float64)).ravel()
+    return a[np.isfinite(a)]

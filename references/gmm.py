@@ -426,6 +426,29 @@ def _hopper_partials(a: np.ndarray, b: np.ndarray, fmt: str, interval: int) -> n
                      for i in range(kb)]).astype(np.float64)
 
 
+def _ieee_where_nonfinite(res: np.ndarray, a64: np.ndarray, b64: np.ndarray, sa: np.ndarray,
+                          sb: np.ndarray) -> None:
+    """Overwrite, in the exact recipe's result res [m, N], every element whose terms
+    P * sa * sb touch a NaN or an infinity (a NaN or Inf value code, a non-finite scale)
+    with the IEEE float64 value of the sum of its terms; a64 [m, K], b64 [K, N] the
+    values, sa [m, KB], sb [KB, N] the scales.
+
+    Why that is the exact result there and only there: a finite term is below 2^(36+256)
+    (an fp8 partial times two float32 scales) and KB of them cannot overflow float64, so
+    the IEEE sum is non-finite exactly when some term is, and then it is the extended-real
+    value: NaN for a NaN term, 0 * Inf (a zero partial times an infinite scale, or an
+    infinite value times zero) or Inf - Inf, else the infinity of the terms' common sign.
+    Rounding inside the finite terms changes neither.  The superaccumulator cannot carry
+    these (`round_certified` flags them and the exact fallback returns garbage)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        ieee = np.zeros(res.shape, np.float64)
+        for kb in range(a64.shape[1] // 128):
+            blk = slice(128 * kb, 128 * (kb + 1))
+            ieee += (a64[:, blk] @ b64[blk]) * sa[:, kb, None].astype(np.float64) * sb[kb]
+    bad = ~np.isfinite(ieee)
+    res[bad] = ieee[bad]
+
+
 def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec,
                 fused: bool, interval: int = 128):
     n = rhs.values.shape[2]
@@ -444,17 +467,21 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
                                         rhs.values[g].view(np.uint8), sa, sb, accum)
             continue
         b64 = _to_f64(rhs.values[g])
+        rhs_finite = bool(np.isfinite(b64).all() and np.isfinite(sb).all())
         for r0 in range(offs[g], offs[g + 1], chunk):
             r1 = min(r0 + chunk, offs[g + 1])
+            s = sa[r0 - offs[g] : r1 - offs[g]]
             if accum == "deepgemm-hopper":
                 p_hi = _hopper_partials(lhs.values[r0:r1].view(np.uint8),
                                         rhs.values[g].view(np.uint8), lhs.fmt, interval)
                 p_lo = np.zeros_like(p_hi)
             else:
-                p_hi, p_lo = _partials(_to_f64(lhs.values[r0:r1]), b64, lhs.fmt)
-            s = sa[r0 - offs[g] : r1 - offs[g]]
+                a64 = _to_f64(lhs.values[r0:r1])
+                p_hi, p_lo = _partials(a64, b64, lhs.fmt)
             if accum == "exact":
                 res = _accumulate_exact(p_hi, p_lo, s, sb, *prec)
+                if not (rhs_finite and np.isfinite(a64).all() and np.isfinite(s).all()):
+                    _ieee_where_nonfinite(res, a64, b64, s, sb)
             else:
                 res = _accumulate(p_hi, p_lo, s, sb, _ACCUM_CODE[accum])
             out[r0:r1] = res.astype(out.dtype)

@@ -178,3 +178,28 @@ def test_torchao_grouped_emulated_error_is_its_bf16_dequantization():
     ulp = np.exp2(np.floor(np.log2(np.abs(model) + 1e-30)) - 7)  # one bf16 ulp of model
     assert np.all(np.abs(got[:rows] - model) <= ulp)
     assert np.max(np.abs(got[:rows] - true) / ulp) > 8
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_nonfinite_ci_case_shows_the_quantizers_masking_and_not_the_gemm():
+    """The ci suite's `nonfinite` case (docs/contract.md, "Non-finite inputs"): the act
+    quantizer fails `quantizer_bit_exact`, its mismatches confined to the blocks holding a
+    NaN or an Inf (the masking documented above), while the dense GEMM carries every
+    NaN to exactly the reference's elements and passes."""
+    from fp8check.cases import NONFINITE, build_suite, case_inputs
+    from fp8check.layers.op import build_problem, validate_case
+    from fp8check.profiles import get_profile
+
+    case = next(c for c in build_suite("ci", 0) if c.distribution == NONFINITE)
+    profile = get_profile("strict")
+    res = validate_case(torchao_act_quant(), case, profile)
+    assert res.failed_criteria == ["quantizer_bit_exact"]
+    x = case_inputs(case).x.astype(ml_dtypes.bfloat16)
+    values, _ = call_kernel(torchao_act_quant(), (x,))
+    ref = quantize(x, (1, 128), "transformer-engine", nan="propagate")
+    blocks = ~np.isfinite(x.astype(np.float32)).reshape(x.shape[0], -1, 128).any(axis=2)
+    finite_blocks = np.repeat(blocks, 128, axis=1)
+    assert np.array_equal(values.view(np.uint8)[finite_blocks],
+                          ref.values.view(np.uint8)[finite_blocks])
+    gemm = validate_case(torchao_fp8(), case, profile, build_problem("gmm-fp8", case))
+    assert gemm.passed, gemm.failed_criteria

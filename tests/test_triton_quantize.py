@@ -57,8 +57,25 @@ def test_all_zero_and_near_max_blocks():
         np.testing.assert_array_equal(got_s.view(np.uint32), ref_s.view(np.uint32))
 
 
+@pytest.mark.parametrize("recipe", ["deepgemm", "deepgemm-ue8m0"])
+@pytest.mark.parametrize("block", [(1, 128), (128, 128)])
+def test_nonfinite_blocks_propagate_as_the_reference(block, recipe):
+    """NaN and +-Inf run through the recipe as quantize(..., nan="propagate") does (NaN
+    equal to any NaN: docs/contract.md, "Non-finite inputs"): no raise, no masking."""
+    from fp8check.layers.op.criteria import quantizer_output_criteria
+
+    x = np.random.default_rng(1).standard_normal((256, 384)).astype(np.float32)
+    x[0, 3], x[130, 200], x[5, 300] = np.inf, -np.inf, np.nan
+    values, scales = quantize_fp8(to_torch(x), block, recipe)
+    m: dict = {}
+    crit = quantizer_output_criteria(to_numpy(values), scales.numpy(), x, block, recipe,
+                                     "e4m3fn", m)
+    assert crit[0].passed, m
+    ref = quantize(x, block, recipe, nan="propagate")
+    assert np.isnan(ref.values.astype(np.float32)).any()  # the case has NaN to carry
+
+
 @pytest.mark.parametrize("x, kw, match", [
-    (torch.tensor([[float("nan")] * 4]), {}, "NaN"),
     (torch.zeros(4, 4), dict(block=(1, 64)), "block"),
     (torch.zeros(4, 4), dict(recipe="deepseek-v3"), "recipe"),
     (torch.zeros(4, 4, dtype=torch.float16), {}, "float32 or bfloat16"),

@@ -5,7 +5,8 @@ Per block: amax = max |x| (float32, after an exact upcast from bf16), s = RN_f32
 clamp to +-448 in float32, then one RNE cast.  Every step is one IEEE float32 operation,
 so XLA computes the same bits as numpy (given the guard against XLA's rewrites of the two
 divisions, below).  Blocks must tile the array exactly (the kernels' K and N are multiples
-of 128); NaN or Inf is propagated as NaN, not raised (a traced value cannot raise).
+of 128); NaN or Inf runs through the recipe's arithmetic as the reference's
+nan="propagate" does, never raised (a traced value cannot raise).
 """
 
 from __future__ import annotations
@@ -40,16 +41,25 @@ def quantize_deepgemm(x, block: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
     x32 = x.astype(jnp.float32)
     blocks = x32.reshape(*lead, r // br, br, c // bc, bc)
     amax = jnp.max(jnp.abs(blocks), axis=(-3, -1))
+    # XLA's max reduction does not carry NaN reliably (measured on CPU: a NaN at element
+    # 44 of a 1x128 block gave the finite max of the others, masking the NaN block), while
+    # the recipe's max is NaN for a block holding one: say so explicitly.
+    amax = jnp.where(jnp.isnan(blocks).any(axis=(-3, -1)), jnp.float32(jnp.nan), amax)
     # XLA's algebraic simplifier rewrites x / 448 into x * RN(1/448) and 1 / (a / 448) into
     # 448 / a, neither of which is the recipe (measured: scales and values off by one ulp;
     # optimization_barrier does not stop it).  It cannot fold 0 * amax (that is NaN for an
     # infinite amax), so `hide` makes a constant opaque, and the divisions stay true IEEE
-    # divisions.  For finite amax, hide(c) == c exactly; an Inf/NaN block gets NaN scales.
+    # divisions.  The opaque zero is 0 * min(amax, 1): zero for every finite or infinite
+    # amax, NaN for a NaN block (as the reference).  It was 0 * amax, NaN for an infinite
+    # amax too: an Inf block got a NaN scale and all-NaN values where the reference has an
+    # infinite scale, zero values and NaN only at the infinities (x * RN(1/inf) = x * 0).
+    opaque_zero = jnp.float32(0) * jnp.minimum(amax, jnp.float32(1))
+
     def hide(c):
-        return jnp.float32(c) + jnp.float32(0) * amax
+        return jnp.float32(c) + opaque_zero
 
     scale = jnp.maximum(amax, AMAX_FLOOR) / hide(E4M3_MAX)
-    inv = hide(1) / (scale + jnp.float32(0) * amax)
+    inv = hide(1) / (scale + opaque_zero)
     scaled = blocks * inv[..., :, None, :, None]
     q = jnp.clip(scaled, -E4M3_MAX, E4M3_MAX).astype(ml_dtypes.float8_e4m3fn)
     return q.reshape(x.shape), scale

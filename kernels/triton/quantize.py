@@ -33,6 +33,14 @@ AMAX_FLOOR = 1e-4  # float32(1e-4), as the reference
 
 
 @triton.jit
+def _max_nan(a, b):
+    # tl.max's combine and a bare tl.maximum return the non-NaN operand on the GPU (PTX
+    # max.f32): a NaN block would get the amax of its other elements and its NaN values
+    # would clamp to -448, masked.  The recipe's max propagates NaN.
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
 def _quantize_kernel(x_ptr, q_ptr, s_ptr, R, C, SR, SC,
                      BLOCK_R: tl.constexpr, TILE_R: tl.constexpr, UE8M0: tl.constexpr):
     batch = tl.program_id(0)
@@ -44,10 +52,10 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, R, C, SR, SC,
     offs = batch.to(tl.int64) * R * C + rows[:, None] * C + cols[None, :]
     x = tl.load(x_ptr + offs, mask=ok, other=0.0).to(tl.float32)
     if BLOCK_R == 1:
-        amax = tl.max(tl.abs(x), axis=1)  # one block per row: [TILE_R]
+        amax = tl.reduce(tl.abs(x), 1, _max_nan)  # one block per row: [TILE_R]
     else:
-        amax = tl.max(tl.max(tl.abs(x), axis=1), axis=0)  # one block per tile
-    s = tl.math.div_rn(tl.maximum(amax, 1e-4), 448.0)
+        amax = tl.reduce(tl.reduce(tl.abs(x), 1, _max_nan), 0, _max_nan)  # one per tile
+    s = tl.math.div_rn(_max_nan(amax, 1e-4), 448.0)
     if UE8M0:
         bits = s.to(tl.uint32, bitcast=True)
         e = ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0).to(tl.uint32)
@@ -60,7 +68,7 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, R, C, SR, SC,
     else:
         y = x * m
         tl.store(s_ptr + batch * SR * SC + (r0 // BLOCK_R) * SC + cb, s)
-    y = tl.minimum(tl.maximum(y, -448.0), 448.0)
+    y = tl.minimum(_max_nan(y, -448.0), 448.0, propagate_nan=tl.PropagateNan.ALL)
     tl.store(q_ptr + offs, y.to(tl.float8e4nv), mask=ok)
 
 
@@ -85,8 +93,10 @@ def quantize_fp8(x: torch.Tensor, block: tuple[int, int] = (1, QBLOCK),
     """Quantize `x` (float32 or bfloat16, [..., R, C]) to e4m3fn blockwise.
 
     Returns (values [..., R, C] torch.float8_e4m3fn, scales [..., ceil(R/bR), ceil(C/128)]
-    float32 dequantization multipliers).  NaN or Inf in `x` raises ValueError, as the
-    reference does by default.
+    float32 dequantization multipliers).  NaN or Inf in `x` runs through the recipe as
+    the reference's nan="propagate" does (docs/contract.md, "Non-finite inputs"): a NaN
+    block gets a NaN scale and NaN values, an infinite one an infinite scale, zero values
+    and NaN where x is infinite (x * RN(1/inf) = x * 0).
     """
     if tuple(block) not in BLOCKS:
         raise ValueError(f"block must be one of {BLOCKS}, got {tuple(block)}")
@@ -95,8 +105,6 @@ def quantize_fp8(x: torch.Tensor, block: tuple[int, int] = (1, QBLOCK),
     if x.dtype not in (torch.float32, torch.bfloat16) or x.ndim < 2:
         raise ValueError(f"x must be float32 or bfloat16 with >= 2 dims, got {x.dtype} "
                          f"{tuple(x.shape)}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError("quantize_fp8: input contains NaN or Inf")
     prepare_backend(x.device)
     x = x.contiguous()
     *lead, r, c = x.shape

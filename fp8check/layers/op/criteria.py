@@ -25,7 +25,8 @@ ULP_BINS = (0, 1, 2, 4, 8, 64)
 
 # What each criterion measures (`Criterion.meaning`) and what its n_bad counts.
 MEANINGS = {
-    "finite": "NaN/Inf where the exact reference is finite (or the reverse)",
+    "finite": "NaN/Inf where the exact reference is finite, finite where it is not, or "
+              "NaN, +Inf, -Inf other than the reference's",
     "bound_ratio": "|out - exact| over Higham's bound for any valid float32 summation order",
     "error_ratio": "rms error over that of a naive same-precision implementation",
     "bias_z": "t-statistic of the signed error (truncation instead of rounding is one-signed)",
@@ -117,12 +118,35 @@ def _worst_ulp(out: np.ndarray, ref: np.ndarray, ulps: np.ndarray) -> dict[str, 
     return _element(np.unravel_index(np.argmax(ulps), ulps.shape), out, ref, ulps)
 
 
+def _finite_criterion(o: np.ndarray, exact: np.ndarray, out_np: np.dtype,
+                      m: dict[str, Any]) -> Criterion:
+    """`finite`: the compared rows `o` non-finite exactly where `exact` is, with the same
+    infinities (NaN payloads and signs are not compared: IEEE leaves them unspecified)."""
+    mask = _finite_mismatches(o, exact)
+    bad = int(np.count_nonzero(mask))
+    m["nonfinite_mismatches"] = bad
+    first_bad = None
+    if bad:
+        idx = tuple(int(i) for i in np.argwhere(mask)[0])
+        # one-element arrays: ulp_distance's integer arithmetic warns on numpy scalars
+        ulps = metrics.ulp_distance(o[idx][None], exact[idx][None].astype(out_np), out_np)
+        first_bad = {"index": list(idx), "out": float(o[idx]), "ref": float(exact[idx]),
+                     "ulp": int(ulps[0]), "bound": None}
+    return criterion("finite", bad, "==", 0, n_bad=bad,
+                     bad_means="elements finite, NaN or +-Inf unlike the exact value",
+                     worst=first_bad)
+
+
 def _correctness(
-    prob: Problem, o: np.ndarray, ulps: np.ndarray, ratio: np.ndarray, profile: Profile,
-    m: dict[str, Any], accum: str | None, model_ref: np.ndarray | None = None,
+    prob: Problem, o: np.ndarray, exact: np.ndarray, naive: np.ndarray, ulps: np.ndarray,
+    ratio: np.ndarray, profile: Profile, m: dict[str, Any], accum: str | None,
+    model_ref: np.ndarray | None, kept: np.ndarray | None,
 ) -> list[Criterion]:
-    """The correctness criteria of the compared rows `o` of an output, given their ULP
-    distances to RN(exact) and bound ratios.
+    """The correctness criteria but `finite` of the compared rows `o` of an output, given
+    the exact values, the naive baseline, their ULP distances to RN(exact) and bound
+    ratios.  `kept`: None when every exact value is finite, else the mask of the elements
+    whose exact value is (the others are neutralised to zero in every array here, see
+    `_neutralised`, and bias_z takes only the kept ones).
 
     `model_ref`: the declared hardware accumulator's result (deepgemm-hopper), when the
     kernel declares one.  Its truncation is the hardware's, not a bug: error_ratio then
@@ -134,20 +158,11 @@ def _correctness(
     (bit-exact) or the zero-mean float32 rounding of a different promotion order; any
     further truncation (a narrower accumulator, a truncating cast) is a one-signed part
     of (out - model) and shows in the statistic as it would against exact."""
-    sl = slice(0, prob.rows)
-    exact = prob.exact[sl]
     out_np = NUMPY_DTYPES[prob.out_dtype]
     exact_rounded = exact.astype(out_np)
     n_off = int(np.count_nonzero(ulps))  # elements not correctly rounded
     worst_off = _worst_ulp(o, exact, ulps)
     crit: list[Criterion] = []
-
-    mask = _finite_mismatches(o, exact)
-    bad = int(np.count_nonzero(mask))
-    m["nonfinite_mismatches"] = bad
-    first_bad = _element(np.argwhere(mask)[0], o, exact, ulps) if bad else None
-    crit.append(criterion("finite", bad, "==", 0, n_bad=bad,
-                          bad_means="elements non-finite on one side only", worst=first_bad))
 
     worst = float(np.max(ratio)) if ratio.size else 0.0
     m["bound_ratio_max"] = worst
@@ -163,13 +178,14 @@ def _correctness(
                           n_bad=int(np.count_nonzero(ratio > profile.max_bound_ratio)),
                           bad_means="elements over the bound", worst=worst_el))
 
-    naive = prob.naive[sl] if model_ref is None else model_ref
-    er = float(metrics.error_ratio(o, exact, naive))
+    er = float(metrics.error_ratio(o, exact, naive if model_ref is None else model_ref))
     m["error_ratio"] = er
     crit.append(criterion("error_ratio", er, "<=", profile.max_error_ratio, n_bad=n_off,
                           bad_means=_NOT_ROUNDED, worst=worst_off))
 
     clusters, n_clusters = bias_clusters(o)
+    if kept is not None:  # clusters with no finite exact value hold no sample
+        n_clusters = int(np.unique(clusters[kept]).size)
     if n_clusters < 2:  # a t-statistic needs two independent samples
         m["bias_z_note"] = "fewer than 2 (row, N tile) clusters: bias not testable"
     else:
@@ -178,8 +194,11 @@ def _correctness(
         # itself shows a data-determined bias when the data has few distinct values
         # (near-max blocks, M_g = 1 outer products).  Clustered by (row, N tile): those
         # elements share their scales' roundings (see metrics.bias_z).
-        z = float(metrics.bias_z(o, exact_rounded if model_ref is None else model_ref,
-                                 clusters=clusters))
+        ref = exact_rounded if model_ref is None else model_ref
+        if kept is None:
+            z = float(metrics.bias_z(o, ref, clusters=clusters))
+        else:  # excluded elements are no samples: not even zero-error ones
+            z = float(metrics.bias_z(o[kept], ref[kept], clusters=clusters[kept]))
         m["bias_z"] = z
         crit.append(criterion("bias_z", z, "|x|<=", profile.max_abs_bias_z, n_bad=n_off,
                               bad_means=_NOT_ROUNDED, worst=worst_off))
@@ -192,7 +211,10 @@ def _correctness(
     # The hardware model is bit-exact by definition on every case; the float32 recipes
     # only where every partial is exact in float32.
     if accum is not None and (prob.exact_partials or model_ref is not None):
-        ref = prob.accum_ref(accum, prob.out_dtype)[sl] if model_ref is None else model_ref
+        if model_ref is None:
+            ref = _neutralised(prob.accum_ref(accum, prob.out_dtype)[:prob.rows], kept)
+        else:
+            ref = model_ref
         d = metrics.ulp_distance(o, ref, out_np)
         mism = int(np.count_nonzero(d))
         m["bit_exact_mismatches"] = mism
@@ -223,6 +245,12 @@ def _impact(prob: Problem, out: np.ndarray, profile: Profile, m: dict[str, Any])
         return []
     sl = slice(0, prob.rows)
     o, ref = out[sl].astype(np.float64), prob.unquantized[sl]
+    n_nonfinite = int(np.count_nonzero(~np.isfinite(ref)))
+    if n_nonfinite:
+        m["impact_note"] = (f"unquantized reference non-finite at {n_nonfinite} elements (NaN "
+                            "or Inf inputs): quantization impact is not defined there, not "
+                            "measured; propagation is decided by `finite`")
+        return []
     if not np.any(ref):
         m["impact_note"] = "unquantized reference is all zero: nothing to measure"
         return []
@@ -264,20 +292,27 @@ def quantizer_output_criteria(
     recipe: str, fmt: str, m: dict[str, Any],
 ) -> list[Criterion]:
     """`quantizer_bit_exact`: (values, scales) bit for bit equal to quantize(x, block,
-    recipe, fmt).  Records value/scale mismatch counts in `m`; the criterion's `worst` is
-    the first mismatching value (index into x) or, with every value right, scale (index
-    into the block grid, with "what": "scale")."""
+    recipe, fmt, nan="propagate"), a NaN equal to any NaN (IEEE leaves a NaN's sign and
+    payload to the implementation: a kernel's max, multiply and cast may return another
+    NaN than numpy's, and no consumer can tell them apart), infinities by sign.  Records
+    value/scale mismatch counts in `m`; the criterion's `worst` is the first mismatching
+    value (index into x) or, with every value right, scale (index into the block grid,
+    with "what": "scale")."""
     from fp8check.references import quantize
 
-    ref = quantize(x, (block[0], block[1]), recipe, fmt)
+    ref = quantize(x, (block[0], block[1]), recipe, fmt, nan="propagate")
+    if not np.isfinite(np.asarray(x, np.float32)).all():
+        m["nonfinite_inputs"] = int(np.count_nonzero(~np.isfinite(np.asarray(x, np.float32))))
     values, scales = np.asarray(values), np.asarray(scales)
-    val_ok = same_bits(values, ref.values)
-    scale_ok = same_bits(np.asarray(scales, dtype=np.float32), ref.scales) and (
-        scales.dtype == np.float32)
+    val_ok = same_bits(values, ref.values) or (
+        values.shape == ref.values.shape and values.dtype == ref.values.dtype
+        and not np.count_nonzero(_bits_differ(values, ref.values, np.uint8)))
+    scale_ok = scales.dtype == np.float32 and scales.shape == ref.scales.shape and not (
+        np.count_nonzero(_bits_differ(scales, ref.scales, np.uint32)))
     n_bad, worst = 0, None
     if not scale_ok and scales.shape == ref.scales.shape:
         s32 = np.asarray(scales, np.float32)
-        diff = s32.view(np.uint32) != ref.scales.view(np.uint32)
+        diff = _bits_differ(s32, ref.scales, np.uint32)
         m["scale_mismatches"] = n_scales = int(np.count_nonzero(diff))
         n_bad += n_scales
         if n_scales:
@@ -285,7 +320,7 @@ def quantizer_output_criteria(
                              metrics.ulp_distance(s32, ref.scales, np.float32))
             worst["what"] = "scale"
     if not val_ok and values.shape == ref.values.shape and values.dtype == ref.values.dtype:
-        diff = values.view(np.uint8) != ref.values.view(np.uint8)
+        diff = _bits_differ(values, ref.values, np.uint8)
         m["value_mismatches"] = n_values = int(np.count_nonzero(diff))
         n_bad += n_values
         if n_values:
@@ -301,6 +336,17 @@ def quantizer_output_criteria(
                                  f"float32{list(ref.scales.shape)}")
     return [criterion("quantizer_bit_exact", ok, "==", True, n_bad=None if ok else n_bad,
                       bad_means="values and scales that differ", worst=worst)]
+
+
+def _bits_differ(a: np.ndarray, b: np.ndarray, bits: type) -> np.ndarray:
+    """Mask of the elements of a and b (same shape and float dtype, viewed as unsigned
+    `bits`) whose bits differ, a NaN never differing from a NaN."""
+    differ = a.view(bits) != b.view(bits)
+    if differ.any():
+        with np.errstate(invalid="ignore"):
+            both_nan = np.isnan(a.astype(np.float32)) & np.isnan(b.astype(np.float32))
+        differ &= ~both_nan
+    return differ
 
 
 class BadOutput(ValueError):
@@ -343,12 +389,24 @@ def output_criteria(
         raise BadOutput(why)
     sl = slice(0, prob.rows)
     o, exact, out_np = out[sl], prob.exact[sl], NUMPY_DTYPES[prob.out_dtype]
+    finite = _finite_criterion(o, exact, out_np, m)
+    kept = None
+    if not np.isfinite(exact).all():
+        kept = np.isfinite(exact)
+        n_out = int(kept.size - np.count_nonzero(kept))
+        m["nonfinite_exact_elements"] = n_out
+        m["nonfinite_note"] = (f"{n_out} of {kept.size} elements have a NaN or Inf exact value "
+                               "(non-finite inputs): `finite` decides them; the other "
+                               "correctness criteria are computed on the "
+                               f"{kept.size - n_out} elements whose exact value is finite")
+        o, exact = _neutralised(o, kept), _neutralised(exact, kept)
     # correctly rounded: f64 -> f32 / bf16 is one RNE
     ulps = metrics.ulp_distance(o, exact.astype(out_np), out_np)
     extra = model_ref = None
     if accum == "deepgemm-hopper":
-        extra = prob.hopper_term(hopper_interval)[sl]
-        model_ref = prob.accum_ref(accum, prob.out_dtype, hopper_interval)[sl]
+        extra = _neutralised(prob.hopper_term(hopper_interval)[sl], kept)
+        model_ref = _neutralised(prob.accum_ref(accum, prob.out_dtype, hopper_interval)[sl],
+                                 kept)
         m["hopper_interval"] = hopper_interval
     underflow = prob.underflow.term(ftz=flushes_subnormals, u=acc_unit_roundoff)
     m["underflow_term"] = underflow
@@ -361,15 +419,30 @@ def output_criteria(
                                 "term, is gated here")
     elif flushes_subnormals:
         m["subnormal_range"] = "none reached (the kernel flushes subnormals)"
-    ratio = metrics.bound_ratio(o, exact, prob.abs_ab[sl], prob.k, u=acc_unit_roundoff,
-                                out_dtype=out_np, n=prob.n_terms, extra=extra,
-                                underflow=underflow)
+    ratio = metrics.bound_ratio(o, exact, _neutralised(prob.abs_ab[sl], kept), prob.k,
+                                u=acc_unit_roundoff, out_dtype=out_np, n=prob.n_terms,
+                                extra=extra, underflow=underflow)
     if plots is not None and prob.unquantized is not None:  # the report's per-case figures
-        m["plots"] = plots(o, prob, acc_unit_roundoff, ulps, ratio, extra)
-    crit = _correctness(prob, o, ulps, ratio, profile, m, accum, model_ref)
+        if kept is None:
+            m["plots"] = plots(o, prob, acc_unit_roundoff, ulps, ratio, extra)
+        else:
+            m["plots_note"] = "no per-case figures on a case with non-finite exact values"
+    crit = _correctness(prob, o, exact, _neutralised(prob.naive[sl], kept), ulps, ratio,
+                        profile, m, accum, model_ref, kept)
     impact = _impact(prob, out, profile, m)
     if ftz_relaxed:
-        m["ftz_not_gated"] = [c.name for c in crit + impact
-                              if c.name not in ("finite", "bound_ratio")]
-        return [c for c in crit if c.name in ("finite", "bound_ratio")]
-    return crit + impact
+        m["ftz_not_gated"] = [c.name for c in crit + impact if c.name != "bound_ratio"]
+        return [finite] + [c for c in crit if c.name == "bound_ratio"]
+    return [finite] + crit + impact
+
+
+def _neutralised(a: np.ndarray, kept: np.ndarray | None) -> np.ndarray:
+    """`a` with zero at the elements not `kept` (a itself when kept is None).
+
+    Zero in the output, the exact value, |A||B|, the baselines and the bound's extra term
+    alike makes an excluded element count for nothing: bound ratio 0 (the bound is > 0),
+    0 ulps, no error in either rms of error_ratio (whose ratio of means over the same
+    count is then the one over the kept elements), no bit difference."""
+    if kept is None:
+        return a
+    return np.where(kept, a, np.zeros((), a.dtype))

@@ -195,9 +195,11 @@ def build_problem(contract: str, case: Case) -> Problem:
              "impact_not_gated": IMPACT_REPORT_ONLY.get(case.distribution)}
     bf16 = NUMPY_DTYPES["bf16"]
     if contract == "gmm-fp8":
-        return gmm_fp8_problem(quantize(inp.x, (1, 128), case.recipe),
-                               quantize(inp.w, (128, 128), case.recipe), gs, case.out_dtype,
-                               (inp.x, inp.w), **facts)
+        # nan="propagate": a non-finite input reaches the kernel as the recipe makes it
+        # (docs/contract.md, "Non-finite inputs"); identical to "raise" on finite data.
+        lq = quantize(inp.x, (1, 128), case.recipe, nan="propagate")
+        rq = quantize(inp.w, (128, 128), case.recipe, nan="propagate")
+        return gmm_fp8_problem(lq, rq, gs, case.out_dtype, (inp.x, inp.w), **facts)
     if contract == "gmm":
         return plain_gmm_problem(inp.x.astype(bf16), inp.w.astype(bf16), gs, case.out_dtype,
                                  (inp.x, inp.w), **facts)
