@@ -177,3 +177,21 @@ def test_vectorised_kernel_is_the_deepgemm_recipe():
     out = Int16GroupOffsets()(*mem.args, out_dtype=ml_dtypes.bfloat16)
     ref = gmm(*mem.quantized, mem.args[-1], out_dtype=ml_dtypes.bfloat16, accum="deepgemm")
     assert out[: mem.rows].tobytes() == ref[: mem.rows].tobytes()
+
+
+def test_only_gmm_fp8_runs_streamed_cases():
+    from types import SimpleNamespace
+
+    from fp8check.gate.runner import _skip_reason
+    from fp8check.layers.op import build_problem
+
+    prod = build_suite("full", 0)[0]
+    for contract in ("gmm", "tgmm", "quantizer"):
+        with pytest.raises(ValueError, match="streamed"):
+            build_problem(contract, prod)
+        k = SimpleNamespace(spec=SimpleNamespace(contract=contract, out_dtypes=("f32", "bf16"),
+                                                 m_align=1))
+        assert "streamed" in _skip_reason(k, prod)
+    k = SimpleNamespace(spec=SimpleNamespace(contract="gmm-fp8", out_dtypes=("f32", "bf16"),
+                                             m_align=1))
+    assert _skip_reason(k, prod) is None
