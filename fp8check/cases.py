@@ -92,6 +92,9 @@ class Case:
     group_sizes: tuple[int, ...]
     recipe: str = DEFAULT_RECIPE
     exact_partials: bool = False
+    # Checked through the streamed summary (`fp8check.totals`): no [M, N] float64
+    # reference is ever built (production shapes, see `PRODUCTION_SHAPES`).
+    streamed: bool = False
 
     def group_sizes_array(self) -> np.ndarray:
         return np.asarray(self.group_sizes, dtype=np.int32)
@@ -145,6 +148,46 @@ def _random_group_sizes(rng: np.random.Generator, m: int, g: int) -> np.ndarray:
     return np.diff(np.concatenate(([0], np.sort(cuts), [end])))
 
 
+# Production MoE shapes of the `full` suite, checked through the streamed summary: wi
+# (M = 65536 routed rows, K = 2048, N = 512, G = 256 experts) and wo (K and N swapped),
+# each with its distribution and output dtype.  At this M the group offsets pass 32767
+# (int16) and a 128-row tile grid has over 512 tiles.
+PRODUCTION_M, PRODUCTION_G = 65536, 256
+PRODUCTION_SHAPES = (("wi", 2048, 512, "normal", "bf16"),
+                     ("wo", 512, 2048, "lognormal-rows", "f32"))
+PRODUCTION_PATTERN = "production"
+# Rows drawn per chunk when generating a streamed case's operands: the distributions
+# draw in float64, so a whole production operand would take 1-2 GiB more.
+_DRAW_ROWS = 4096
+
+
+def _production_group_sizes(rng: np.random.Generator, m: int, g: int) -> np.ndarray:
+    """Routed-token counts of a skewed router: expert popularity ~ Dirichlet(0.5) (a few hot
+    experts, many cold ones), about one expert in ten receiving no tokens, and 1..127
+    trailing rows (the batch's padding) in no group; the routed rows are drawn
+    multinomially over the non-empty experts.  int64[g], sum in [m - 127, m - 1]."""
+    p = rng.dirichlet(np.full(g, 0.5))
+    p[rng.choice(g, size=max(1, g // 10), replace=False)] = 0.0
+    routed = m - int(rng.integers(1, 128))
+    return rng.multinomial(routed, p / p.sum())
+
+
+def _production_cases(seed: int) -> list[Case]:
+    cases = []
+    for aspect, k, n, dist, out in PRODUCTION_SHAPES:
+        cid = case_id(aspect, PRODUCTION_M, k, n, PRODUCTION_G, PRODUCTION_PATTERN, dist, out,
+                      seed)
+        gs = _production_group_sizes(_rng(cid, "groups"), PRODUCTION_M, PRODUCTION_G)
+        cases.append(Case(
+            id=cid, suite="full", aspect=aspect, m=PRODUCTION_M, k=k, n=n, g=PRODUCTION_G,
+            pattern=PRODUCTION_PATTERN, distribution=dist, out_dtype=out, seed=seed,
+            group_sizes=_validated_group_sizes(gs, PRODUCTION_M, PRODUCTION_G,
+                                               "production group sizes"),
+            streamed=True,
+        ))
+    return cases
+
+
 def _make_case(
     suite: str, aspect: str, g: int, pattern: str, dist: str, out: str, seed: int,
     build_sizes: GroupPattern | None = None, exact: bool = False,
@@ -176,6 +219,9 @@ def build_suite(suite: str, seed: int = 0) -> list[Case]:
     outs = ("f32", "bf16")
     cases: list[Case] = []
     if suite == "full":
+        # The production shapes first: a kernel that breaks only at production scale
+        # (int16 offsets, large grids) fails fast, and the seeded-bug test stops there.
+        cases.extend(_production_cases(seed))
         # Every (aspect, pattern, distribution); G and the out dtype alternate.
         for a, aspect in enumerate(("wi", "wo")):
             for i, pattern in enumerate(patterns):
@@ -249,6 +295,19 @@ def _smallint(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return rng.integers(-_EXACT_INT_MAX, _EXACT_INT_MAX + 1, size=shape).astype(np.float32)
 
 
+def _drawn_by_rows(draw, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """draw(rng, shape) as float32, drawn _DRAW_ROWS rows (of the last two axes) at a time
+    so the float64 temporaries stay small.  Only for row-wise distributions (each row
+    drawn independently), which is why streamed cases use only those."""
+    out = np.empty(shape, np.float32)
+    flat = out.reshape(-1, shape[-2], shape[-1])
+    for mat in flat:
+        for r0 in range(0, shape[-2], _DRAW_ROWS):
+            r1 = min(r0 + _DRAW_ROWS, shape[-2])
+            mat[r0:r1] = draw(rng, (r1 - r0, shape[-1]))
+    return out
+
+
 def case_inputs(case: Case) -> CaseInputs:
     """The case's float32 operands, regenerated deterministically from its id."""
     rng = _rng(case.id, "values")
@@ -258,12 +317,16 @@ def case_inputs(case: Case) -> CaseInputs:
     nonfinite = case.distribution == NONFINITE
     draw = (_smallint if case.exact_partials else
             DISTRIBUTIONS["normal" if nonfinite else case.distribution])
-    x = np.asarray(draw(rng, (case.m, case.k)), dtype=np.float32)
-    w = np.asarray(draw(rng, (case.g, case.k, case.n)), dtype=np.float32)
-    dy = np.asarray(draw(rng, (case.m, case.n)), dtype=np.float32)
+    if case.streamed:
+        x, w, dy = (_drawn_by_rows(draw, rng, s) for s in
+                    ((case.m, case.k), (case.g, case.k, case.n), (case.m, case.n)))
+    else:
+        x = np.asarray(draw(rng, (case.m, case.k)), dtype=np.float32)
+        w = np.asarray(draw(rng, (case.g, case.k, case.n)), dtype=np.float32)
+        dy = np.asarray(draw(rng, (case.m, case.n)), dtype=np.float32)
     # Powers of two keep the exact family exact and scale every K block differently.
-    x = x * _block_magnitudes(rng, case.k)[None, :]
-    w = w * _block_magnitudes(rng, case.k)[None, :, None]
+    x *= _block_magnitudes(rng, case.k)[None, :]  # in place: no second production copy
+    w *= _block_magnitudes(rng, case.k)[None, :, None]
     if nonfinite:
         plant_nonfinite(x, w, dy, case.group_sizes_array())
     return CaseInputs(x=x, w=w, dy=dy, group_sizes=case.group_sizes_array())

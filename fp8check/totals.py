@@ -269,13 +269,16 @@ def metric_totals(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | N
 
 
 def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepgemm",
-                rows_per_chunk: int = 2048, ftz: bool = False) -> MetricTotals:
+                rows_per_chunk: int = 2048, u: float = 2.0**-24,
+                interval: int = 128, ftz: bool = False) -> MetricTotals:
     """`metric_totals` of a gmm-fp8 output `out` [M, N] (float32 or bfloat16) against the
     exact reference of lhs [M,K] (1x128) and rhs [G,K,N] (128x128) QTensors, streamed
     `rows_per_chunk` rows of one group at a time; `accum` (None to skip) adds the
-    bit-exact count against `gmm(..., accum=accum)`.  Only rows below sum(group_sizes)
-    are compared, as in the gate.  The bound's underflow term is the operands'
-    (`underflow.fp8_model`), for a kernel that flushes subnormals when `ftz`."""
+    bit-exact count against `gmm(..., accum=accum, interval=interval)` (`interval`:
+    deepgemm-hopper's promotion interval); `u` is the accumulator's unit roundoff of the
+    bound.  Only rows below sum(group_sizes) are compared, as in the gate.  The bound's
+    underflow term is the operands' (`underflow.fp8_model`), for a kernel that flushes
+    subnormals when `ftz`."""
     from fp8check.references import abs_product, gmm
     from fp8check.references.gmm import check_group_sizes, group_offsets
     from fp8check.references.quant import QTensor
@@ -291,7 +294,7 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
         raise ValueError(f"gmm_metric_totals: rows_per_chunk must be >= 1, got {rows_per_chunk!r}")
     gs = check_group_sizes(group_sizes, g, m)
     offs = group_offsets(gs)
-    underflow = fp8_model(lhs, rhs, lhs.shape[1]).term(ftz=ftz, u=2.0**-24)
+    underflow = fp8_model(lhs, rhs, lhs.shape[1]).term(ftz=ftz, u=u)
     total = MetricTotals.empty(accum is not None)
     for gi in range(g):
         for r0 in range(offs[gi], offs[gi + 1], rows_per_chunk):
@@ -300,9 +303,10 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
             b = QTensor(rhs.values[gi:gi + 1], rhs.scales[gi:gi + 1], rhs.block, rhs.fmt,
                         rhs.recipe)
             one = np.array([r1 - r0])
-            ref = None if accum is None else gmm(a, b, one, out_dtype=out.dtype, accum=accum)
+            ref = None if accum is None else gmm(a, b, one, out_dtype=out.dtype, accum=accum,
+                                                 interval=interval)
             part = metric_totals(out[r0:r1], gmm(a, b, one, out_dtype=np.float64, accum="exact"),
-                             abs_product(a, b, one), lhs.shape[1], ref=ref,
+                             abs_product(a, b, one), lhs.shape[1], u=u, ref=ref,
                              underflow=underflow)
             total = total.merge(part, r0 * n)
     return total

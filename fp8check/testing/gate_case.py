@@ -61,7 +61,11 @@ class GateCase:
 
     @property
     def problem(self) -> Problem:
-        return self._problems.get(self.contract, self.case)[0]
+        prob = self._problems.get(self.contract, self.case)[0]
+        if not isinstance(prob, Problem):
+            raise ValueError(f"case {self.id} is a streamed (production-shape) case: "
+                             "check it with the gate, not fp8check.testing")
+        return prob
 
     @property
     def args(self) -> tuple[np.ndarray, ...]:

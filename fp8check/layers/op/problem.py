@@ -76,6 +76,27 @@ class Problem:
         return self._hopper_terms[interval]
 
 
+@dataclass
+class StreamedProblem:
+    """The `gmm-fp8` problem of a streamed (production-shape) case: the kernel's arguments
+    and quantized operands only.  No reference is held: `fp8check.totals` computes the
+    exact value, |A||B| and a recipe reference chunk by chunk while it reduces the
+    metrics, so memory is the operands, the output and O(chunk), never an [M, N] float64
+    array.  `rows`, `k`, `out_dtype` and `exact_partials` as in Problem; `out_shape` is
+    the [M, N] shape the kernel must return."""
+
+    args: tuple[np.ndarray, ...]
+    quantized: tuple[Any, Any]
+    out_shape: tuple[int, int]
+    rows: int
+    k: int
+    out_dtype: str
+    exact_partials: bool = False
+
+
+AnyProblem = Problem | StreamedProblem
+
+
 class ProblemCache:
     """Problems by (contract, case id), built once and shared by every kernel of the
     contract: the gate's runner, the tuner, `fp8check.testing` and the tests use this one
@@ -87,7 +108,7 @@ class ProblemCache:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
-        self._entries: dict[tuple[str, str], Problem | Exception] = {}
+        self._entries: dict[tuple[str, str], AnyProblem | Exception] = {}
         self._unreported: dict[tuple[str, str], float] = {}  # build seconds, until a `get`
 
     def prepare(self, contract: str, case: Case) -> None:
@@ -107,7 +128,7 @@ class ProblemCache:
             del self._entries[old]
             self._unreported.pop(old, None)
 
-    def get(self, contract: str, case: Case) -> tuple[Problem, float]:
+    def get(self, contract: str, case: Case) -> tuple[AnyProblem, float]:
         """(the problem, seconds spent building it not yet reported by an earlier `get`:
         0.0 when it was cached).  Raises the build's exception, this time and every later
         time."""
@@ -185,10 +206,64 @@ def tgmm_problem(
     )
 
 
-def build_problem(contract: str, case: Case) -> Problem:
-    """Kernel arguments and references of `case` under a matmul contract."""
+# Rows quantized at a time for a streamed case: quantize's float32 and float64 temporaries
+# of a whole production operand would take several GiB.
+_QUANT_ROWS = 4096
+
+
+def _quantized_in_chunks(x: np.ndarray, block: tuple[int, int], recipe: str) -> Any:
+    """quantize(x, block, recipe) of x [R, C] or [G, R, C], bit for bit, computed
+    _QUANT_ROWS rows of one matrix at a time.  Exact: every block lies inside one chunk
+    (the chunk is a multiple of the block's rows), and quantize treats each block on its
+    own."""
+    from fp8check.references import quantize
+    from fp8check.references.quant import QTensor
+
+    assert _QUANT_ROWS % block[0] == 0
+    if x.ndim == 3:
+        qs = [_quantized_in_chunks(mat, block, recipe) for mat in x]
+        return QTensor(np.stack([q.values for q in qs]), np.stack([q.scales for q in qs]),
+                       block, qs[0].fmt, recipe)
+    qs = [quantize(x[r0:r0 + _QUANT_ROWS], block, recipe)
+          for r0 in range(0, x.shape[0], _QUANT_ROWS)]
+    return QTensor(np.concatenate([q.values for q in qs]),
+                   np.concatenate([q.scales for q in qs]), block, qs[0].fmt, recipe)
+
+
+def streamed_gmm_fp8_problem(lq: Any, rq: Any, group_sizes: np.ndarray, out_dtype: str,
+                             exact_partials: bool = False) -> StreamedProblem:
+    """The streamed `gmm-fp8` problem on quantized operands lq [M,K] (1x128) and rq
+    [G,K,N] (128x128) QTensors (the streamed twin of `gmm_fp8_problem`)."""
+    gs = group_sizes
+    return StreamedProblem(
+        args=(lq.values, lq.scales, rq.values, rq.scales, gs), quantized=(lq, rq),
+        out_shape=(lq.shape[0], rq.shape[2]), rows=int(gs.sum()), k=lq.shape[1],
+        out_dtype=out_dtype, exact_partials=exact_partials,
+    )
+
+
+def streamed_problem(contract: str, case: Case) -> StreamedProblem:
+    """The StreamedProblem of a streamed `case` (gmm-fp8 only: the streamed summary is the
+    gmm-fp8 reference's; ValueError for another contract)."""
+    if contract != "gmm-fp8":
+        raise ValueError(f"case {case.id} is checked through the streamed gmm-fp8 summary; "
+                         f"contract {contract!r} has no streamed reference")
+    inp = case_inputs(case)
+    x, w, gs = inp.x, inp.w, inp.group_sizes
+    del inp  # the float32 operands go as soon as they are quantized (GiBs)
+    lq = _quantized_in_chunks(x, (1, 128), case.recipe)
+    del x
+    rq = _quantized_in_chunks(w, (128, 128), case.recipe)
+    return streamed_gmm_fp8_problem(lq, rq, gs, case.out_dtype, case.exact_partials)
+
+
+def build_problem(contract: str, case: Case) -> AnyProblem:
+    """Kernel arguments and references of `case` under a matmul contract (a
+    StreamedProblem for a streamed case)."""
     from fp8check.references import quantize
 
+    if case.streamed:
+        return streamed_problem(contract, case)
     inp = case_inputs(case)
     gs = inp.group_sizes
     facts = {"exact_partials": case.exact_partials,

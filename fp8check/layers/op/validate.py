@@ -25,7 +25,8 @@ from fp8check.layers.op.criteria import (
     same_bits,
     shape_error,
 )
-from fp8check.layers.op.problem import Problem, build_problem
+from fp8check.layers.op.problem import AnyProblem, StreamedProblem, build_problem
+from fp8check.layers.op.streamed import streamed_output_criteria
 from fp8check.profiles import Profile
 from fp8check.results.model import CaseResult, Criterion
 
@@ -33,7 +34,7 @@ LAYER = 1
 
 
 def validate_case(
-    spec: KernelSpec, case: Case, profile: Profile, problem: Problem | None = None, *,
+    spec: KernelSpec, case: Case, profile: Profile, problem: AnyProblem | None = None, *,
     plots: PlotHook | None = None,
 ) -> CaseResult:
     """Run `spec` on `case` (twice when it declares determinism) and apply every criterion.
@@ -43,7 +44,9 @@ def validate_case(
         case: the case; its inputs are regenerated from its fields.
         profile: the limits the criteria apply.
         problem: `build_problem(spec.contract, case)`, shared between the kernels of a
-            contract (built here when None; unused by a quantizer).
+            contract (built here when None; unused by a quantizer).  A streamed case's
+            StreamedProblem is checked through the streamed summary (`op.streamed`:
+            fewer criteria, no plots).
         plots: makes the report's plot data of the output (`criteria.PlotHook`).
 
     Returns:
@@ -79,23 +82,32 @@ def validate_case(
 
 
 def _matmul_criteria(
-    spec: KernelSpec, case: Case, prob: Problem, profile: Profile, m: dict[str, Any],
+    spec: KernelSpec, case: Case, prob: AnyProblem, profile: Profile, m: dict[str, Any],
     timing: dict[str, float], plots: PlotHook | None,
 ) -> list[Criterion]:
     outs = []
+    shape = prob.out_shape if isinstance(prob, StreamedProblem) else prob.exact.shape
     t = time.perf_counter()
     for _ in range(2 if spec.deterministic else 1):
         out = call_kernel(spec, prob.args, case.out_dtype)
-        why = shape_error(out, prob.exact.shape, case.out_dtype)
+        why = shape_error(out, shape, case.out_dtype)
         if why is not None:
-            wrong_dtype_only = isinstance(out, np.ndarray) and out.shape == prob.exact.shape
+            wrong_dtype_only = isinstance(out, np.ndarray) and out.shape == shape
             raise BadOutput(why + (_dtype_hint(spec, case.out_dtype) if wrong_dtype_only else ""))
         outs.append(out)
     timing["kernel"] = time.perf_counter() - t
-    crit = output_criteria(outs[0], prob, profile, m, accum=spec.accum,
-                           acc_unit_roundoff=spec.acc_unit_roundoff,
-                           hopper_interval=spec.hopper_interval, plots=plots,
-                           flushes_subnormals=bool(spec.flushes_subnormals))
+    ftz = bool(spec.flushes_subnormals)
+    if isinstance(prob, StreamedProblem):
+        m["plots_note"] = "streamed case: no per-case plots (they need [M, N] references)"
+        crit = streamed_output_criteria(outs[0], prob, profile, m, accum=spec.accum,
+                                        acc_unit_roundoff=spec.acc_unit_roundoff,
+                                        hopper_interval=spec.hopper_interval,
+                                        flushes_subnormals=ftz)
+    else:
+        crit = output_criteria(outs[0], prob, profile, m, accum=spec.accum,
+                               acc_unit_roundoff=spec.acc_unit_roundoff,
+                               hopper_interval=spec.hopper_interval, plots=plots,
+                               flushes_subnormals=ftz)
     if spec.deterministic:
         sl = slice(0, prob.rows)
         same = same_bits(outs[0][sl], outs[1][sl])
