@@ -16,7 +16,15 @@ dtypes, seeded adversarial random group sizes (`random<i>` cases: empty groups, 
 and beside 128-row tile edges, rows past the last group), and an `exact_partials` family
 (small integers times power-of-two block magnitudes, quantized with `deepgemm-ue8m0`): on
 it every 128-wide partial sum is exactly representable in float32, so a kernel declaring
-an accumulation recipe must match the reference bit for bit.
+an accumulation recipe must match the reference bit for bit.  Its `smallint-ties` cases
+scale each K block of w by the inverse of x's power of two, so the products are plain
+integers and about a fifth of the bf16 outputs are exact rounding ties (each rounding
+direction bug changes them).
+
+Quantizer-only cases (`Case.quantizer_only`, aspect "quant") have K % 128 != 0 and, for
+128x128 blocks (w [G, K, N]: K rows), K and N not multiples of 128, so every quantizer
+meets partial last blocks; the matmul contracts, which take whole 128-wide K blocks, are
+never handed them (`Case.applies_to`).
 """
 
 from __future__ import annotations
@@ -38,6 +46,17 @@ _BLOCK_SPREAD_LOG2 = (-3, 3)
 _EXACT_INT_MAX = 8
 
 SUITES = ("smoke", "ci", "full")
+# Distribution name of the exact family's tie-heavy cases (integer products, see case_inputs).
+TIES_DISTRIBUTION = "smallint-ties"
+# Aspect of the quantizer-only cases.
+QUANTIZER_ASPECT = "quant"
+# (m, k, n, g) of each suite's quantizer-only cases: K = 5.5 and 1.56 blocks (1x128 tails
+# of 64 and 72 columns), and w's 128x128 grid with partial row and column blocks.
+_QUANTIZER_SHAPES: dict[str, tuple[tuple[int, int, int, int], ...]] = {
+    "smoke": (), "ci": ((200, 704, 320, 2), (130, 200, 136, 3)), "full": (),
+}
+# Distribution of the quantizer-only cases: rounding boundaries of x * RN(1/s) vs x / s.
+_QUANTIZER_DISTRIBUTION = "quantizer-boundary"
 # The smoke suite and the exact family use these patterns first: a zero-size group in the
 # middle and residual rows over 1..127 are where group-offset bugs show.
 _FOCUS_PATTERNS = ("zero-middle", "residues")
@@ -59,9 +78,11 @@ class SuiteShape:
 
 SUITE_SHAPES: dict[str, SuiteShape] = {
     # wi keeps production's K = 4 N (2048 x 512); wo has K < N as production's 512 x 2048
-    # while keeping >= 4 K blocks.
+    # while keeping >= 4 K blocks.  ci's wo has an odd K block count (640 = 5 x 128: a loop
+    # over pairs of K blocks drops the last) and N = 896 = 3 x 256 + 128 (a 256-wide N tile
+    # loop leaves the last 128 columns unwritten); wi keeps even counts and N = 2 x 128.
     "smoke": SuiteShape(m=256, wi=(512, 256), wo=(512, 768), gs=(4,), random_draws=1),
-    "ci": SuiteShape(m=512, wi=(1024, 256), wo=(512, 768), gs=(8, 16), random_draws=4),
+    "ci": SuiteShape(m=512, wi=(1024, 256), wo=(640, 896), gs=(8, 16), random_draws=4),
     "full": SuiteShape(m=2048, wi=(2048, 512), wo=(512, 2048), gs=(8, 32), random_draws=12),
 }
 
@@ -84,9 +105,15 @@ class Case:
     group_sizes: tuple[int, ...]
     recipe: str = DEFAULT_RECIPE
     exact_partials: bool = False
+    quantizer_only: bool = False
 
     def group_sizes_array(self) -> np.ndarray:
         return np.asarray(self.group_sizes, dtype=np.int32)
+
+    def applies_to(self, contract: str) -> bool:
+        """Whether kernels of `contract` run on this case: a quantizer-only case (K not a
+        multiple of 128) is for the quantizer contract alone."""
+        return contract == "quantizer" or not self.quantizer_only
 
 
 @dataclass(frozen=True)
@@ -140,19 +167,25 @@ def _random_group_sizes(rng: np.random.Generator, m: int, g: int) -> np.ndarray:
 def _make_case(
     suite: str, aspect: str, g: int, pattern: str, dist: str, out: str, seed: int,
     build_sizes: GroupPattern | None = None, exact: bool = False,
+    mkn: tuple[int, int, int] | None = None,
 ) -> Case:
     """The case of these fields; its group sizes come from `build_sizes` (default:
-    GROUP_PATTERNS[pattern]) called with a generator seeded by the case id."""
+    GROUP_PATTERNS[pattern]) called with a generator seeded by the case id.  (m, k, n)
+    come from the suite's shape for the aspect, or from `mkn` (the quantizer-only aspect)."""
     shape = SUITE_SHAPES[suite]
-    k, n = shape.wi if aspect == "wi" else shape.wo
-    cid = case_id(aspect, shape.m, k, n, g, pattern, dist, out, seed)
+    if mkn is None:
+        m, (k, n) = shape.m, shape.wi if aspect == "wi" else shape.wo
+    else:
+        m, k, n = mkn
+    cid = case_id(aspect, m, k, n, g, pattern, dist, out, seed)
     build = GROUP_PATTERNS[pattern] if build_sizes is None else build_sizes
-    gs = build(_rng(cid, "groups"), shape.m, g)
+    gs = build(_rng(cid, "groups"), m, g)
     return Case(
-        id=cid, suite=suite, aspect=aspect, m=shape.m, k=k, n=n, g=g, pattern=pattern,
+        id=cid, suite=suite, aspect=aspect, m=m, k=k, n=n, g=g, pattern=pattern,
         distribution=dist, out_dtype=out, seed=seed,
-        group_sizes=_validated_group_sizes(gs, shape.m, g, f"group pattern {pattern!r}"),
+        group_sizes=_validated_group_sizes(gs, m, g, f"group pattern {pattern!r}"),
         recipe=EXACT_RECIPE if exact else DEFAULT_RECIPE, exact_partials=exact,
+        quantizer_only=aspect == QUANTIZER_ASPECT,
     )
 
 
@@ -200,6 +233,13 @@ def build_suite(suite: str, seed: int = 0) -> list[Case]:
             _make_case(suite, aspect, shape.gs[0], pattern, "smallint", outs[i % 2], seed,
                        exact=True)
         )
+    if suite == "ci":  # bf16 ties in many elements of both aspects (the other patterns)
+        for i, pattern in enumerate(reversed(focus[:2])):
+            cases.append(_make_case(suite, ("wi", "wo")[i], shape.gs[0], pattern,
+                                    TIES_DISTRIBUTION, "bf16", seed, exact=True))
+    for m, k, n, g in _QUANTIZER_SHAPES[suite]:
+        cases.append(_make_case(suite, QUANTIZER_ASPECT, g, "uniform-random",
+                                _QUANTIZER_DISTRIBUTION, "f32", seed, mkn=(m, k, n)))
     for aspect in ("wi", "wo") if suite != "smoke" else ("wi",):
         for i in range(shape.random_draws):
             cases.append(
@@ -239,8 +279,14 @@ def case_inputs(case: Case) -> CaseInputs:
     w = np.asarray(draw(rng, (case.g, case.k, case.n)), dtype=np.float32)
     dy = np.asarray(draw(rng, (case.m, case.n)), dtype=np.float32)
     # Powers of two keep the exact family exact and scale every K block differently.
-    x = x * _block_magnitudes(rng, case.k)[None, :]
-    w = w * _block_magnitudes(rng, case.k)[None, :, None]
+    x_magnitudes = _block_magnitudes(rng, case.k)
+    # Ties: w's K block scaled by the inverse power (exact), so each product x_mk w_kn is
+    # an integer and so is every output: those of magnitude in [2^8, 2^9) that are odd,
+    # in [2^9, 2^10) that are 2 mod 4, ... are exactly halfway between two bf16 values.
+    w_magnitudes = (1 / x_magnitudes if case.distribution == TIES_DISTRIBUTION
+                    else _block_magnitudes(rng, case.k))
+    x = x * x_magnitudes[None, :]
+    w = w * w_magnitudes[None, :, None]
     return CaseInputs(x=x, w=w, dy=dy, group_sizes=case.group_sizes_array())
 
 

@@ -84,6 +84,9 @@ PROFILES: dict[str, Profile] = {
 IMPACT_REPORT_ONLY: dict[str, str] = {
     "fp8-ties": "every value sits on an e4m3 rounding tie by construction (worst-case "
                 "quantization error); impact reported, not gated",
+    "quantizer-boundary": "every value but each block's amax sits within a float32 ulp of "
+                          "an e4m3 rounding boundary by construction (worst-case "
+                          "quantization error); impact reported, not gated",
 }
 
 

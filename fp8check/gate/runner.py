@@ -18,6 +18,7 @@ from typing import Any
 from fp8check import cases as cases_mod
 from fp8check import registry
 from fp8check.cases import Case
+from fp8check.errors import UsageError
 from fp8check.gate.failure import failure_line
 from fp8check.gate.kernels import LoadedKernel, LoadedKernels
 from fp8check.gate.plan import GatePlan
@@ -182,21 +183,29 @@ def _layer1(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
     # one problem per contract is live at a time: cases run one after another
     problems = ProblemCache(capacity=4)
 
-    def batch(case: Case) -> Batch:
+    def batch(case: Case, ks: list[LoadedKernel]) -> Batch:
         def results(start: int) -> Iterator[CaseResult]:
-            for k in kernels.kernels[start:]:
+            for k in ks[start:]:
                 yield _op_result(k, case, profile, problems)
 
         def prepare() -> None:
-            for k in kernels.kernels:
+            for k in ks:
                 if _needs_problem(k, case):
                     problems.prepare(k.spec.contract, case)
 
-        return Batch(len(kernels.kernels), case.id[:60], OP_LAYER, results, repro,
-                     slots=tuple((k.spec.name, case.id) for k in kernels.kernels),
-                     prepare=prepare)
+        return Batch(len(ks), case.id[:60], OP_LAYER, results, repro,
+                     slots=tuple((k.spec.name, case.id) for k in ks), prepare=prepare)
 
-    return [batch(case) for case in _layer1_cases(plan)]
+    # A case runs the kernels of the contracts it is for (a quantizer-only case, the
+    # quantizers); a suite case no kernel of the run is for has no batch, and a `--case`
+    # that names one is bad usage (it would check nothing).
+    per_case = [(case, [k for k in kernels.kernels if case.applies_to(k.spec.contract)])
+                for case in _layer1_cases(plan)]
+    unserved = [case.id for case, ks in per_case if not ks]
+    if plan.cases and unserved:
+        raise UsageError(f"--case {unserved[0]} is a quantizer-only case and none of the "
+                         f"kernels is a quantizer")
+    return [batch(case, ks) for case, ks in per_case if ks]
 
 
 # --- layers 2 and 3 ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fp8check.contracts import KernelSpec
-from seeded_bugs import kernels
+from seeded_bugs import kernels, shapes
 from seeded_bugs.catch import Catch
 
 
@@ -20,7 +20,7 @@ class SeededBug:
     catch: Catch
 
 
-_MODULES = (kernels,)
+_MODULES = (kernels, shapes)
 
 BUGS: dict[str, SeededBug] = {
     name: SeededBug(spec, module.EXPECTED[name])

@@ -181,8 +181,12 @@ def tgmm_problem(
 
 
 def build_problem(contract: str, case: Case) -> Problem:
-    """Kernel arguments and references of `case` under a matmul contract."""
+    """Kernel arguments and references of `case` under a matmul contract.  ValueError for
+    a case that is not for the contract (a quantizer-only case)."""
     from fp8check.references import quantize
+
+    if not case.applies_to(contract):
+        raise ValueError(f"case {case.id} is a quantizer-only case, not one for {contract}")
 
     inp = case_inputs(case)
     gs = inp.group_sizes
