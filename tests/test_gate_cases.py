@@ -233,9 +233,9 @@ def _first_of_each_distribution(cases: list) -> set[str]:
 # distribution, since all of its inputs take ~2 CPU-minutes to generate (the same
 # generators that ci pins in full).
 SUITE_DIGESTS = {
-    "smoke": "3b9c90c983c7bd82450617c4b185caaed489ad1f54cf93f2d0067bd8b1ab8cff",
-    "ci": "96eb015ce3dbc5624ae885306861946259dc7bb262760bc715f1da30f6c55baa",
-    "full": "b09a0c107742caee9070bb006c816bcd851c0decc26270f4f390c688729443f0",
+    "smoke": "ac45581b322b03ebfaca86ade86c51a89ba3856652bbb64c46f82a3c07aec039",
+    "ci": "4e2ac619ab3b5b97cb2cf36ea28db08f87745288c4171985fe0c3b96e06192c6",
+    "full": "cb8356725c7a9d039fb30e5da6f357ae254257366544fcd2ac5a74da0966c778",
 }
 _WITH_INPUTS = {"smoke": _every_case, "ci": _every_case, "full": _first_of_each_distribution}
 

@@ -130,7 +130,12 @@ def _layer0(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
 
 
 def _skip_reason(k: LoadedKernel, case: Case) -> str | None:
-    """Why `k` does not run on `case` (an output dtype or alignment it does not declare)."""
+    """Why `k` does not run on `case` (an output dtype or alignment it does not declare;
+    for a quantizer, partial blocks it declares it does not take)."""
+    if k.spec.contract == "quantizer":
+        return (None if k.spec.partial_blocks or not case.quantizer_only else
+                "partial quantization blocks (K % 128 != 0), which the quantizer declares it "
+                "does not take (KernelSpec.partial_blocks=False)")
     return cases_mod.supported(case, k.spec.out_dtypes, k.spec.m_align)
 
 
@@ -148,11 +153,11 @@ def _op_result(k: LoadedKernel, case: Case, profile: Profile,
     from fp8check.reports.plotdata import plot_data
 
     spec = k.spec
-    if spec.contract == "quantizer":  # quantizes the case's operand: no output dtype
-        return validate_case(spec, case, profile)
     reason = _skip_reason(k, case)
     if reason is not None:
         return skipped_result(spec, case, reason)
+    if spec.contract == "quantizer":  # quantizes the case's operand: no output dtype
+        return validate_case(spec, case, profile)
     try:
         prob, built = problems.get(spec.contract, case)
     except Exception as e:  # reported per result; the other contracts still run
