@@ -283,8 +283,9 @@ def case_inputs(case: Case) -> CaseInputs:
     # Ties: w's K block scaled by the inverse power (exact), so each product x_mk w_kn is
     # an integer and so is every output: those of magnitude in [2^8, 2^9) that are odd,
     # in [2^9, 2^10) that are 2 mod 4, ... are exactly halfway between two bf16 values.
-    w_magnitudes = (1 / x_magnitudes if case.distribution == TIES_DISTRIBUTION
-                    else _block_magnitudes(rng, case.k))
+    w_magnitudes: np.ndarray = (np.float32(1) / x_magnitudes
+                                if case.distribution == TIES_DISTRIBUTION
+                                else _block_magnitudes(rng, case.k))
     x = x * x_magnitudes[None, :]
     w = w * w_magnitudes[None, :, None]
     return CaseInputs(x=x, w=w, dy=dy, group_sizes=case.group_sizes_array())
