@@ -19,6 +19,14 @@ it every 128-wide partial sum is exactly representable in float32, so a kernel d
 an accumulation recipe must match the reference bit for bit.  ci adds the `subnormal`
 family (`fp8check.subnormal_data`): outputs and partial sums in the float32 subnormal
 range, exact in every valid order, so a flush-to-zero accumulator fails unless declared.
+ci's `smallint-ties` cases scale each K block of w by the inverse of x's power of two, so
+the products are plain integers and about a fifth of the bf16 outputs are exact rounding
+ties (each rounding direction bug changes them).
+
+Quantizer-only cases (`Case.quantizer_only`, aspect "quant") have K % 128 != 0 and, for
+128x128 blocks (w [G, K, N]: K rows), K and N not multiples of 128, so every quantizer
+meets partial last blocks; the matmul contracts, which take whole 128-wide K blocks, are
+never handed them (`Case.applies_to`).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from fp8check.contracts import CONTRACTS
 from fp8check.nonfinite_inputs import plant as plant_nonfinite
 from fp8check.references.quant import BLOCK
 from fp8check.subnormal_data import SUBNORMAL_DIST, SUBNORMAL_RECIPE, subnormal_inputs
@@ -46,6 +55,17 @@ _EXACT_INT_MAX = 8
 NONFINITE = "nonfinite"
 
 SUITES = ("smoke", "ci", "full")
+# Distribution name of the exact family's tie-heavy cases (integer products, see case_inputs).
+TIES_DISTRIBUTION = "smallint-ties"
+# Aspect of the quantizer-only cases.
+QUANTIZER_ASPECT = "quant"
+# (m, k, n, g) of each suite's quantizer-only cases: K = 5.5 and 1.56 blocks (1x128 tails
+# of 64 and 72 columns), and w's 128x128 grid with partial row and column blocks.
+_QUANTIZER_SHAPES: dict[str, tuple[tuple[int, int, int, int], ...]] = {
+    "smoke": (), "ci": ((200, 704, 320, 2), (130, 200, 136, 3)), "full": (),
+}
+# Distribution of the quantizer-only cases: rounding boundaries of x * RN(1/s) vs x / s.
+_QUANTIZER_DISTRIBUTION = "quantizer-boundary"
 # The smoke suite and the exact family use these patterns first: a zero-size group in the
 # middle and residual rows over 1..127 are where group-offset bugs show.
 _FOCUS_PATTERNS = ("zero-middle", "residues")
@@ -67,9 +87,11 @@ class SuiteShape:
 
 SUITE_SHAPES: dict[str, SuiteShape] = {
     # wi keeps production's K = 4 N (2048 x 512); wo has K < N as production's 512 x 2048
-    # while keeping >= 4 K blocks.
+    # while keeping >= 4 K blocks.  ci's wo has an odd K block count (640 = 5 x 128: a loop
+    # over pairs of K blocks drops the last) and N = 896 = 3 x 256 + 128 (a 256-wide N tile
+    # loop leaves the last 128 columns unwritten); wi keeps even counts and N = 2 x 128.
     "smoke": SuiteShape(m=256, wi=(512, 256), wo=(512, 768), gs=(4,), random_draws=1),
-    "ci": SuiteShape(m=512, wi=(1024, 256), wo=(512, 768), gs=(8, 16), random_draws=4),
+    "ci": SuiteShape(m=512, wi=(1024, 256), wo=(640, 896), gs=(8, 16), random_draws=4),
     "full": SuiteShape(m=2048, wi=(2048, 512), wo=(512, 2048), gs=(8, 32), random_draws=12),
 }
 
@@ -95,9 +117,24 @@ class Case:
     # Checked through the streamed summary (`fp8check.totals`): no [M, N] float64
     # reference is ever built (production shapes, see `PRODUCTION_SHAPES`).
     streamed: bool = False
+    quantizer_only: bool = False
 
     def group_sizes_array(self) -> np.ndarray:
         return np.asarray(self.group_sizes, dtype=np.int32)
+
+    def contracts(self) -> tuple[str, ...]:
+        """The contracts whose kernels run on this case: a quantizer-only case (K not a
+        multiple of 128) is for the quantizer contract alone, a streamed case for gmm-fp8
+        alone (the streamed summary is gmm-fp8's reference); every other case is for all."""
+        if self.quantizer_only:
+            return ("quantizer",)
+        if self.streamed:
+            return ("gmm-fp8",)
+        return CONTRACTS
+
+    def applies_to(self, contract: str) -> bool:
+        """Whether kernels of `contract` run on this case (`contracts`)."""
+        return contract in self.contracts()
 
 
 @dataclass(frozen=True)
@@ -191,19 +228,25 @@ def _production_cases(seed: int) -> list[Case]:
 def _make_case(
     suite: str, aspect: str, g: int, pattern: str, dist: str, out: str, seed: int,
     build_sizes: GroupPattern | None = None, exact: bool = False,
+    mkn: tuple[int, int, int] | None = None,
 ) -> Case:
     """The case of these fields; its group sizes come from `build_sizes` (default:
-    GROUP_PATTERNS[pattern]) called with a generator seeded by the case id."""
+    GROUP_PATTERNS[pattern]) called with a generator seeded by the case id.  (m, k, n)
+    come from the suite's shape for the aspect, or from `mkn` (the quantizer-only aspect)."""
     shape = SUITE_SHAPES[suite]
-    k, n = shape.wi if aspect == "wi" else shape.wo
-    cid = case_id(aspect, shape.m, k, n, g, pattern, dist, out, seed)
+    if mkn is None:
+        m, (k, n) = shape.m, shape.wi if aspect == "wi" else shape.wo
+    else:
+        m, k, n = mkn
+    cid = case_id(aspect, m, k, n, g, pattern, dist, out, seed)
     build = GROUP_PATTERNS[pattern] if build_sizes is None else build_sizes
-    gs = build(_rng(cid, "groups"), shape.m, g)
+    gs = build(_rng(cid, "groups"), m, g)
     return Case(
-        id=cid, suite=suite, aspect=aspect, m=shape.m, k=k, n=n, g=g, pattern=pattern,
+        id=cid, suite=suite, aspect=aspect, m=m, k=k, n=n, g=g, pattern=pattern,
         distribution=dist, out_dtype=out, seed=seed,
-        group_sizes=_validated_group_sizes(gs, shape.m, g, f"group pattern {pattern!r}"),
+        group_sizes=_validated_group_sizes(gs, m, g, f"group pattern {pattern!r}"),
         recipe=EXACT_RECIPE if exact else DEFAULT_RECIPE, exact_partials=exact,
+        quantizer_only=aspect == QUANTIZER_ASPECT,
     )
 
 
@@ -262,6 +305,13 @@ def build_suite(suite: str, seed: int = 0) -> list[Case]:
             cases.append(replace(
                 _make_case(suite, aspect, shape.gs[0], pattern, SUBNORMAL_DIST, out, seed,
                            exact=True), recipe=SUBNORMAL_RECIPE))
+    if suite == "ci":  # bf16 ties in many elements of both aspects (the other patterns)
+        for i, pattern in enumerate(reversed(focus[:2])):
+            cases.append(_make_case(suite, ("wi", "wo")[i], shape.gs[0], pattern,
+                                    TIES_DISTRIBUTION, "bf16", seed, exact=True))
+    for m, k, n, g in _QUANTIZER_SHAPES[suite]:
+        cases.append(_make_case(suite, QUANTIZER_ASPECT, g, "uniform-random",
+                                _QUANTIZER_DISTRIBUTION, "f32", seed, mkn=(m, k, n)))
     for aspect in ("wi", "wo") if suite != "smoke" else ("wi",):
         for i in range(shape.random_draws):
             cases.append(
@@ -325,8 +375,15 @@ def case_inputs(case: Case) -> CaseInputs:
         w = np.asarray(draw(rng, (case.g, case.k, case.n)), dtype=np.float32)
         dy = np.asarray(draw(rng, (case.m, case.n)), dtype=np.float32)
     # Powers of two keep the exact family exact and scale every K block differently.
-    x *= _block_magnitudes(rng, case.k)[None, :]  # in place: no second production copy
-    w *= _block_magnitudes(rng, case.k)[None, :, None]
+    x_magnitudes = _block_magnitudes(rng, case.k)
+    # Ties: w's K block scaled by the inverse power (exact), so each product x_mk w_kn is
+    # an integer and so is every output: those of magnitude in [2^8, 2^9) that are odd,
+    # in [2^9, 2^10) that are 2 mod 4, ... are exactly halfway between two bf16 values.
+    w_magnitudes: np.ndarray = (np.float32(1) / x_magnitudes
+                                if case.distribution == TIES_DISTRIBUTION
+                                else _block_magnitudes(rng, case.k))
+    x *= x_magnitudes[None, :]  # in place: no second production copy
+    w *= w_magnitudes[None, :, None]
     if nonfinite:
         plant_nonfinite(x, w, dy, case.group_sizes_array())
     return CaseInputs(x=x, w=w, dy=dy, group_sizes=case.group_sizes_array())

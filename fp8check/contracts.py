@@ -67,6 +67,8 @@ class KernelSpec:
     out_dtypes: output dtypes it supports ("f32", "bf16"; default both); cases outside
         are skipped, saying so.
     m_align: every group size (and M) must be a multiple of this; cases outside are skipped.
+    partial_blocks: a quantizer that takes inputs whose last block is partial (K % 128 != 0;
+        rows or columns of 128x128 blocks); False skips the quantizer-only cases, reported.
     deterministic: two calls on the same inputs must give the same bits.
     recipe, block, fmt, in_dtype: the quantizer contract's recipe, block shape, fp8 format
         and the dtype of x it is handed.
@@ -104,6 +106,7 @@ class KernelSpec:
     acc_unit_roundoff: float = 2.0**-24
     out_dtypes: tuple[str, ...] = OUT_DTYPES
     m_align: int = 1
+    partial_blocks: bool = True
     deterministic: bool = True
     recipe: str | None = None
     block: tuple[int, int] = (1, 128)

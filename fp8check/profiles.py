@@ -90,6 +90,9 @@ IMPACT_REPORT_ONLY: dict[str, str] = {
                  "bits (bf16 rounds them to multiples of 2^-133), so the output's own "
                  "rounding dominates the error against the unquantized value; this case "
                  "checks arithmetic, impact reported, not gated",
+    "quantizer-boundary": "every value but each block's amax sits within a float32 ulp of "
+                          "an e4m3 rounding boundary by construction (worst-case "
+                          "quantization error); impact reported, not gated",
 }
 
 

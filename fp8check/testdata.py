@@ -268,6 +268,74 @@ def _near_max(rng, shape):
     return _per_block_amax(rng, shape, amax.astype(np.float64), fill)
 
 
+def quantizer_scale_and_reciprocal(amax: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The `deepgemm` recipe's float32 block scale s = RN(max(amax, 1e-4) / 448) and its
+    float32 reciprocal RN(1 / s), elementwise."""
+    a = np.maximum(np.asarray(amax, np.float32), np.float32(1e-4))
+    s = (a / np.float32(448.0)).astype(np.float32)
+    return s, (np.float32(1.0) / s).astype(np.float32)
+
+
+def _e4m3(v: np.ndarray) -> np.ndarray:
+    """float32 -> e4m3fn by RNE (after the recipe's clamp to +-448), as float64 values."""
+    clamped = np.clip(v.astype(np.float32), np.float32(-448.0), np.float32(448.0))
+    return clamped.astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+
+
+# Per block, how many e4m3 rounding boundaries and float32 neighbours of boundary * s the
+# quantizer-boundary draw tries (the candidates that straddle are kept).
+_BOUNDARY_TRIES = 12
+_NEIGHBOURS = (-2, -1, 0, 1, 2)
+
+
+def _quantizer_boundary(rng, shape):
+    """Each 1x128 block: amax A = 2^U(-4, 8), one element +-A, every other element a
+    float32 x (random sign) whose two quotients by the block's `deepgemm` scale s straddle
+    an e4m3 rounding boundary: e4m3(RN(x * RN(1/s))) != e4m3(RN(x / s)).
+
+    Why such x exist: s is not a power of two (A's significand is random), so 1/s is not
+    a float32 and RN(1/s) * s = 1 + d with 0 < |d| <= 2^-24; x * RN(1/s) and x / s differ
+    by the factor 1 + d, so for x within about |d| x of b * s (b the midpoint of two
+    adjacent e4m3 values) the two round to different sides of b.  The draw tries float32
+    neighbours of RN(b * s) for `_BOUNDARY_TRIES` random boundaries per block, keeps the
+    straddling ones (checked with exactly the two float32 computations) and draws every
+    element from its block's; a block with none gets a new amax (redrawn until all have).
+    Multiplying a block by a power of two keeps the property (s, 1/s and x scale alike),
+    so the suites' per-K-block magnitudes preserve it.  The 1x128 blocks of the last axis
+    only: a 128x128 block's scale is another."""
+    c = shape[-1]
+    n_blocks = -(-c // BLOCK)
+    lead = shape[:-1]
+    flat_blocks = int(np.prod(lead, dtype=np.int64)) * n_blocks
+    midpoints = (_e4m3_nonnegative()[:-1] + _e4m3_nonnegative()[1:]) / 2
+    amax = np.empty(flat_blocks, np.float32)
+    chosen = np.empty((flat_blocks, BLOCK), np.float32)
+    todo = np.arange(flat_blocks)
+    while todo.size:
+        a = np.exp2(rng.uniform(-4, 8, size=todo.size)).astype(np.float32)
+        s, inv = quantizer_scale_and_reciprocal(a)
+        b = rng.choice(midpoints, size=(todo.size, _BOUNDARY_TRIES))
+        base = (b * s[:, None].astype(np.float64)).astype(np.float32).view(np.int32)
+        x = np.stack([(base + k).view(np.float32) for k in _NEIGHBOURS], axis=-1)
+        x = x.reshape(todo.size, -1)
+        divided = _e4m3((x / s[:, None]).astype(np.float32))
+        multiplied = _e4m3((x * inv[:, None]).astype(np.float32))
+        straddles = divided != multiplied
+        ok = straddles.any(axis=1)
+        # per block, BLOCK draws uniform over its straddling candidates (sorted first)
+        first = np.argsort(~straddles[ok], axis=1, kind="stable")
+        count = straddles[ok].sum(axis=1, keepdims=True)
+        picks = (rng.random((int(ok.sum()), BLOCK)) * count).astype(np.int64)
+        chosen[todo[ok]] = np.take_along_axis(
+            x[ok], np.take_along_axis(first, picks, axis=1), axis=1)
+        amax[todo[ok]] = a[ok]
+        todo = todo[~ok]
+    per_block = amax.reshape(lead + (n_blocks,))
+    fill = chosen.reshape(lead + (n_blocks * BLOCK,))[..., :c].astype(np.float64)
+    fill *= rng.choice([-1.0, 1.0], size=fill.shape)
+    return _per_block_amax(rng, shape, per_block.astype(np.float64), fill)
+
+
 def _many_scales(rng, shape):
     """Normal, each 128x128 tile of the last two axes scaled by its own 2^e, e uniform in
     -20..14 (TransformerEngine-style per-tile dynamic range)."""
@@ -302,6 +370,7 @@ DISTRIBUTIONS: dict[str, Distribution] = {
         "fp8-ties": _fp8_ties,
         "near-max": _near_max,
         "many-scales": _many_scales,
+        "quantizer-boundary": _quantizer_boundary,
     }.items()
 }
 """fn(rng, shape) -> float32 array of that shape; blocks run along the last axis (1x128)

@@ -23,6 +23,7 @@ from fp8check.cases import (
     find_case,
     supported,
 )
+from fp8check.layers.op import build_problem
 from fp8check.references import quantize
 from fp8check.testdata import DISTRIBUTIONS, GROUP_PATTERNS
 
@@ -58,11 +59,11 @@ def test_inputs_regenerate_bit_for_bit_from_the_id(ci):
 def test_ci_covers_patterns_distributions_aspects_and_dtypes(ci):
     assert set(GROUP_PATTERNS) <= {c.pattern for c in ci}
     assert set(DISTRIBUTIONS) <= {c.distribution for c in ci}
-    assert {c.aspect for c in ci} == {"wi", "wo"}
+    assert {c.aspect for c in ci} == {"wi", "wo", "quant"}
     assert {c.out_dtype for c in ci} == {"f32", "bf16"}
     assert any(c.pattern.startswith(RANDOM_PATTERN) for c in ci)
     assert any(c.exact_partials for c in ci)
-    for c in ci:
+    for c in (c for c in ci if not c.quantizer_only):
         assert c.k % 128 == 0 and c.k // 128 >= 4, c.id
         assert c.n % 128 == 0 and c.n // 128 >= 2, c.id
         assert sum(c.group_sizes) <= c.m and len(c.group_sizes) == c.g
@@ -71,6 +72,69 @@ def test_ci_covers_patterns_distributions_aspects_and_dtypes(ci):
     wo = next(c for c in ci if c.aspect == "wo")
     assert wi.k > wi.n and wo.k < wo.n  # production's wi / wo aspects
     assert 15 <= len(ci) <= 30
+
+
+def test_ci_has_odd_k_block_counts_and_n_tail_tiles(ci):
+    """K loops over pairs of blocks and 256-wide N tiles: both tails are met on several
+    matmul cases (a catch that rests on one case is fragile)."""
+    matmul = [c for c in ci if not c.quantizer_only]
+    assert sum(c.k // 128 % 2 == 1 for c in matmul) >= 2
+    assert sum(c.n % 256 == 128 for c in matmul) >= 2
+    assert any(c.k // 128 % 2 == 0 and c.n % 256 == 0 for c in matmul)  # and even ones
+
+
+def test_quantizer_only_cases_have_partial_blocks_and_only_quantizers(ci):
+    quant = [c for c in ci if c.quantizer_only]
+    assert len(quant) >= 2
+    for c in quant:
+        inp = case_inputs(c)
+        assert inp.x.shape == (c.m, c.k) and c.k % 128  # partial last 1x128 block
+        # 128x128 blocks quantize w [G, K, N]: a partial last row block and column block
+        assert inp.w.shape == (c.g, c.k, c.n) and c.k % 128 and c.n % 128
+        assert c.applies_to("quantizer")
+        assert not any(c.applies_to(k) for k in ("gmm-fp8", "gmm", "tgmm"))
+        with pytest.raises(ValueError, match="quantizer-only"):
+            build_problem("gmm-fp8", c)
+        assert find_case("ci", 0, c.id) == c  # --case reproduces it
+    assert all(c.applies_to("gmm-fp8") for c in ci if not c.quantizer_only)
+
+
+def test_validate_case_refuses_a_case_not_for_the_contract(ci):
+    from seeded_bugs.kernels import CORRECT
+
+    from fp8check.layers.op import validate_case
+    from fp8check.profiles import get_profile
+
+    quant = next(c for c in ci if c.quantizer_only)
+    with pytest.raises(ValueError, match="not for the gmm-fp8 contract"):
+        validate_case(CORRECT["numpy-fp8-naive"], quant, get_profile("strict"))
+
+
+def _bf16_ties(values: np.ndarray) -> np.ndarray:
+    """Where float64 `values` are exactly halfway between two adjacent bf16 values: a
+    float32 (checked) whose low 16 bits are exactly 0x8000."""
+    v32 = values.astype(np.float32)
+    assert np.array_equal(v32.astype(np.float64), values)
+    return (v32.view(np.uint32) & np.uint32(0xFFFF)) == 0x8000
+
+
+def test_tie_cases_put_many_bf16_outputs_on_ties_in_both_signs(ci):
+    """The smallint-ties cases' exact outputs are integers (each product is int * 2^a
+    times int * 2^-a); a sum of K products of independent uniform integers in [-8, 8] has
+    standard deviation 24 sqrt(K) (607 at K = 640, 768 at K = 1024), so about 24% of the
+    outputs lie in [256, 512) where the odd half are ties, 30% in [512, 1024) where a
+    quarter are: about 20% ties, 10% per sign.  Asserted: 4% per sign (a factor 2.5 of
+    slack for the normal approximation), in each of at least two bf16 cases."""
+    from fp8check.cases import TIES_DISTRIBUTION
+
+    ties = [c for c in ci if c.distribution == TIES_DISTRIBUTION]
+    assert len(ties) >= 2 and {c.aspect for c in ties} == {"wi", "wo"}
+    for case in ties:
+        assert case.exact_partials and case.out_dtype == "bf16"
+        exact = build_problem("gmm-fp8", case).exact[:sum(case.group_sizes)]
+        tie = _bf16_ties(exact)
+        for sign in (exact > 0, exact < 0):
+            assert np.count_nonzero(tie & sign) >= 0.04 * exact.size, case.id
 
 
 def test_ci_has_the_group_edge_cases(ci):
@@ -176,9 +240,9 @@ def _first_of_each_distribution(cases: list) -> set[str]:
 # generators that ci pins in full).  full's digest changed when the production-shape
 # (streamed) cases were put first in it; smoke's and ci's did not.
 SUITE_DIGESTS = {
-    "smoke": "3b9c90c983c7bd82450617c4b185caaed489ad1f54cf93f2d0067bd8b1ab8cff",
-    "ci": "0a682cddab2baf372dcf95847da927eb64c42dadb520064a1bfa24dae147f453",
-    "full": "b09a0c107742caee9070bb006c816bcd851c0decc26270f4f390c688729443f0",
+    "smoke": "ac45581b322b03ebfaca86ade86c51a89ba3856652bbb64c46f82a3c07aec039",
+    "ci": "5454edef81e4f547a90cb332f5751c21498f65ec496b873685c9851c9305e687",
+    "full": "f3f51e656e188e6db5717e9158ebe4db407f4b0f088ea276b1c244041f92c31a",
 }
 _WITH_INPUTS = {"smoke": _every_case, "ci": _every_case, "full": _first_of_each_distribution}
 

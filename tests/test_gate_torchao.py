@@ -106,8 +106,8 @@ def test_torchao_grouped_emulated_fails_the_bound_unless_scales_are_powers_of_tw
 
     spec = torchao_grouped_emulated()
     verdicts = {}
-    for case_id in ("wo-m512-k512-n768-g16-ones-near-max-bf16-s0",
-                    "wo-m512-k512-n768-g8-residues-smallint-bf16-s0"):
+    for case_id in ("wo-m512-k640-n896-g16-ones-near-max-bf16-s0",
+                    "wo-m512-k640-n896-g8-residues-smallint-bf16-s0"):
         case = cases.find_case("ci", 0, case_id)
         res = validate_case(spec, case, get_profile("strict"), build_problem("gmm-fp8", case))
         verdicts[case.recipe] = (res.passed, res.failed_criteria)

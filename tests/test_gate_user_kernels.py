@@ -141,3 +141,47 @@ def test_list_shows_the_kernel_families(capsys):
     assert "kernel families" in out
     assert re.search(r"^  pallas +pallas-fp8, ", out, re.M)
     assert re.search(r"^  triton +triton-fp8, ", out, re.M)
+
+
+def test_quantizer_only_cases_run_for_quantizers_alone(tmp_path, monkeypatch, capsys):
+    """`fp8check list` marks the ci suite's quantizer-only cases; `--case` reruns one on a
+    quantizer (a result in the JSON, the partial block checked bit for bit); named for a
+    gmm-fp8 kernel it is bad usage (exit 2), never a green gate that checked nothing."""
+    from fp8check.cases import build_suite
+
+    quant = [c.id for c in build_suite("ci", 0) if c.quantizer_only]
+    assert main(["list", "--suite", "ci"]) == 0
+    listed = [ln for ln in capsys.readouterr().out.splitlines() if "quantizer only" in ln]
+    assert sorted(ln.split()[0] for ln in listed) == sorted(quant)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "quant.py").write_text(QUANTIZER_FILE)
+    rc = main(["gate", "--no-progress", "--suite", "ci", "--kernel",
+               "quant.py:quantize_deepgemm", "--contract", "quantizer", "--framework",
+               "numpy", "--recipe", "deepgemm", "--no-isolate", "--case", quant[0],
+               "--json", "q.json", "--report", "q.html"])
+    [res] = json.loads(Path("q.json").read_text())["results"]
+    assert rc == 0 and res["case"] == quant[0] and res["passed"] is True
+    assert quant[0] in Path("q.html").read_text()
+    rc = main(["gate", "--no-progress", "--suite", "ci", "--kernel", "pallas-fp8",
+               "--layers", "1", "--no-isolate", "--case", quant[0]])
+    assert rc == 2
+    assert "quantizer-only case" in capsys.readouterr().err
+
+
+def test_a_quantizer_declaring_no_partial_blocks_is_skipped_and_reported(tmp_path,
+                                                                         monkeypatch):
+    """partial_blocks=False (torchao's quantizers assert K % 128 == 0): the quantizer-only
+    case is a skipped result with the reason, never a pass; alone it fails the gate."""
+    from fp8check.cases import build_suite
+
+    quant = next(c.id for c in build_suite("ci", 0) if c.quantizer_only)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "q.py").write_text(SEEDED + (
+        "import dataclasses\nfrom seeded_bugs.kernels import CORRECT\n"
+        "SPEC = dataclasses.replace(CORRECT['numpy-quantizer'], name='whole-blocks-only',"
+        " partial_blocks=False)\n"))
+    rc = main(["gate", "--no-progress", "--suite", "ci", "--kernel", "q.py:SPEC",
+               "--no-isolate", "--case", quant, "--json", "q.json"])
+    [res] = json.loads(Path("q.json").read_text())["results"]
+    assert rc == 1 and res["passed"] is None
+    assert "partial_blocks=False" in res["skipped"]

@@ -82,11 +82,13 @@ def test_dgrad_within_bound_of_float64(tiling):
 
 
 @pytest.mark.parametrize("dist", ["normal", "zero-blocks", "near-max", "outlier-channels",
-                                  "many-scales", "fp8-ties"])
+                                  "many-scales", "fp8-ties", "quantizer-boundary"])
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 def test_jnp_quantizer_bit_exact_to_reference(dist, dtype):
     rng = np.random.default_rng(3)
-    for shape, block in (((64, 384), (1, 128)), ((2, 256, 384), (128, 128))):
+    # whole blocks, then partial last blocks (K % 128 != 0; 128x128 rows and columns)
+    for shape, block in (((64, 384), (1, 128)), ((2, 256, 384), (128, 128)),
+                         ((33, 200), (1, 128)), ((2, 200, 136), (128, 128))):
         x = DISTRIBUTIONS[dist](rng, shape).astype(dtype)
         q, s = jax.jit(quantize_deepgemm, static_argnums=1)(x, block)
         ref = quantize(x, block, "deepgemm")
@@ -94,9 +96,14 @@ def test_jnp_quantizer_bit_exact_to_reference(dist, dtype):
         np.testing.assert_array_equal(np.asarray(s).view(np.uint32), ref.scales.view(np.uint32))
 
 
-def test_jnp_quantizer_rejects_partial_blocks():
-    with pytest.raises(ValueError, match="does not tile"):
-        quantize_deepgemm(np.zeros((4, 200), np.float32), (1, 128))
+def test_jnp_quantizer_partial_block_ignores_what_lies_past_it():
+    # a tail block of 72 columns whose amax is 1: its scale is RN(1/448) whatever values
+    # the same row holds in earlier blocks (a padded amax reading them would be larger)
+    x = np.full((4, 200), 1000.0, np.float32)
+    x[:, 128:] = 1.0
+    q, s = quantize_deepgemm(x, (1, 128))
+    assert np.asarray(s).shape == (4, 2) and np.asarray(q).shape == (4, 200)
+    np.testing.assert_array_equal(np.asarray(s)[:, 1], np.float32(1) / np.float32(448))
 
 
 def dense_gmm(lhs, rhs, sizes):

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from fp8check.references import quant
 from fp8check.references.quant import RECIPES, dequantize, quantize
+from fp8check.testdata import DISTRIBUTIONS
 from tests.oracle import quantize_block
 from tests.quant_blocks import amax_near_powers_of_two, blocks
 
@@ -162,3 +163,54 @@ def test_float64_input_rejected():
 
 def test_block_grid_helper():
     assert quant.block_grid((5, 300), (1, 128)) == (5, 3)
+
+
+def test_partial_last_blocks_by_hand():
+    # 1x128: row 0's tail block (columns 128..130) has amax 56, so s = RN(56/448) = 1/8
+    # exactly and RN(1/s) = 8: its values are 448, -224, 56; the whole first block (amax
+    # 1000) must not reach it.  128x128 on [130, 129]: the tail-tail block (rows 128-129,
+    # column 128) has amax 7 -> s = RN(7/448) = 1/64, value 448.
+    x = np.full((2, 131), 1000.0, np.float32)
+    x[0, 128:] = [56.0, -28.0, 7.0]
+    x[1, 128:] = [1.0, 0.0, -0.5]
+    q = quantize(x, (1, 128), "deepgemm")
+    assert q.scales[0, 1] == np.float32(0.125)
+    np.testing.assert_array_equal(q.values[0, 128:].astype(np.float32), [448.0, -224.0, 56.0])
+    assert q.scales[1, 1] == np.float32(1) / np.float32(448)  # amax 1: s = RN(1/448)
+    w = np.full((130, 129), 3.0, np.float32)
+    w[128:, 128] = [7.0, -3.5]
+    qw = quantize(w, (128, 128), "deepgemm")
+    assert qw.scales.shape == (2, 2) and qw.scales[1, 1] == np.float32(2.0**-6)
+    np.testing.assert_array_equal(qw.values[128:, 128].astype(np.float32), [448.0, -224.0])
+
+
+def _dividing_values(x: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """satfinite_e4m3(RN(x / s)) per 1x128 block: the quantizer that divides."""
+    s = np.repeat(scales, 128, axis=-1)[..., : x.shape[-1]]
+    q = np.clip((x / s).astype(np.float32), np.float32(-448), np.float32(448))
+    return q.astype(ml_dtypes.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("shape", [(64, 384), (33, 200), (2, 16, 130)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_quantizer_boundary_data_separates_multiply_from_divide(shape, seed):
+    """Every element of a block but its amax is drawn where x * RN(1/s) and x / s round to
+    different e4m3 values, so at least C - ceil(C/128) of every row's C elements differ
+    (the amax element itself lands on 448 either way)."""
+    x = DISTRIBUTIONS["quantizer-boundary"](np.random.default_rng(seed), shape)
+    ref = quantize(x, (1, 128), "deepgemm")
+    differ = ref.values.view(np.uint8) != _dividing_values(x, ref.scales).view(np.uint8)
+    c = shape[-1]
+    assert np.count_nonzero(differ) >= (c - -(-c // 128)) * x.size // c
+
+
+def test_quantizer_boundary_survives_power_of_two_block_magnitudes():
+    """The ci quantizer-only cases multiply each K block by 2^e: s, RN(1/s) and x scale
+    alike, so the bound above holds on the case's own x."""
+    from fp8check.cases import build_suite, case_inputs
+
+    for case in (c for c in build_suite("ci", 0) if c.quantizer_only):
+        x = case_inputs(case).x
+        ref = quantize(x, (1, 128), "deepgemm")
+        differ = ref.values.view(np.uint8) != _dividing_values(x, ref.scales).view(np.uint8)
+        assert np.count_nonzero(differ) >= (case.k - -(-case.k // 128)) * case.m, case.id

@@ -7,6 +7,7 @@ contract, as the gate shares them.
 """
 
 import pytest
+from seeded_bugs import shapes
 from seeded_bugs.catalog import BUGS
 
 from fp8check.cases import build_suite
@@ -21,15 +22,24 @@ CASES = {suite: build_suite(suite, 0) for suite in SUITES}
 PROBLEMS = ProblemCache(capacity=3 * len(CASES["ci"]))
 
 
-def _first_failure(name):
+def _failures(name, count):
+    """The first `count` failing results of bug `name` over its suite, in suite order."""
     bug = BUGS[name]
-    for case in CASES[bug.catch.suite]:
-        contract = bug.spec.contract
+    contract = bug.spec.contract
+    found = []
+    for case in (c for c in CASES[bug.catch.suite] if c.applies_to(contract)):
         prob = None if contract == "quantizer" else PROBLEMS.get(contract, case)[0]
         res = validate_case(bug.spec, case, PROFILE, prob)
         if not res.passed:
-            return res
-    return None
+            found.append(res)
+            if len(found) == count:
+                break
+    return found
+
+
+def _first_failure(name):
+    found = _failures(name, 1)
+    return found[0] if found else None
 
 
 def test_suite_has_enough_bug_classes():
@@ -47,6 +57,17 @@ def test_seeded_bug_fails_its_suite(name):
     assert res is not None, f"{name} passed the whole {catch.suite} suite"
     assert res.error is None, res.error
     assert catch.criterion in res.failed_criteria, (res.case, res.failed_criteria)
+
+
+@pytest.mark.parametrize("name", sorted(shapes.BUGGY))
+def test_shape_and_rounding_bugs_fail_more_than_one_case(name):
+    """The odd-K, N-tail, half-away, dividing and partial-block quantizer bugs each fail
+    at least two cases on their criterion: no catch rests on a single case."""
+    catch = BUGS[name].catch
+    found = _failures(name, 2)
+    assert len(found) == 2, f"{name} failed {len(found)} case(s) of {catch.suite}"
+    assert all(catch.criterion in r.failed_criteria for r in found), [
+        (r.case, r.failed_criteria) for r in found]
 
 
 def test_nondeterminism_stays_within_the_error_bound():

@@ -25,5 +25,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {family:20s} {', '.join(registry.family_kernels(family))}")
     print(f"cases of suite {args.suite} (seed {args.seed}):")
     for case in cases_mod.build_suite(args.suite, args.seed):
-        print(f"  {case.id}  groups={list(case.group_sizes)}")
+        only = "  quantizer only (K % 128 != 0)" if case.quantizer_only else ""
+        print(f"  {case.id}  groups={list(case.group_sizes)}{only}")
     return 0

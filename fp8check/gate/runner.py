@@ -18,6 +18,7 @@ from typing import Any
 from fp8check import cases as cases_mod
 from fp8check import registry
 from fp8check.cases import Case
+from fp8check.errors import UsageError
 from fp8check.gate.failure import failure_line
 from fp8check.gate.kernels import LoadedKernel, LoadedKernels
 from fp8check.gate.plan import GatePlan
@@ -129,19 +130,13 @@ def _layer0(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
 
 
 def _skip_reason(k: LoadedKernel, case: Case) -> str | None:
-    """Why `k` does not run on `case` (an output dtype or alignment it does not declare, or
-    a streamed case, whose summary is gmm-fp8's, under another contract)."""
-    streamed = _streamed_skip(k, case)
-    return streamed or cases_mod.supported(case, k.spec.out_dtypes, k.spec.m_align)
-
-
-def _streamed_skip(k: LoadedKernel, case: Case) -> str | None:
-    """Why a non-gmm-fp8 kernel skips a streamed case: the streamed summary is gmm-fp8's
-    (tgmm, gmm and quantizers are checked on the suite's other cases)."""
-    if case.streamed and k.spec.contract != "gmm-fp8":
-        return (f"streamed production-shape case: only gmm-fp8 has a streamed reference, "
-                f"{k.spec.contract} is checked on the suite's other cases")
-    return None
+    """Why `k` does not run on `case` (an output dtype or alignment it does not declare;
+    for a quantizer, partial blocks it declares it does not take)."""
+    if k.spec.contract == "quantizer":
+        return (None if k.spec.partial_blocks or not case.quantizer_only else
+                "partial quantization blocks (K % 128 != 0), which the quantizer declares it "
+                "does not take (KernelSpec.partial_blocks=False)")
+    return cases_mod.supported(case, k.spec.out_dtypes, k.spec.m_align)
 
 
 def _needs_problem(k: LoadedKernel, case: Case) -> bool:
@@ -158,14 +153,11 @@ def _op_result(k: LoadedKernel, case: Case, profile: Profile,
     from fp8check.reports.plotdata import plot_data
 
     spec = k.spec
-    streamed = _streamed_skip(k, case)
-    if streamed is not None:
-        return skipped_result(spec, case, streamed)
-    if spec.contract == "quantizer":  # quantizes the case's operand: no output dtype
-        return validate_case(spec, case, profile)
     reason = _skip_reason(k, case)
     if reason is not None:
         return skipped_result(spec, case, reason)
+    if spec.contract == "quantizer":  # quantizes the case's operand: no output dtype
+        return validate_case(spec, case, profile)
     try:
         prob, built = problems.get(spec.contract, case)
     except Exception as e:  # reported per result; the other contracts still run
@@ -196,21 +188,29 @@ def _layer1(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
     # one problem per contract is live at a time: cases run one after another
     problems = ProblemCache(capacity=4)
 
-    def batch(case: Case) -> Batch:
+    def batch(case: Case, ks: list[LoadedKernel]) -> Batch:
         def results(start: int) -> Iterator[CaseResult]:
-            for k in kernels.kernels[start:]:
+            for k in ks[start:]:
                 yield _op_result(k, case, profile, problems)
 
         def prepare() -> None:
-            for k in kernels.kernels:
+            for k in ks:
                 if _needs_problem(k, case):
                     problems.prepare(k.spec.contract, case)
 
-        return Batch(len(kernels.kernels), case.id[:60], OP_LAYER, results, repro,
-                     slots=tuple((k.spec.name, case.id) for k in kernels.kernels),
-                     prepare=prepare)
+        return Batch(len(ks), case.id[:60], OP_LAYER, results, repro,
+                     slots=tuple((k.spec.name, case.id) for k in ks), prepare=prepare)
 
-    return [batch(case) for case in _layer1_cases(plan)]
+    # A case runs the kernels of the contracts it is for (a quantizer-only case, the
+    # quantizers); a suite case no kernel of the run is for has no batch, and a `--case`
+    # that names one is bad usage (it would check nothing).
+    per_case = [(case, [k for k in kernels.kernels if case.applies_to(k.spec.contract)])
+                for case in _layer1_cases(plan)]
+    unserved = [case for case, ks in per_case if not ks]
+    if plan.cases and unserved:
+        raise UsageError(f"--case {unserved[0].id} is for {', '.join(unserved[0].contracts())} "
+                         f"kernels only, and no such kernel is loaded")
+    return [batch(case, ks) for case, ks in per_case if ks]
 
 
 # --- layers 2 and 3 ---------------------------------------------------------------------------

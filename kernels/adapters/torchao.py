@@ -177,6 +177,7 @@ def torchao_act_quant(backend: str = "auto") -> KernelSpec:
     return KernelSpec(
         name="torchao-act-quant", contract="quantizer", framework="torch", fn=quantize,
         recipe="transformer-engine", block=(1, QBLOCK), in_dtype="bf16",
+        partial_blocks=False,  # torchao asserts K % 128 == 0
         backend="interpret" if interpret else "native", fidelity_fixes=fixes,
         description="torchao 0.18.0 1x128 FP8 activation quantizer (third-party)",
     )
@@ -200,6 +201,7 @@ def torchao_weight_quant(backend: str = "auto") -> KernelSpec:
     return KernelSpec(
         name="torchao-weight-quant", contract="quantizer", framework="torch", fn=quantize,
         recipe="transformer-engine", block=(QBLOCK, QBLOCK), in_dtype="bf16",
+        partial_blocks=False,  # torchao asserts K and N % 128 == 0
         backend="interpret" if interpret else "native", fidelity_fixes=fixes,
         description="torchao 0.18.0 128x128 FP8 weight quantizer (third-party)",
     )

@@ -4,9 +4,11 @@ Per block: amax = max |x| (float32, after an exact upcast from bf16), s = RN_f32
 1e-4) / 448) (the dequantization multiplier), q = satfinite_e4m3fn(x * RN_f32(1 / s)):
 clamp to +-448 in float32, then one RNE cast.  Every step is one IEEE float32 operation,
 so XLA computes the same bits as numpy (given the guard against XLA's rewrites of the two
-divisions, below).  Blocks must tile the array exactly (the kernels' K and N are multiples
-of 128); NaN or Inf runs through the recipe's arithmetic as the reference's
-nan="propagate" does, never raised (a traced value cannot raise).
+divisions, below).  A partial last block (R or C not a multiple of the block) covers its
+valid elements only: the array is padded with zeros, which leave every block's amax as it
+is (|0| <= amax), and the padding's values are dropped.  NaN or Inf runs through the
+recipe's arithmetic as the reference's nan="propagate" does, never raised (a traced value
+cannot raise).
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ AMAX_FLOOR = np.float32(1e-4)  # float32(1e-4), as the reference's guard
 
 
 def quantize_deepgemm(x, block: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
-    """(values e4m3fn of x's shape, scales f32 [..., R/bR, C/bC]) of x [..., R, C] (f32/bf16).
+    """(values e4m3fn of x's shape, scales f32 [..., ceil(R/bR), ceil(C/bC)]) of x
+    [..., R, C] (f32/bf16).
 
-    Raises ValueError for other dtypes, rank < 2, or blocks that do not divide (R, C).
+    Raises ValueError for other dtypes, rank < 2, or a block size below 1.
     """
     x = jnp.asarray(x)
     if x.dtype not in (jnp.float32, jnp.bfloat16):
@@ -36,10 +39,11 @@ def quantize_deepgemm(x, block: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
         raise ValueError(f"quantize_deepgemm: x must be at least 2-D, got shape {x.shape}")
     br, bc = block
     *lead, r, c = x.shape
-    if br < 1 or bc < 1 or r % br or c % bc:
-        raise ValueError(f"quantize_deepgemm: block {block} does not tile shape {x.shape}")
-    x32 = x.astype(jnp.float32)
-    blocks = x32.reshape(*lead, r // br, br, c // bc, bc)
+    if br < 1 or bc < 1:
+        raise ValueError(f"quantize_deepgemm: block {block} must be positive")
+    rp, cp = -(-r // br) * br, -(-c // bc) * bc
+    x32 = jnp.pad(x.astype(jnp.float32), [(0, 0)] * len(lead) + [(0, rp - r), (0, cp - c)])
+    blocks = x32.reshape(*lead, rp // br, br, cp // bc, bc)
     amax = jnp.max(jnp.abs(blocks), axis=(-3, -1))
     # XLA's max reduction does not carry NaN reliably (measured on CPU: a NaN at element
     # 44 of a 1x128 block gave the finite max of the others, masking the NaN block), while
@@ -62,7 +66,7 @@ def quantize_deepgemm(x, block: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
     inv = hide(1) / (scale + opaque_zero)
     scaled = blocks * inv[..., :, None, :, None]
     q = jnp.clip(scaled, -E4M3_MAX, E4M3_MAX).astype(ml_dtypes.float8_e4m3fn)
-    return q.reshape(x.shape), scale
+    return q.reshape(x32.shape)[..., :r, :c], scale
 
 
 def quantizer_spec(backend: str) -> KernelSpec:

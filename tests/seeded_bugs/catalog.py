@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fp8check.contracts import KernelSpec
-from seeded_bugs import kernels, nonfinite, production, underflow
+from seeded_bugs import kernels, nonfinite, production, shapes, underflow
 from seeded_bugs.catch import Catch
 
 
@@ -20,7 +20,7 @@ class SeededBug:
     catch: Catch
 
 
-_MODULES = (kernels, underflow, nonfinite, production)
+_MODULES = (kernels, shapes, underflow, nonfinite, production)
 
 BUGS: dict[str, SeededBug] = {
     name: SeededBug(spec, module.EXPECTED[name])

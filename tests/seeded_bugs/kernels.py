@@ -314,27 +314,45 @@ def tgmm_spec(name: str, fn) -> KernelSpec:
 def quantize_deepgemm(x):
     """Correct 1x128 `deepgemm` quantizer: s = RN(max(amax, 1e-4) / 448),
     q = satfinite(x * RN(1/s)), all in float32."""
-    return _quantize_1x128(x, guard=True)
+    return quantize_1x128(x, guard=True)
 
 
 def quantize_no_amax_guard(x):
     """Quantizer bug: no amax floor, so an all-zero block gets s = 0, 1/s = inf and
     q = 0 * inf = NaN."""
-    return _quantize_1x128(x, guard=False)
+    return quantize_1x128(x, guard=False)
 
 
-def _quantize_1x128(x, guard: bool):
+def padded_blocks(x):
+    """x [M, K] float32 as [M, ceil(K/128), 128] 1x128 blocks, a partial last block padded
+    with zeros (which leave its amax as it is)."""
+    m, k = x.shape
+    return np.pad(x, ((0, 0), (0, -k % QB))).reshape(m, -1, QB)
+
+
+def block_amax(x):
+    """amax of every 1x128 block of x [M, K] over its valid elements: [M, ceil(K/128)]."""
+    return np.max(np.abs(padded_blocks(x)), axis=2)
+
+
+def quantize_1x128(x, guard: bool, amax_of=block_amax, divide: bool = False):
+    """The 1x128 `deepgemm` quantizer with its stages as arguments (the seeded bugs vary
+    them): `guard` the amax floor, `amax_of` the per-block amax, `divide` x / s instead of
+    x * RN(1/s)."""
     x = np.asarray(x, np.float32)
     m, k = x.shape
-    blocks = x.reshape(m, k // QB, QB)
-    amax = np.max(np.abs(blocks), axis=2)
+    blocks = padded_blocks(x)
+    amax = amax_of(x)
     if guard:
         amax = np.maximum(amax, np.float32(1e-4))
     s = (amax / np.float32(448.0)).astype(np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
-        inv = (np.float32(1.0) / s).astype(np.float32)
-        q = blocks * inv[:, :, None]
-    q = np.clip(q, np.float32(-448), np.float32(448)).reshape(m, k)
+        if divide:
+            q = blocks / s[:, :, None]
+        else:
+            inv = (np.float32(1.0) / s).astype(np.float32)
+            q = blocks * inv[:, :, None]
+    q = np.clip(q, np.float32(-448), np.float32(448)).reshape(m, -1)[:, :k]
     return q.astype(ml_dtypes.float8_e4m3fn), s
 
 

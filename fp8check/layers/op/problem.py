@@ -262,6 +262,9 @@ def build_problem(contract: str, case: Case) -> AnyProblem:
     StreamedProblem for a streamed case)."""
     from fp8check.references import quantize
 
+    if not case.applies_to(contract):
+        raise ValueError(f"case {case.id} is not for {contract}: it is for "
+                         f"{', '.join(case.contracts())}")
     if case.streamed:
         return streamed_problem(contract, case)
     inp = case_inputs(case)

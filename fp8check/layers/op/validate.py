@@ -51,8 +51,12 @@ def validate_case(
 
     Returns:
         The layer-1 result.  A kernel exception or a wrong output shape/dtype is a failed
-        result with `error` set, never a crash.
+        result with `error` set, never a crash.  ValueError (bad usage) for a case that is
+        not for the kernel's contract (`Case.applies_to`).
     """
+    if not case.applies_to(spec.contract):
+        raise ValueError(f"case {case.id} is not for the {spec.contract} contract of "
+                         f"{spec.name} (a quantizer-only case)")
     t0 = time.perf_counter()
     res = CaseResult(kernel=spec.name, layer=LAYER, case=case.id, passed=None)
     m = res.metrics
