@@ -165,7 +165,7 @@ def test_quantizer_only_cases_run_for_quantizers_alone(tmp_path, monkeypatch, ca
     rc = main(["gate", "--no-progress", "--suite", "ci", "--kernel", "pallas-fp8",
                "--layers", "1", "--no-isolate", "--case", quant[0]])
     assert rc == 2
-    assert "quantizer-only case" in capsys.readouterr().err
+    assert "is for quantizer kernels only" in capsys.readouterr().err
 
 
 def test_a_quantizer_declaring_no_partial_blocks_is_skipped_and_reported(tmp_path,

@@ -6,12 +6,20 @@ non-finite dy."""
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from fp8check.contracts import KernelSpec
 from seeded_bugs.catch import Catch
-from seeded_bugs.kernels import QB, BlockwiseGmm, quantizer_spec, spec, tgmm_f32, tgmm_spec
+from seeded_bugs.kernels import (
+    QB,
+    BlockwiseGmm,
+    padded_blocks,
+    quantize_1x128,
+    quantizer_spec,
+    spec,
+    tgmm_f32,
+    tgmm_spec,
+)
 
 
 class NanToNumOutput(BlockwiseGmm):
@@ -49,15 +57,13 @@ def quantize_nanmax_amax(x):
     """Masking quantizer: the block amax is np.nanmax (a "robust" amax that skips NaN), so
     a NaN block gets the finite scale of its other elements where the recipe's is NaN
     (its NaN values stay NaN: the multiply carries them)."""
-    x = np.asarray(x, np.float32)
-    m, k = x.shape
-    blocks = x.reshape(m, k // QB, QB)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        amax = np.maximum(np.nanmax(np.abs(blocks), axis=2), np.float32(1e-4))
-        s = (amax / np.float32(448.0)).astype(np.float32)
-        q = blocks * (np.float32(1.0) / s).astype(np.float32)[:, :, None]
-    q = np.clip(q, np.float32(-448), np.float32(448)).reshape(m, k)
-    return q.astype(ml_dtypes.float8_e4m3fn), s
+    with np.errstate(invalid="ignore", over="ignore"):
+        return quantize_1x128(x, guard=True, amax_of=_nanmax_amax)
+
+
+def _nanmax_amax(x):
+    with np.errstate(invalid="ignore"):
+        return np.nanmax(np.abs(padded_blocks(x)), axis=2)
 
 
 def tgmm_finite_dy(lhs, dy, group_sizes, out_dtype=np.float32):

@@ -56,7 +56,7 @@ def validate_case(
     """
     if not case.applies_to(spec.contract):
         raise ValueError(f"case {case.id} is not for the {spec.contract} contract of "
-                         f"{spec.name} (a quantizer-only case)")
+                         f"{spec.name}: it is for {', '.join(case.contracts())}")
     t0 = time.perf_counter()
     res = CaseResult(kernel=spec.name, layer=LAYER, case=case.id, passed=None)
     m = res.metrics
