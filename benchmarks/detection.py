@@ -3,10 +3,11 @@ on every seed tried?  A detection gate too: exit 1 when a bug is missed on some 
 a correct variant fails some case, 0 otherwise (2: bad arguments).
 
 Runs every seeded bug and every correct variant of `tests/seeded_bugs/catalog.py` over
-`--seeds N` seeds (0..N-1; `--first-seed S`: S..S+N-1) on EVERY case of the suite (no stopping at the first failure),
-layer 1 with the strict profile, references shared between the kernels of one contract per
-(case, seed) as the gate shares them (`ProblemCache`).  A kernel runs only on the cases it
-supports (`fp8check.cases.supported`), as in the gate.  Prints, per suite:
+`--seeds N` seeds (0..N-1; `--first-seed S`: S..S+N-1) on EVERY case of the suite (no
+stopping at the first failure), layer 1 with the strict profile, references shared
+between the kernels of one contract per (case, seed) as the gate shares them
+(`ProblemCache`).  A kernel runs only on the cases it supports
+(`fp8check.cases.supported`), as in the gate.  Prints, per suite:
 
 * bugs caught / bugs: a bug is caught on a seed when some case fails with the criterion
   its `Catch` names; the bugs missed on any seed, with those seeds;

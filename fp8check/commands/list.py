@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 
 from fp8check import cases as cases_mod
-from fp8check import coverage
-from fp8check import registry
+from fp8check import coverage, registry
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
