@@ -47,6 +47,7 @@ from seeded_bugs.catalog import BUGS, CORRECT, SeededBug  # noqa: E402
 
 from fp8check.cases import Case, build_suite, supported  # noqa: E402
 from fp8check.contracts import KernelSpec  # noqa: E402
+from fp8check.coverage import case_contracts  # noqa: E402
 from fp8check.layers.op import ProblemCache, skipped_result, validate_case  # noqa: E402
 from fp8check.profiles import get_profile  # noqa: E402
 from fp8check.results.model import CaseResult  # noqa: E402
@@ -83,8 +84,7 @@ def run_kernels(
 
 
 def _run_one(spec: KernelSpec, case: Case, profile: Any, cache: ProblemCache) -> CaseResult:
-    applies = getattr(case, "contracts", None)  # a Case may name the contracts it is for
-    if applies is not None and spec.contract not in applies:
+    if spec.contract not in case_contracts(case):
         return skipped_result(spec, case, f"case is not for contract {spec.contract}")
     reason = supported(case, spec.out_dtypes, spec.m_align)
     if reason is not None:
@@ -94,9 +94,8 @@ def _run_one(spec: KernelSpec, case: Case, profile: Any, cache: ProblemCache) ->
         try:
             prob = cache.get(spec.contract, case)[0]
         except Exception as e:  # the reference's failure fails the kernel's case
-            res = CaseResult(kernel=spec.name, layer=1, case=case.id, passed=False,
-                             error=f"reference: {type(e).__name__}: {e}")
-            return res
+            return CaseResult(kernel=spec.name, layer=1, case=case.id, passed=False,
+                              error=f"reference: {type(e).__name__}: {e}")
     return validate_case(spec, case, profile, prob)
 
 

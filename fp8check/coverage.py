@@ -12,12 +12,14 @@ does not know is still listed under its own name.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fp8check.cases import RANDOM_PATTERN, Case
+from fp8check.contracts import CONTRACTS
 from fp8check.references.quant import BLOCK
 
 N_TILE = 256  # the widest N tile a real kernel uses: N % 256 != 0 leaves a partial one
@@ -33,6 +35,7 @@ VALUE_CLASS_TOKENS: dict[str, str] = {
     "subnormal": "float32-subnormal partial sums / outputs",
     "denormal": "float32-subnormal partial sums / outputs",
     "ties": "rounding ties",
+    "boundary": "quantizer rounding boundaries",
 }
 
 
@@ -54,6 +57,21 @@ def group_end(case: Case) -> int:
     return sum(case.group_sizes)
 
 
+def case_contracts(case: Case) -> tuple[str, ...]:
+    """The contracts whose kernels run on the case: from `Case.applies_to(contract)` or a
+    `contracts` field when the Case has one, else every contract."""
+    applies = getattr(case, "applies_to", None)
+    if callable(applies):
+        return tuple(c for c in CONTRACTS if applies(c))
+    declared = getattr(case, "contracts", None)
+    return CONTRACTS if declared is None else tuple(declared)
+
+
+def for_matmul(case: Case) -> bool:
+    """Whether some matmul contract (not only the quantizer) runs on the case."""
+    return any(c != "quantizer" for c in case_contracts(case))
+
+
 def _pattern_family(pattern: str) -> str:
     """"random3" -> "random" (the seeded draws are one family); other names unchanged."""
     return RANDOM_PATTERN if re.fullmatch(rf"{RANDOM_PATTERN}\d+", pattern) else pattern
@@ -61,17 +79,24 @@ def _pattern_family(pattern: str) -> str:
 
 @dataclass(frozen=True)
 class InputClass:
-    """An input class a kernel bug can hide behind: covered when some case reaches it."""
+    """An input class a kernel bug can hide behind: covered when some case reaches it
+    (with `matmul`, a case some matmul contract runs on: a quantizer-only case's shape
+    says nothing about a matmul's)."""
 
     name: str
     reached: Callable[[Case], bool]
+    matmul: bool = True
+
+    def covered_by(self, case: Case) -> bool:
+        return self.reached(case) and (not self.matmul or for_matmul(case))
 
 
 # The classes issue 24 names (and the ones the suites were built around): each is marked
 # covered or not from the cases, so a suite that stops reaching one says so.
 INPUT_CLASSES: tuple[InputClass, ...] = (
     InputClass("odd K/128 (odd count of K blocks)", lambda c: k_blocks(c) % 2 == 1),
-    InputClass("K % 128 != 0 (partial last K block, quantizer tail)", lambda c: c.k % BLOCK != 0),
+    InputClass("K % 128 != 0 (partial last K block, quantizer tail)", lambda c: c.k % BLOCK != 0,
+               matmul=False),
     InputClass(f"N % {N_TILE} != 0 (partial last {N_TILE}-wide N tile)",
                lambda c: c.n % N_TILE != 0),
     InputClass(f"M > {INT16_MAX} (row indices past int16)", lambda c: c.m > INT16_MAX),
@@ -85,7 +110,7 @@ INPUT_CLASSES: tuple[InputClass, ...] = (
     InputClass("exact partials on bf16 output (rounding direction bit for bit)",
                lambda c: c.exact_partials and c.out_dtype == "bf16"),
     InputClass("non-finite inputs",
-               lambda c: "non-finite inputs" in value_classes(c.distribution)),
+               lambda c: "non-finite inputs" in value_classes(c.distribution), matmul=False),
     InputClass("float32-subnormal partial sums / outputs",
                lambda c: "float32-subnormal partial sums / outputs"
                in value_classes(c.distribution)),
@@ -124,12 +149,18 @@ def _counted(values: Sequence[str]) -> str:
 
 
 def _contracts(cases: Sequence[Case]) -> str:
-    """Which contracts the cases apply to: read from a `contracts` field when a Case has
-    one, else every contract (the gate runs every kernel on every case it supports)."""
-    declared = [getattr(c, "contracts", None) for c in cases]
-    if all(d is None for d in declared):
-        return "every contract (cases declare none)"
-    return _counted([", ".join(d) if d else "every contract" for d in declared])
+    """Which contracts the cases apply to (`case_contracts`), with their case counts."""
+    return _counted(["every contract" if set(cs) == set(CONTRACTS) else ", ".join(cs)
+                     for cs in map(case_contracts, cases)])
+
+
+def _flag_counts(cases: Sequence[Case]) -> list[tuple[str, str]]:
+    """("cases exact_partials", count) for every boolean field of Case: a flag added to
+    Case (a case family) shows with no change here."""
+    flags = dict.fromkeys(f.name for c in cases for f in dataclasses.fields(c)
+                          if f.type in (bool, "bool"))
+    return [(f"cases {name}", str(sum(bool(getattr(c, name, False)) for c in cases)))
+            for name in flags]
 
 
 def suite_coverage(cases: Sequence[Case]) -> Coverage:
@@ -159,7 +190,7 @@ def suite_coverage(cases: Sequence[Case]) -> Coverage:
         (f"group offsets past {INT16_MAX}", "yes" if any(e > INT16_MAX for e in ends) else "no"),
         ("distributions", _counted([c.distribution for c in cases])),
         ("value classes", _values([v for c in cases for v in value_classes(c.distribution)])),
-        ("exact-partials cases", str(sum(c.exact_partials for c in cases))),
+        *_flag_counts(cases),
         ("recipes", _counted([c.recipe for c in cases])),
         ("out dtypes", _counted([c.out_dtype for c in cases])),
         ("contracts", _contracts(cases)),
@@ -167,7 +198,7 @@ def suite_coverage(cases: Sequence[Case]) -> Coverage:
     classes = tuple(
         (ic.name, bool(hits), hits)
         for ic in INPUT_CLASSES
-        for hits in [tuple(c.id for c in cases if ic.reached(c))]
+        for hits in [tuple(c.id for c in cases if ic.covered_by(c))]
     )
     return Coverage(n_cases=len(cases), facts=tuple(facts), classes=classes)
 

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from fp8check import coverage
-from fp8check.cases import SUITE_SHAPES, SUITES, build_suite
+from fp8check.cases import SUITE_SHAPES, SUITES, Case, build_suite
 from fp8check.cli import main
 
 BASE = build_suite("smoke", 0)[0]  # wi, zero-middle, fp8-ties, f32: K/128 = 4, N = 256
@@ -65,6 +65,29 @@ def test_row_and_offset_classes():
     got = _classes([small])
     assert got[_named("M > 32767")] and not got[_named("group offsets past")]
     assert got[_named("rows past the last group")]
+
+
+@dataclasses.dataclass(frozen=True)
+class _QuantizerOnlyCase(Case):
+    """A case only the quantizer contract runs on, as a Case with `applies_to` says, and a
+    boolean flag Case does not have (a new case family)."""
+
+    new_family: bool = True
+
+    def applies_to(self, contract: str) -> bool:
+        return contract == "quantizer"
+
+
+def test_quantizer_only_cases_and_new_flags():
+    fields = {f.name: getattr(BASE, f.name) for f in dataclasses.fields(Case)}
+    q = _QuantizerOnlyCase(**{**fields, "id": BASE.id + "-q", "k": 600})  # 5 K blocks
+    cov = coverage.suite_coverage([BASE, q])
+    facts, classes = dict(cov.facts), _classes([BASE, q])
+    assert coverage.case_contracts(q) == ("quantizer",)
+    assert facts["contracts"] == "every contract ×1, quantizer ×1"
+    # a quantizer's partial K block counts; its odd block count says nothing of a matmul's
+    assert classes[_named("K % 128")] and not classes[_named("odd K/128")]
+    assert facts["cases new_family"] == "1" and facts["cases exact_partials"] == "0"
 
 
 def test_unknown_distribution_appears_as_itself():
