@@ -230,8 +230,13 @@ def print_score(sc: SuiteScore) -> None:
     print(f"== detection: suite {sc.suite} ==")
     for a, b in rows:
         print(f"  {a:<{width}}  {b}")
-    print("  fewest catching cases per bug (over seeds): " + ", ".join(
-        f"{b} {min(s.values())}" for b, s in sc.catching_cases.items()))
+    if sc.bugs:  # per bug: how many cases catch it on each seed (0: missed)
+        name_w = max(len(b) for b in sc.bugs)
+        print("  cases failing with the expected criterion, per seed:")
+        print(f"    {'bug':<{name_w}}  " + " ".join(f"s{s:<3}" for s in sc.seeds))
+        for b in sc.bugs:
+            print(f"    {b:<{name_w}}  " + " ".join(f"{sc.catching_cases[b][s]:<4}"
+                                                 for s in sc.seeds))
 
 
 def detect_suite(
