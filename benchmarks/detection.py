@@ -223,7 +223,7 @@ def print_score(sc: SuiteScore) -> None:
     for name, c in sc.closest.items():
         what = {"max": f"max {name}", "max_abs": f"max |{name}|",
                 "min_margin": f"min {name} margin"}[c.how]
-        rows.append((f"closest correct: {what}", f"{c.value:.4g} ({c.kernel}, {c.case}, "
+        rows.append((f"closest correct: {what}", f"{c.value:.6g} ({c.kernel}, {c.case}, "
                                                  f"seed {c.seed})"))
     rows.append(("wall time", f"{sc.seconds:.0f} s"))
     width = max(len(a) for a, _ in rows)
