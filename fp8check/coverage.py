@@ -28,12 +28,14 @@ INT16_MAX = 2**15 - 1
 # A distribution's name, split at "-", marks a value class when one of its words is here
 # (e.g. "nonfinite", "subnormal-sums").  Extend this table when a distribution of a new
 # class is added to `fp8check.testdata.DISTRIBUTIONS`.
+NONFINITE = "non-finite inputs"
+SUBNORMAL = "float32-subnormal partial sums / outputs"
 VALUE_CLASS_TOKENS: dict[str, str] = {
-    "nonfinite": "non-finite inputs",
-    "nan": "non-finite inputs",
-    "inf": "non-finite inputs",
-    "subnormal": "float32-subnormal partial sums / outputs",
-    "denormal": "float32-subnormal partial sums / outputs",
+    "nonfinite": NONFINITE,
+    "nan": NONFINITE,
+    "inf": NONFINITE,
+    "subnormal": SUBNORMAL,
+    "denormal": SUBNORMAL,
     "ties": "rounding ties",
     "boundary": "quantizer rounding boundaries",
 }
@@ -109,11 +111,8 @@ INPUT_CLASSES: tuple[InputClass, ...] = (
     InputClass("bf16 output", lambda c: c.out_dtype == "bf16"),
     InputClass("exact partials on bf16 output (rounding direction bit for bit)",
                lambda c: c.exact_partials and c.out_dtype == "bf16"),
-    InputClass("non-finite inputs",
-               lambda c: "non-finite inputs" in value_classes(c.distribution), matmul=False),
-    InputClass("float32-subnormal partial sums / outputs",
-               lambda c: "float32-subnormal partial sums / outputs"
-               in value_classes(c.distribution)),
+    InputClass(NONFINITE, lambda c: NONFINITE in value_classes(c.distribution), matmul=False),
+    InputClass(SUBNORMAL, lambda c: SUBNORMAL in value_classes(c.distribution)),
 )
 
 
