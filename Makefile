@@ -58,6 +58,6 @@ bench: $(STAMP)
 
 # The detection score (docs/testing.md): every seeded bug and correct variant of
 # tests/seeded_bugs/catalog.py over 5 seeds on every case of its suite; exit 1 when a bug
-# is missed or a correct variant fails.  1-2 hours on 2 cores for ci: not in `bench`.
+# is missed or a correct variant fails.  ~13 min on 2 idle cores for ci: not in `bench`.
 detection: $(STAMP)
 	$(BIN)/python benchmarks/detection.py --json fp8check-out/detection.json
