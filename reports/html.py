@@ -7,8 +7,10 @@ passed, metrics, criteria, failed, skipped, error, repro, seconds), `summary`,
 [{tiling, status, reason, cost_model_us, speedup}], best}).  Layout, failures first:
 verdict; summary matrix (kernels x layers: counts, worst criterion, time); every failing
 case with its reproduction command and figures; the quantization-impact overview; every
-case by layer and kernel (collapsed); the tiling search; skips and load errors; the
-environment (versions, backends, interpreter fixes, seed).
+case by layer and kernel (collapsed); the tiling search; skips and load errors; what the
+gate looked at (`fp8check.coverage` of the suite's cases it ran at layer 1, with the input
+classes none of them reaches); the environment (versions, backends, interpreter fixes,
+seed).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 
 import jinja2
 
+from fp8check import cases as cases_mod
+from fp8check.coverage import Coverage, suite_coverage
 from fp8check.reports import plots
 
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -162,6 +166,18 @@ def _view(r: dict[str, Any], anchor: str) -> dict[str, Any]:
             "figure": None}
 
 
+def gate_coverage(doc: dict[str, Any]) -> Coverage | None:
+    """The coverage of the cases this run looked at: the cases of its suite (and seed)
+    with a layer-1 result that was not skipped, so a run narrowed by --case shows only
+    what it ran.  None when the document names no built-in suite."""
+    env = doc.get("environment", {})
+    suite, seed = env.get("suite"), env.get("seed")
+    if suite not in cases_mod.SUITES or not isinstance(seed, int):
+        return None
+    ran = {r["case"] for r in doc["results"] if r["layer"] == 1 and r["passed"] is not None}
+    return suite_coverage([c for c in cases_mod.build_suite(suite, seed) if c.id in ran])
+
+
 def build_context(doc: dict[str, Any], workers: int | None = 1) -> dict[str, Any]:
     """Everything the template shows, figures rendered (the expensive part; `workers` as
     in `figures`)."""
@@ -190,7 +206,7 @@ def build_context(doc: dict[str, Any], workers: int | None = 1) -> dict[str, Any
         "summary": doc["summary"], "environment": doc["environment"], "matrix": matrix,
         "failures": failures, "sections": sections,
         "impact_overview": None if overview is None else plots.to_data_uri(overview),
-        "tune": tune, "accepted_statuses": plots.ACCEPTED_STATUSES,
+        "coverage": gate_coverage(doc), "tune": tune, "accepted_statuses": plots.ACCEPTED_STATUSES,
         "tune_figure": None if tune_fig is None else plots.to_data_uri(tune_fig),
     }
 

@@ -19,6 +19,7 @@ from seeded_bugs.kernels import BUGGY, CORRECT
 from fp8check import results
 from fp8check.cases import build_suite
 from fp8check.cli import main
+from fp8check.coverage import suite_coverage
 from fp8check.layers.op import build_problem, validate_case
 from fp8check.profiles import get_profile
 from fp8check.reports import html as report_html
@@ -221,6 +222,41 @@ def test_report_without_optional_sections():
     page = report_html.render_html(doc)
     assert 'id="tune"' not in page and 'id="layer-2"' not in page
     assert 'id="layer-1"' in page
+
+
+def test_coverage_section_shows_what_the_run_looked_at():
+    doc, page = _rendered()
+    text = " ".join(_Page(page).text)
+    assert "coverage" in {a.get("id") for _, a in _Page(page).tags}
+    # the run checked one smoke case at layer 1: its shape, and none of the others'
+    cov = suite_coverage([CASE])
+    assert "What this gate looked at" in text and "From the 1 case(s) of suite smoke" in text
+    facts = dict(cov.facts)
+    assert f"K x N ({CASE.aspect}) {CASE.k}x{CASE.n}" in text
+    assert facts["distributions"] == f"{CASE.distribution} ×1" and facts["distributions"] in text
+    assert cov.not_covered and all(f"{name} NOT covered" in text for name in cov.not_covered)
+    other = next(c for c in build_suite("smoke", 0) if c.aspect != CASE.aspect)
+    assert f"{other.k}x{other.n}" not in text.replace(f"{CASE.k}x{CASE.n}", "")
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ("skip", "No case of suite smoke ran at layer 1"),
+    ("drop", "No case of suite smoke ran at layer 1"),
+    ("suite", "names no built-in suite"),
+])
+def test_coverage_section_when_nothing_known_ran(change, says):
+    doc = report_document(extra_layers=False)
+    if change == "skip":  # a skipped case was not looked at
+        for r in doc["results"]:
+            r.update(passed=None, skipped="out dtype not declared", criteria={}, failed=[])
+    elif change == "drop":
+        doc["results"] = []
+    else:
+        doc["environment"]["suite"] = "my-own-cases"
+    cov = report_html.gate_coverage(doc)
+    assert cov is None if change == "suite" else cov is not None and cov.n_cases == 0
+    text = " ".join(_Page(report_html.render_html(doc)).text)
+    assert says in text
 
 
 def test_report_command_rebuilds_the_gate_report(tmp_path, capsys):

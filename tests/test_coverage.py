@@ -1,0 +1,144 @@
+"""Suite coverage (`fp8check.coverage`) and its listing in `fp8check list`: every input
+class turns covered by a case made to reach it and only by such a case; the named suites'
+coverage follows from their definitions (`fp8check.cases.SUITE_SHAPES`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from fp8check import coverage
+from fp8check.cases import SUITE_SHAPES, SUITES, Case, build_suite
+from fp8check.cli import main
+
+BASE = build_suite("smoke", 0)[0]  # wi, zero-middle, fp8-ties, f32: K/128 = 4, N = 256
+
+
+def _classes(cases) -> dict[str, bool]:
+    return {name: covered for name, covered, _ in coverage.suite_coverage(cases).classes}
+
+
+def _named(part: str) -> str:
+    [name] = [ic.name for ic in coverage.INPUT_CLASSES if ic.name.startswith(part)]
+    return name
+
+
+def _big_m(case):
+    m = 40_000
+    return dataclasses.replace(case, m=m, group_sizes=(m - 3, 0, 1, 2))
+
+
+# (class, the base case changed to reach it)
+REACH = [
+    ("odd K/128", lambda c: dataclasses.replace(c, k=640)),
+    ("K % 128", lambda c: dataclasses.replace(c, k=600)),
+    ("N % 256", lambda c: dataclasses.replace(c, n=384)),
+    ("non-finite", lambda c: dataclasses.replace(c, distribution="nonfinite")),
+    ("float32-subnormal", lambda c: dataclasses.replace(c, distribution="subnormal-sums")),
+    ("exact partials on bf16",
+     lambda c: dataclasses.replace(c, exact_partials=True, out_dtype="bf16")),
+]
+
+
+@pytest.mark.parametrize(("part", "change"), REACH, ids=[p for p, _ in REACH])
+def test_a_case_made_for_a_class_covers_it(part, change):
+    before, after = _classes([BASE]), _classes([BASE, change(BASE)])
+    name = _named(part)
+    assert not before[name] and after[name]
+    # only the class itself (and what it implies: bf16 output with the exact-bf16 case,
+    # an odd block count with a partial last K block) changes
+    implied = {_named("bf16 output")} if "bf16" in part else set()
+    if part == "K % 128":  # K = 600: 5 blocks, the last partial
+        implied.add(_named("odd K/128"))
+    changed = {n for n in before if before[n] != after[n]}
+    assert changed == {name} | (implied & {n for n in before if not before[n]})
+
+
+def test_row_and_offset_classes():
+    big = _big_m(BASE)
+    got = _classes([big])
+    assert got[_named("M > 32767")] and got[_named("group offsets past")]
+    assert got[_named("zero-size groups")]
+    small = dataclasses.replace(big, group_sizes=(100, 0, 1, 2))  # M past int16, groups not
+    got = _classes([small])
+    assert got[_named("M > 32767")] and not got[_named("group offsets past")]
+    assert got[_named("rows past the last group")]
+
+
+@dataclasses.dataclass(frozen=True)
+class _QuantizerOnlyCase(Case):
+    """A case only the quantizer contract runs on, as a Case with `applies_to` says, and a
+    boolean flag Case does not have (a new case family)."""
+
+    new_family: bool = True
+
+    def applies_to(self, contract: str) -> bool:
+        return contract == "quantizer"
+
+
+def test_quantizer_only_cases_and_new_flags():
+    fields = {f.name: getattr(BASE, f.name) for f in dataclasses.fields(Case)}
+    q = _QuantizerOnlyCase(**{**fields, "id": BASE.id + "-q", "k": 600})  # 5 K blocks
+    cov = coverage.suite_coverage([BASE, q])
+    facts, classes = dict(cov.facts), _classes([BASE, q])
+    assert coverage.case_contracts(q) == ("quantizer",)
+    assert facts["contracts"] == "every contract ×1, quantizer ×1"
+    # a quantizer's partial K block counts; its odd block count says nothing of a matmul's
+    assert classes[_named("K % 128")] and not classes[_named("odd K/128")]
+    assert facts["cases new_family"] == "1" and facts["cases exact_partials"] == "0"
+
+
+def test_unknown_distribution_appears_as_itself():
+    odd = dataclasses.replace(BASE, distribution="weird-new-values")
+    facts = dict(coverage.suite_coverage([BASE, odd]).facts)
+    assert "weird-new-values ×1" in facts["distributions"]
+    assert "weird" not in facts["value classes"]
+    assert coverage.value_classes("weird-new-values") == set()
+    assert coverage.value_classes("nonfinite") == {"non-finite inputs"}
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_named_suites_follow_their_definitions(suite):
+    cases = build_suite(suite, 0)
+    cov = coverage.suite_coverage(cases)
+    facts, classes = dict(cov.facts), _classes(cases)
+    assert facts["cases"] == str(len(cases)) == str(cov.n_cases)
+    shape = SUITE_SHAPES[suite]
+    # every suite draws the zero-middle and residues patterns on both aspects' shapes
+    assert classes[_named("zero-size groups")] and classes[_named("residual rows")]
+    for aspect, (k, n) in (("wi", shape.wi), ("wo", shape.wo)):
+        assert f"{k}x{n}" in facts[f"K x N ({aspect})"].split(", ")
+    assert str(shape.m) in facts["M"].split(", ")
+    # a class is covered exactly when some case's fields reach it
+    assert classes[_named("odd K/128")] == any(-(-c.k // 128) % 2 for c in cases)
+    assert classes[_named("N % 256")] == any(c.n % 256 for c in cases)
+    assert classes[_named("M > 32767")] == any(c.m > 32767 for c in cases)
+    assert set(cov.not_covered) == {n for n, v in classes.items() if not v}
+
+
+def test_smoke_reports_what_it_has_not_looked_at():
+    # smoke is one shape per aspect (SUITE_SHAPES): K/128 = 4, N % 256 == 0, M = 256
+    smoke = SUITE_SHAPES["smoke"]
+    assert all((k // 128) % 2 == 0 and n % 256 == 0 for k, n in (smoke.wi, smoke.wo))
+    missing = coverage.suite_coverage(build_suite("smoke", 0)).not_covered
+    for part in ("odd K/128", "N % 256", "M > 32767", "group offsets past"):
+        assert _named(part) in missing
+
+
+def test_list_prints_the_coverage(capsys):
+    assert main(["list", "--suite", "smoke", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    cases = build_suite("smoke", 3)
+    cov = coverage.suite_coverage(cases)
+    listed = re.findall(r"^  (\S+)  groups=", out, re.M)
+    assert listed == [c.id for c in cases]
+    head, _, tail = out.partition("what suite smoke looks at")
+    assert tail and "NOT looked at:" in tail
+    for name in cov.not_covered:
+        assert f"not covered  {name}" in tail
+    for name, covered, hits in cov.classes:
+        if covered:
+            assert f"covered      {name} ({len(hits)})" in tail
+    assert re.search(rf"^  cases +{len(cases)}$", tail, re.M)
