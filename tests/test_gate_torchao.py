@@ -97,7 +97,8 @@ def test_torchao_grouped_emulated_fails_the_bound_unless_scales_are_powers_of_tw
     """The finding on torchao's grouped FP8 GEMM (the path its MoE training takes off
     SM90): it dequantizes to bf16, rounding each float32 scale and each q * s to 8
     significant bits, so with the deepgemm recipe's arbitrary float32 scales it fails
-    `bound_ratio` (ci: its bf16 cases with float32 scales, 17x to 82x the bound when measured); with power-of-two
+    `bound_ratio` (ci: its bf16 cases with float32 scales, 17x to 82x the bound as
+    measured); with power-of-two
     (ue8m0) scales q * s is exact in bf16 and it passes."""
     from fp8check import cases
     from fp8check.kernels.adapters.torchao import torchao_grouped_emulated
