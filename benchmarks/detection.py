@@ -47,7 +47,6 @@ from seeded_bugs.catalog import BUGS, CORRECT, SeededBug  # noqa: E402
 
 from fp8check.cases import Case, build_suite, supported  # noqa: E402
 from fp8check.contracts import KernelSpec  # noqa: E402
-from fp8check.coverage import case_contracts  # noqa: E402
 from fp8check.layers.op import ProblemCache, skipped_result, validate_case  # noqa: E402
 from fp8check.profiles import get_profile  # noqa: E402
 from fp8check.results.model import CaseResult  # noqa: E402
@@ -84,7 +83,7 @@ def run_kernels(
 
 
 def _run_one(spec: KernelSpec, case: Case, profile: Any, cache: ProblemCache) -> CaseResult:
-    if spec.contract not in case_contracts(case):
+    if not case.applies_to(spec.contract):
         return skipped_result(spec, case, f"case is not for contract {spec.contract}")
     reason = supported(case, spec.out_dtypes, spec.m_align)
     if reason is not None:

@@ -59,19 +59,9 @@ def group_end(case: Case) -> int:
     return sum(case.group_sizes)
 
 
-def case_contracts(case: Case) -> tuple[str, ...]:
-    """The contracts whose kernels run on the case: from `Case.applies_to(contract)` or a
-    `contracts` field when the Case has one, else every contract."""
-    applies = getattr(case, "applies_to", None)
-    if callable(applies):
-        return tuple(c for c in CONTRACTS if applies(c))
-    declared = getattr(case, "contracts", None)
-    return CONTRACTS if declared is None else tuple(declared)
-
-
 def for_matmul(case: Case) -> bool:
     """Whether some matmul contract (not only the quantizer) runs on the case."""
-    return any(c != "quantizer" for c in case_contracts(case))
+    return any(c != "quantizer" for c in case.contracts())
 
 
 def _pattern_family(pattern: str) -> str:
@@ -148,9 +138,9 @@ def _counted(values: Sequence[str]) -> str:
 
 
 def _contracts(cases: Sequence[Case]) -> str:
-    """Which contracts the cases apply to (`case_contracts`), with their case counts."""
+    """Which contracts the cases apply to (`Case.contracts`), with their case counts."""
     return _counted(["every contract" if set(cs) == set(CONTRACTS) else ", ".join(cs)
-                     for cs in map(case_contracts, cases)])
+                     for cs in (c.contracts() for c in cases)])
 
 
 def _flag_counts(cases: Sequence[Case]) -> list[tuple[str, str]]:

@@ -68,22 +68,19 @@ def test_row_and_offset_classes():
 
 
 @dataclasses.dataclass(frozen=True)
-class _QuantizerOnlyCase(Case):
-    """A case only the quantizer contract runs on, as a Case with `applies_to` says, and a
-    boolean flag Case does not have (a new case family)."""
+class _NewFamilyCase(Case):
+    """A Case with a boolean flag Case does not have (a new case family)."""
 
     new_family: bool = True
-
-    def applies_to(self, contract: str) -> bool:
-        return contract == "quantizer"
 
 
 def test_quantizer_only_cases_and_new_flags():
     fields = {f.name: getattr(BASE, f.name) for f in dataclasses.fields(Case)}
-    q = _QuantizerOnlyCase(**{**fields, "id": BASE.id + "-q", "k": 600})  # 5 K blocks
+    q = _NewFamilyCase(**{**fields, "id": BASE.id + "-q", "k": 600,  # 5 K blocks
+                          "quantizer_only": True})
     cov = coverage.suite_coverage([BASE, q])
     facts, classes = dict(cov.facts), _classes([BASE, q])
-    assert coverage.case_contracts(q) == ("quantizer",)
+    assert q.contracts() == ("quantizer",)
     assert facts["contracts"] == "every contract ×1, quantizer ×1"
     # a quantizer's partial K block counts; its odd block count says nothing of a matmul's
     assert classes[_named("K % 128")] and not classes[_named("odd K/128")]
