@@ -34,10 +34,21 @@ AMAX_FLOOR = 1e-4  # float32(1e-4), as the reference
 
 @triton.jit
 def _max_nan(a, b):
-    # tl.max's combine and a bare tl.maximum return the non-NaN operand on the GPU (PTX
-    # max.f32): a NaN block would get the amax of its other elements and its NaN values
+    # A bare tl.maximum returns the non-NaN operand on the GPU (PTX max.f32): a NaN value
     # would clamp to -448, masked.  The recipe's max propagates NaN.
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _amax(ax, axis):
+    # The recipe's amax propagates NaN; tl.max drops it on the GPU (PTX max.f32).  The sum
+    # of |x| is NaN exactly when some |x| is (no inf - inf among non-negative terms), so
+    # where it is NaN it stands in for the amax.  tl.max and tl.sum rather than tl.reduce
+    # with a NaN-propagating combine: the interpreter runs a custom combine element by
+    # element (measured 37x slower on a 64 x 256 input, 137x on 8 x 256 x 256).
+    amax = tl.max(ax, axis=axis)
+    total = tl.sum(ax, axis=axis)
+    return tl.where(total != total, total, amax)
 
 
 @triton.jit
@@ -52,9 +63,9 @@ def _quantize_kernel(x_ptr, q_ptr, s_ptr, R, C, SR, SC,
     offs = batch.to(tl.int64) * R * C + rows[:, None] * C + cols[None, :]
     x = tl.load(x_ptr + offs, mask=ok, other=0.0).to(tl.float32)
     if BLOCK_R == 1:
-        amax = tl.reduce(tl.abs(x), 1, _max_nan)  # one block per row: [TILE_R]
+        amax = _amax(tl.abs(x), 1)  # one block per row: [TILE_R]
     else:
-        amax = tl.reduce(tl.reduce(tl.abs(x), 1, _max_nan), 0, _max_nan)  # one per tile
+        amax = _amax(_amax(tl.abs(x), 1), 0)  # one block per tile
     s = tl.math.div_rn(_max_nan(amax, 1e-4), 448.0)
     if UE8M0:
         bits = s.to(tl.uint32, bitcast=True)
