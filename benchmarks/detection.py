@@ -43,7 +43,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from seeded_bugs.catalog import BUGS, CORRECT, SeededBug  # noqa: E402
+from seeded_bugs.catalog import BUGS, CORRECT  # noqa: E402
+from seeded_bugs.catch import SeededBug  # noqa: E402
 
 from fp8check.cases import Case, build_suite, supported  # noqa: E402
 from fp8check.contracts import KernelSpec  # noqa: E402

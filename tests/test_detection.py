@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from seeded_bugs.catalog import SeededBug
-from seeded_bugs.catch import Catch
-from seeded_bugs.kernels import BUGGY, CORRECT
+from seeded_bugs.catch import Catch, SeededBug
+from seeded_bugs.kernels import BUGS, CORRECT
 
 from fp8check.cases import build_suite
 from fp8check.results.model import CaseResult, Criterion
@@ -38,12 +37,12 @@ def _two_cases(seed: int) -> list:
 
 @pytest.fixture(scope="module")
 def results():
-    kernels = {BUG: BUGGY[BUG], GOOD: CORRECT[GOOD]}
+    kernels = {BUG: BUGS[BUG].spec, GOOD: CORRECT[GOOD]}
     return detection.run_kernels(kernels, _two_cases, seeds=[0])
 
 
 def test_a_catch_on_one_case_is_counted_as_resting_on_one_case(results):
-    bugs = {BUG: SeededBug(BUGGY[BUG], Catch("smoke", "bound_ratio"))}
+    bugs = {BUG: SeededBug(BUGS[BUG].spec, Catch("smoke", "bound_ratio"))}
     sc = detection.score("smoke", bugs, [GOOD], results, [0], {0: 2})
     residues, whole_tiles = results[BUG][0]
     assert residues.passed is False and whole_tiles.passed is True
@@ -56,7 +55,7 @@ def test_a_catch_on_one_case_is_counted_as_resting_on_one_case(results):
 
 
 def test_a_bug_failing_another_criterion_is_missed(results):
-    bugs = {BUG: SeededBug(BUGGY[BUG], Catch("smoke", "bit_exact"))}
+    bugs = {BUG: SeededBug(BUGS[BUG].spec, Catch("smoke", "bit_exact"))}
     sc = detection.score("smoke", bugs, [GOOD], results, [0], {0: 2})
     assert sc.n_caught == 0 and sc.missed == {BUG: [0]} and not sc.passed
 
@@ -94,7 +93,7 @@ def _result(n_bad: int, case: str) -> CaseResult:
 def test_single_element_catches(n_bads, single):
     """Single element: n_bad == 1 on every case that catches the bug."""
     res = {"b": {3: [_result(n, f"c{i}") for i, n in enumerate(n_bads)]}}
-    bugs = {"b": SeededBug(BUGGY[BUG], Catch("ci", "bound_ratio"))}
+    bugs = {"b": SeededBug(BUGS[BUG].spec, Catch("ci", "bound_ratio"))}
     sc = detection.score("ci", bugs, [], res, [3], {3: len(n_bads)})
     assert sc.single_element == ({"b": [3]} if single else {})
     assert sc.single_case == ({"b": [3]} if len(n_bads) == 1 else {})
@@ -102,7 +101,7 @@ def test_single_element_catches(n_bads, single):
 
 def test_no_case_is_no_catch():
     """A filter that leaves no case catches nothing: the gate fails, never passes empty."""
-    bugs = {BUG: SeededBug(BUGGY[BUG], Catch("smoke", "bound_ratio"))}
+    bugs = {BUG: SeededBug(BUGS[BUG].spec, Catch("smoke", "bound_ratio"))}
     sc = detection.detect_suite("smoke", bugs, {}, [0], case_filter="no-such-case")
     assert sc.n_cases == {0: 0} and sc.missed == {BUG: [0]} and not sc.passed
 

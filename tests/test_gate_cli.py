@@ -17,10 +17,10 @@ TESTS = Path(__file__).parent
 KERNELS_FILE = f"""
 import sys
 sys.path.insert(0, {str(TESTS)!r})
-from seeded_bugs.kernels import BUGGY, CORRECT
+from seeded_bugs.kernels import BUGS, CORRECT
 
 good = CORRECT["numpy-fp8-deepgemm"]
-truncating = BUGGY["bug-truncating-bf16-cast"]
+truncating = BUGS["bug-truncating-bf16-cast"].spec
 naive = CORRECT["numpy-fp8-naive"].fn
 
 

@@ -44,8 +44,8 @@ def test_a_fail_line_says_which_criterion_by_how_much_and_where(tmp_path, monkey
     residual rows of its group, located consistently with the case's group sizes."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bugs.py").write_text(
-        SEEDED + "from seeded_bugs.kernels import BUGGY\n"
-        "dropped = BUGGY['bug-dropped-residual-tile']\n")
+        SEEDED + "from seeded_bugs.kernels import BUGS\n"
+        "dropped = BUGS['bug-dropped-residual-tile'].spec\n")
     rc = _gate("--kernel", "bugs.py:dropped", "--no-isolate", "--json", "r.json")
     err = capsys.readouterr().err.splitlines()
     results = {r["case"]: r for r in json.loads(Path("r.json").read_text())["results"]}

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 from seeded_bugs.kernels import CORRECT
-from seeded_bugs.nonfinite import BUGGY, EXPECTED
+from seeded_bugs.nonfinite import BUGS
 
 from fp8check import nonfinite_inputs as nf
 from fp8check.cases import NONFINITE, build_suite, case_inputs
@@ -145,13 +145,13 @@ def test_correct_kernels_pass_the_nonfinite_case(name):
         assert {"finite", "bound_ratio", "error_ratio"} <= names
 
 
-@pytest.mark.parametrize("name", sorted(BUGGY))
+@pytest.mark.parametrize("name", sorted(BUGS))
 def test_masking_and_spreading_kernels_fail_on_the_named_criterion(name):
-    spec = BUGGY[name]
+    spec = BUGS[name].spec
     prob = None if spec.contract == "quantizer" else PROBLEMS.get(spec.contract, CASE)[0]
     res = validate_case(spec, CASE, PROFILE, prob)
     assert res.error is None, res.error
-    assert EXPECTED[name].criterion in res.failed_criteria, res.failed_criteria
+    assert BUGS[name].catch.criterion in res.failed_criteria, res.failed_criteria
     if spec.contract != "quantizer":  # only the non-finite elements are wrong: the other
         # criteria, on the finite elements, still pass (masking) or fail (spreading)
         others = set(res.failed_criteria) - {"finite"}
@@ -180,7 +180,7 @@ def test_report_renders_a_nonfinite_case():
     from fp8check.reports import html as report_html
     from fp8check.reports.plotdata import plot_data
 
-    specs = [CORRECT["numpy-fp8-deepgemm"], BUGGY["bug-nan-to-num-output"]]
+    specs = [CORRECT["numpy-fp8-deepgemm"], BUGS["bug-nan-to-num-output"].spec]
     prob = PROBLEMS.get("gmm-fp8", CASE)[0]
     rs = [validate_case(s, CASE, PROFILE, prob, plots=plot_data) for s in specs]
     assert [r.passed for r in rs] == [True, False]

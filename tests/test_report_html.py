@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from seeded_bugs.kernels import BUGGY, CORRECT
+from seeded_bugs.catalog import kernel
 
 from fp8check import results
 from fp8check.cases import build_suite
@@ -79,11 +79,10 @@ def _tune(rng: np.random.Generator) -> dict:
 
 @functools.cache
 def _layer1_results() -> tuple:
-    specs = {**CORRECT, **BUGGY}
     prob = build_problem("gmm-fp8", CASE)
     out = []
     for name in KERNELS:
-        res = validate_case(specs[name], CASE, get_profile("strict"), prob, plots=plot_data)
+        res = validate_case(kernel(name), CASE, get_profile("strict"), prob, plots=plot_data)
         if res.passed is False:
             res.repro = f"fp8check gate --kernel {name} --case {CASE.id}"
         out.append(res)
@@ -95,7 +94,7 @@ def report_document(seed: int = 0, *, extra_layers: bool = True) -> dict:
     with `extra_layers`, a passing and a failing layer-2 result, a layer-3 result and a
     tiling search."""
     rs = list(_layer1_results())
-    specs = [{**CORRECT, **BUGGY}[n] for n in KERNELS]
+    specs = [kernel(n) for n in KERNELS]
     env = results.environment(specs, suite="smoke", seed=seed, profile="strict",
                               backend="auto", load_errors={})
     doc = json.loads(json.dumps(results.document(rs, results.tally(rs, {}), env)))

@@ -10,7 +10,7 @@ import json
 import matplotlib.colors
 import numpy as np
 import pytest
-from seeded_bugs.kernels import BUGGY, CORRECT
+from seeded_bugs.catalog import kernel as seeded_kernel
 
 from fp8check import metrics
 from fp8check.cases import build_suite
@@ -26,7 +26,7 @@ ZERO_MIDDLE = SMOKE[0]  # an empty group between two others
 
 @functools.cache
 def _result(kernel: str, case_index: int) -> dict:
-    spec = {**CORRECT, **BUGGY}[kernel]
+    spec = seeded_kernel(kernel)
     case = SMOKE[case_index]
     res = validate_case(spec, case, get_profile("strict"), build_problem(spec.contract, case),
                          plots=plot_data)

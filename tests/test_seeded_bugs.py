@@ -59,7 +59,7 @@ def test_seeded_bug_fails_its_suite(name):
     assert catch.criterion in res.failed_criteria, (res.case, res.failed_criteria)
 
 
-@pytest.mark.parametrize("name", sorted(shapes.BUGGY))
+@pytest.mark.parametrize("name", sorted(shapes.BUGS))
 def test_shape_and_rounding_bugs_fail_more_than_one_case(name):
     """The odd-K, N-tail, half-away, dividing and partial-block quantizer bugs each fail
     at least two cases on their criterion: no catch rests on a single case."""

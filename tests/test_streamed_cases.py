@@ -7,7 +7,7 @@ import dataclasses
 import ml_dtypes
 import numpy as np
 import pytest
-from seeded_bugs.production import BUGGY, Int16GroupOffsets
+from seeded_bugs.production import BUGS, Int16GroupOffsets
 
 from fp8check.cases import PRODUCTION_M, build_suite, case_inputs, find_case
 from fp8check.layers.op import (
@@ -120,7 +120,7 @@ def test_streamed_hopper_bit_exact_equals_in_memory():
 
 def test_streamed_validate_case_is_a_normal_result():
     case = dataclasses.replace(_ci_case("random1", "bf16"), streamed=True)
-    res = validate_case(BUGGY["bug-int16-group-offsets"], case, PROFILE)
+    res = validate_case(BUGS["bug-int16-group-offsets"].spec, case, PROFILE)
     assert res.error is None and res.passed is True
     assert [c.name for c in res.criteria] == ["finite", "bound_ratio", "deterministic"]
     assert "plots" not in res.metrics and "plots_note" in res.metrics
@@ -165,7 +165,7 @@ def test_int16_offsets_drop_only_the_group_straddling_32768():
 
 
 def test_int16_offsets_bug_passes_every_ci_case():
-    spec = BUGGY["bug-int16-group-offsets"]
+    spec = BUGS["bug-int16-group-offsets"].spec
     for case in (c for c in CI if c.applies_to(spec.contract)):
         res = validate_case(spec, case, PROFILE)
         assert res.passed, (case.id, res.failed_criteria, res.error)

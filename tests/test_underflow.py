@@ -349,9 +349,9 @@ def test_testing_asserts_take_the_declaration(tmp_path, monkeypatch):
 FTZ_KERNEL_FILE = f"""
 import sys
 sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
-from seeded_bugs.underflow import BUGGY
+from seeded_bugs.underflow import BUGS
 
-ftz_accumulator = BUGGY["bug-ftz-accumulator"].fn
+ftz_accumulator = BUGS["bug-ftz-accumulator"].spec.fn
 """
 
 

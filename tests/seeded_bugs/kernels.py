@@ -18,7 +18,7 @@ import numpy as np
 from fp8check.contracts import KernelSpec
 from fp8check.references.exact import fma_f32
 from fp8check.references.hopper_mma import block_partial
-from seeded_bugs.catch import Catch
+from seeded_bugs.catch import Catch, named, seeded
 
 TM = 128  # rows per M tile
 QB = 128  # quantization block (K and N)
@@ -361,64 +361,40 @@ def quantizer_spec(name: str, fn) -> KernelSpec:
                       recipe="deepgemm", block=(1, 128))
 
 
-CORRECT: dict[str, KernelSpec] = {
-    s.name: s
-    for s in (
-        spec("numpy-fp8-deepgemm", BlockwiseGmm(), accum="deepgemm"),
-        spec("numpy-fp8-pairwise", PairwiseOverK()),
-        spec("numpy-fp8-f64acc", Float64Accumulator()),
-        spec("numpy-fp8-naive", naive_dequantized),
-        spec("numpy-fp8-hopper", HopperTensorCore(), accum="deepgemm-hopper"),
-        tgmm_spec("numpy-tgmm", tgmm_f32),
-        quantizer_spec("numpy-quantizer", quantize_deepgemm),
-    )
-}
+CORRECT = named(
+    spec("numpy-fp8-deepgemm", BlockwiseGmm(), accum="deepgemm"),
+    spec("numpy-fp8-pairwise", PairwiseOverK()),
+    spec("numpy-fp8-f64acc", Float64Accumulator()),
+    spec("numpy-fp8-naive", naive_dequantized),
+    spec("numpy-fp8-hopper", HopperTensorCore(), accum="deepgemm-hopper"),
+    tgmm_spec("numpy-tgmm", tgmm_f32),
+    quantizer_spec("numpy-quantizer", quantize_deepgemm),
+)
 
-BUGGY: dict[str, KernelSpec] = {
-    s.name: s
-    for s in (
-        spec("bug-shifted-group-start", ShiftedGroupStart()),
-        spec("bug-dropped-residual-tile", DroppedResidualTile()),
-        spec("bug-unmasked-residual-store", UnmaskedResidualStore()),
-        spec("bug-empty-group-shift", EmptyGroupShift()),
-        spec("bug-transposed-rhs-scale", TransposedRhsScale()),
-        spec("bug-stale-lhs-scale", StaleLhsScale()),
-        spec("bug-one-scale-per-512-tile", OneScalePerLargeTile()),
-        spec("bug-bf16-accumulator", Bf16Accumulator()),
-        spec("bug-truncating-bf16-cast", TruncatingBf16Cast()),
-        spec("bug-random-k-order", RandomKOrder()),
-        spec("bug-reused-accumulator", ReusedAccumulator()),
-        spec("bug-dropped-last-k-block", DroppedLastKBlock()),
-        # The tensor core's truncating partials, declared as float32 accumulation.
-        spec("bug-hopper-declared-f32", HopperTensorCore()),
-        spec("bug-hopper-truncating-bf16-cast", HopperTruncatingBf16Cast(),
-             accum="deepgemm-hopper"),
-        tgmm_spec("bug-tgmm-empty-group-nan", tgmm_amax_normalised),
-        quantizer_spec("bug-quantizer-no-amax-guard", quantize_no_amax_guard),
-    )
-}
-
-# Where each bug must fail: the ci suite, and a criterion among its failures.
-EXPECTED = {
-    "bug-shifted-group-start": Catch("ci", "bound_ratio"),
-    "bug-dropped-residual-tile": Catch("ci", "bound_ratio"),
-    "bug-unmasked-residual-store": Catch("ci", "bound_ratio"),
-    "bug-empty-group-shift": Catch("ci", "bound_ratio"),
-    "bug-transposed-rhs-scale": Catch("ci", "bound_ratio"),
-    "bug-stale-lhs-scale": Catch("ci", "bound_ratio"),
-    "bug-one-scale-per-512-tile": Catch("ci", "bound_ratio"),
-    "bug-bf16-accumulator": Catch("ci", "error_ratio"),
-    "bug-truncating-bf16-cast": Catch("ci", "bias_z"),
-    "bug-random-k-order": Catch("ci", "deterministic"),
-    "bug-reused-accumulator": Catch("ci", "bound_ratio"),
-    "bug-dropped-last-k-block": Catch("ci", "bound_ratio"),
-    "bug-hopper-declared-f32": Catch("ci", "bound_ratio"),
-    "bug-hopper-truncating-bf16-cast": Catch("ci", "bias_z"),
-    "bug-tgmm-empty-group-nan": Catch("ci", "finite"),
-    "bug-quantizer-no-amax-guard": Catch("ci", "quantizer_bit_exact"),
-}
+# Each bug with where it must fail: the ci suite, and a criterion among its failures.
+BUGS = seeded(
+    (spec("bug-shifted-group-start", ShiftedGroupStart()), Catch("ci", "bound_ratio")),
+    (spec("bug-dropped-residual-tile", DroppedResidualTile()), Catch("ci", "bound_ratio")),
+    (spec("bug-unmasked-residual-store", UnmaskedResidualStore()), Catch("ci", "bound_ratio")),
+    (spec("bug-empty-group-shift", EmptyGroupShift()), Catch("ci", "bound_ratio")),
+    (spec("bug-transposed-rhs-scale", TransposedRhsScale()), Catch("ci", "bound_ratio")),
+    (spec("bug-stale-lhs-scale", StaleLhsScale()), Catch("ci", "bound_ratio")),
+    (spec("bug-one-scale-per-512-tile", OneScalePerLargeTile()), Catch("ci", "bound_ratio")),
+    (spec("bug-bf16-accumulator", Bf16Accumulator()), Catch("ci", "error_ratio")),
+    (spec("bug-truncating-bf16-cast", TruncatingBf16Cast()), Catch("ci", "bias_z")),
+    (spec("bug-random-k-order", RandomKOrder()), Catch("ci", "deterministic")),
+    (spec("bug-reused-accumulator", ReusedAccumulator()), Catch("ci", "bound_ratio")),
+    (spec("bug-dropped-last-k-block", DroppedLastKBlock()), Catch("ci", "bound_ratio")),
+    # The tensor core's truncating partials, declared as float32 accumulation.
+    (spec("bug-hopper-declared-f32", HopperTensorCore()), Catch("ci", "bound_ratio")),
+    (spec("bug-hopper-truncating-bf16-cast", HopperTruncatingBf16Cast(),
+          accum="deepgemm-hopper"), Catch("ci", "bias_z")),
+    (tgmm_spec("bug-tgmm-empty-group-nan", tgmm_amax_normalised), Catch("ci", "finite")),
+    (quantizer_spec("bug-quantizer-no-amax-guard", quantize_no_amax_guard),
+     Catch("ci", "quantizer_bit_exact")),
+)
 
 # Named for `fp8check gate --kernel tests/seeded_bugs/kernels.py:NAME` (notebook 02's
 # demo run): a correct kernel in another valid summation order, and a precision bug.
 PAIRWISE = CORRECT["numpy-fp8-pairwise"]
-BF16_ACCUMULATOR = BUGGY["bug-bf16-accumulator"]
+BF16_ACCUMULATOR = BUGS["bug-bf16-accumulator"].spec

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fp8check.contracts import KernelSpec
-from seeded_bugs.catch import Catch
+from seeded_bugs.catch import Catch, seeded
 from seeded_bugs.kernels import (
     QB,
     BlockwiseGmm,
@@ -74,19 +73,10 @@ def tgmm_finite_dy(lhs, dy, group_sizes, out_dtype=np.float32):
     return tgmm_f32(lhs, np.where(np.isfinite(dy), dy, np.float32(0)), group_sizes, out_dtype)
 
 
-BUGGY: dict[str, KernelSpec] = {
-    s.name: s
-    for s in (
-        spec("bug-nan-to-num-output", NanToNumOutput()),
-        spec("bug-nan-spread-tile-amax-epilogue", TileAmaxEpilogue()),
-        quantizer_spec("bug-quantizer-nanmax-amax", quantize_nanmax_amax),
-        tgmm_spec("bug-tgmm-zeroed-nonfinite-dy", tgmm_finite_dy),
-    )
-}
-
-EXPECTED = {
-    "bug-nan-to-num-output": Catch("ci", "finite"),
-    "bug-nan-spread-tile-amax-epilogue": Catch("ci", "finite"),
-    "bug-quantizer-nanmax-amax": Catch("ci", "quantizer_bit_exact"),
-    "bug-tgmm-zeroed-nonfinite-dy": Catch("ci", "finite"),
-}
+BUGS = seeded(
+    (spec("bug-nan-to-num-output", NanToNumOutput()), Catch("ci", "finite")),
+    (spec("bug-nan-spread-tile-amax-epilogue", TileAmaxEpilogue()), Catch("ci", "finite")),
+    (quantizer_spec("bug-quantizer-nanmax-amax", quantize_nanmax_amax),
+     Catch("ci", "quantizer_bit_exact")),
+    (tgmm_spec("bug-tgmm-zeroed-nonfinite-dy", tgmm_finite_dy), Catch("ci", "finite")),
+)

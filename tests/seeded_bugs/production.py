@@ -13,7 +13,7 @@ import numpy as np
 
 from fp8check.references import gmm
 from fp8check.references.quant import QTensor
-from seeded_bugs.catch import Catch
+from seeded_bugs.catch import Catch, named, seeded
 from seeded_bugs.kernels import BlockwiseGmm, spec
 
 
@@ -55,13 +55,11 @@ class Int16GroupOffsets(VectorisedGmm):
         return written
 
 
-CORRECT = {s.name: s for s in (spec("numpy-fp8-vectorised", VectorisedGmm(), accum="deepgemm"),)}
+CORRECT = named(spec("numpy-fp8-vectorised", VectorisedGmm(), accum="deepgemm"))
 
-BUGGY = {s.name: s for s in (spec("bug-int16-group-offsets", Int16GroupOffsets(),
-                                  accum="deepgemm"),)}
-
-EXPECTED = {"bug-int16-group-offsets": Catch("full", "bound_ratio")}
+BUGS = seeded((spec("bug-int16-group-offsets", Int16GroupOffsets(), accum="deepgemm"),
+               Catch("full", "bound_ratio")))
 
 # Named for `fp8check gate --kernel tests/seeded_bugs/production.py:NAME`.
 VECTORISED = CORRECT["numpy-fp8-vectorised"]
-INT16_GROUP_OFFSETS = BUGGY["bug-int16-group-offsets"]
+INT16_GROUP_OFFSETS = BUGS["bug-int16-group-offsets"].spec

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from seeded_bugs.catch import Catch
+from seeded_bugs.catch import Catch, seeded
 from seeded_bugs.kernels import (
     BF16,
     QB,
@@ -80,21 +80,12 @@ def quantize_unmasked_tail(x):
     return quantize_1x128(x, guard=True, amax_of=unmasked_tail_amax)
 
 
-BUGGY = {
-    s.name: s
-    for s in (
-        spec("bug-odd-k-tail", OddKTail()),
-        spec("bug-n-tail-tile", NTailTile()),
-        spec("bug-half-away-bf16-cast", HalfAwayBf16Cast()),
-        quantizer_spec("bug-quantizer-divides", quantize_dividing),
-        quantizer_spec("bug-quantizer-partial-block", quantize_unmasked_tail),
-    )
-}
-
-EXPECTED = {
-    "bug-odd-k-tail": Catch("ci", "bound_ratio"),
-    "bug-n-tail-tile": Catch("ci", "bound_ratio"),
-    "bug-half-away-bf16-cast": Catch("ci", "bias_z"),
-    "bug-quantizer-divides": Catch("ci", "quantizer_bit_exact"),
-    "bug-quantizer-partial-block": Catch("ci", "quantizer_bit_exact"),
-}
+BUGS = seeded(
+    (spec("bug-odd-k-tail", OddKTail()), Catch("ci", "bound_ratio")),
+    (spec("bug-n-tail-tile", NTailTile()), Catch("ci", "bound_ratio")),
+    (spec("bug-half-away-bf16-cast", HalfAwayBf16Cast()), Catch("ci", "bias_z")),
+    (quantizer_spec("bug-quantizer-divides", quantize_dividing),
+     Catch("ci", "quantizer_bit_exact")),
+    (quantizer_spec("bug-quantizer-partial-block", quantize_unmasked_tail),
+     Catch("ci", "quantizer_bit_exact")),
+)

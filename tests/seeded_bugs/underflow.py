@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from seeded_bugs.catch import Catch
+from seeded_bugs.catch import Catch, seeded
 from seeded_bugs.kernels import BlockwiseGmm, spec
 
 MIN_NORMAL = np.float32(2.0**-126)
@@ -31,5 +31,4 @@ class FtzAccumulator(BlockwiseGmm):
         return flush_subnormals(super().accumulate(acc, s, p))
 
 
-BUGGY = {s.name: s for s in (spec("bug-ftz-accumulator", FtzAccumulator()),)}
-EXPECTED = {"bug-ftz-accumulator": Catch("ci", "bound_ratio")}
+BUGS = seeded((spec("bug-ftz-accumulator", FtzAccumulator()), Catch("ci", "bound_ratio")))
