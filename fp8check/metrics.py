@@ -32,6 +32,7 @@ from numpy.typing import ArrayLike
 
 from fp8check.bits import F64_MAX
 from fp8check.formats import Format, get_format, ulp_of
+from fp8check.references.casts import rounded, to_float64
 
 ULP_NAN: int = int(np.iinfo(np.int64).max)
 """ULP distance reported where either operand is NaN: larger than any real distance."""
@@ -40,7 +41,7 @@ _ULP_SATURATE = np.uint64(ULP_NAN - 1)  # real distances are clamped below the N
 
 
 def _as_f64(x: ArrayLike) -> np.ndarray:
-    return np.asarray(x).astype(np.float64)
+    return to_float64(np.asarray(x))
 
 
 def _pair(
@@ -70,10 +71,10 @@ def _exact_cast(x: ArrayLike, fmt: Format, name: str) -> np.ndarray:
     arr = np.asarray(x)
     if arr.dtype == fmt.dtype:
         return arr
-    x64 = arr.astype(np.float64)
+    x64 = to_float64(arr)
     with np.errstate(over="ignore", invalid="ignore"):
-        cast = x64.astype(fmt.dtype)
-    back = cast.astype(np.float64)
+        cast = rounded(x64, fmt.dtype)
+    back = to_float64(cast)
     exact = (back == x64) | (np.isnan(back) & np.isnan(x64))
     if not np.all(exact):
         first = x64[~exact].flat[0]

@@ -79,6 +79,7 @@ from typing import Any
 import numpy as np
 
 from fp8check.formats import get_format
+from fp8check.references.casts import to_float64
 
 ETA = 2.0**-150
 """Largest |e| of one float32 multiplication whose result underflows (half the smallest
@@ -171,5 +172,5 @@ def fp8_model(lq: Any, rq: Any, k: int) -> UnderflowModel:
 def _finite_magnitudes(v: Any) -> np.ndarray:
     """|v| in float64, flattened, its NaN and Inf left out: elements with a non-finite
     input have a non-finite exact value and are decided by `finite`, not by the bound."""
-    a = np.abs(np.asarray(v).astype(np.float64)).ravel()
+    a = np.abs(to_float64(np.asarray(v))).ravel()
     return a[np.isfinite(a)]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from fp8check.references.casts import to_float64
+
 
 @numba.njit(parallel=True, cache=True)
 def _naive_matmul(a, b):
@@ -32,7 +34,7 @@ def naive_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _f64_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return a.astype(np.float64) @ b.astype(np.float64)
+    return to_float64(a) @ to_float64(b)
 
 
 # The per-group product by output dtype: the naive baseline, or the float64 reference.

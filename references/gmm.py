@@ -51,6 +51,7 @@ from numpy.typing import ArrayLike, DTypeLike
 from threadpoolctl import threadpool_limits
 
 from fp8check.references import amx, hopper_mma, vnni
+from fp8check.references.casts import to_float64
 from fp8check.references.certified import round_certified, scaled_terms_exact
 from fp8check.references.exact import (
     ACC_SIZE,
@@ -96,7 +97,7 @@ def _to_f64(values: np.ndarray) -> np.ndarray:
     """Exact float64 image of an fp8 / bf16 / f32 array (fp8 through a 256-entry table)."""
     lut = _LUT.get(values.dtype)
     if lut is None:
-        return values.astype(np.float64)
+        return to_float64(values)
     codes = np.ascontiguousarray(values).view(np.uint8).reshape(-1)
     return _gather(lut, codes).reshape(values.shape)
 

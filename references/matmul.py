@@ -16,10 +16,12 @@ the exact remainder, which is zero for every value within beta - 8 (bf16) or bet
 where a1 b1 is exact from float64 BLAS in any order (the sum of k products of 2 beta-bit
 integers times one common power of two stays below 2^53 units), and the correction
 C = a b2 + a2 b1 has terms only where a2 or b2 is nonzero: few, so it is summed directly
-(`_correction`) together with the sum of the terms' magnitudes, which bounds its rounding
-error: at most 2k exact terms, added in float64, err by at most gamma_2k = 2k u / (1 - 2k
-u) times the sum of their magnitudes (u = 2^-53); `_ERR_PER_TERM` covers that, the
-rounding of the computed magnitude sum and of the product with it.  TwoSum(a1 b1, C)
+(`_round_block`, TwoSum by TwoSum) together with the sum of the terms' magnitudes, which
+bounds its rounding error: none when every addition was exact (bf16 products have few
+bits: the common case, and the one that lets exact ties round to even without the
+fallback), else n exact terms added in float64 err by at most gamma_(n-1) = (n-1) u /
+(1 - (n-1) u) times the sum of their magnitudes (u = 2^-53), covered with the rounding of
+the computed magnitude sum and of the product with it by (n + 1) u.  TwoSum(a1 b1, C)
 gives the pair s + e and `certified.round_certified` rounds it once, certified, or flags
 it; flagged elements (ties, results at a rounding boundary within the bound, underflow to
 zero) are summed exactly in the superaccumulator (`certified.exact_dots`).
@@ -41,10 +43,13 @@ inputs replaced by zero (they are not among its terms).
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 from numpy.typing import DTypeLike
 
+from fp8check.references.casts import rounded
 from fp8check.references.certified import exact_dots, round_certified
 from fp8check.references.exact import exact_sum_rows, precision_of, two_sum
 
@@ -59,21 +64,77 @@ def slice_bits(k: int) -> int:
     return (53 - max(1, k - 1).bit_length()) // 2
 
 
-def split_top(x: np.ndarray, beta: int, axis: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """x [m, k] float64 -> (hi, x - hi) exactly, hi holding per row (axis=1; per column with
-    axis=0) integers of magnitude <= 2^beta times the row's unit 2^(floor(log2 max|x_row|)
-    + 1 - beta).  Both keep x's memory layout (a transposed view stays one).
+@numba.njit(cache=True, inline="always")
+def _unit_exponent(mu, beta):
+    """floor(log2 mu) + 1 - beta for mu > 0 (any exponent for an all-zero line)."""
+    return math.frexp(mu if mu > 0 else 1.0)[1] - beta
 
-    Exact: dividing by a power of two and rint are exact, |x / unit| < 2^beta, and x - hi
-    is a multiple of ulp(x_i) (hi is a multiple of unit, itself a multiple of ulp(x_i)
-    whenever hi_i != x_i) of magnitude <= unit / 2.  The values here are images of float32
-    / bf16 data, far from float64's under/overflow.
+
+@numba.njit(parallel=True, cache=True)
+def _split_rows(x, beta):
+    """(hi, nnz) of split_top along the rows of a C-ordered x, in parallel over rows."""
+    m, k = x.shape
+    hi = np.empty((m, k))
+    nnz = np.zeros(m, np.int64)
+    for i in numba.prange(m):
+        mu = 0.0
+        for t in range(k):
+            mu = max(mu, abs(x[i, t]))
+        e = _unit_exponent(mu, beta)
+        unit, inv = math.ldexp(1.0, e), math.ldexp(1.0, -e)
+        c = 0
+        for t in range(k):
+            h = np.rint(x[i, t] * inv) * unit
+            hi[i, t] = h
+            c += x[i, t] != h
+        nnz[i] = c
+    return hi, nnz
+
+
+@numba.njit(parallel=True, cache=True)
+def _split_cols(x, beta):
+    """(hi, nnz) of split_top along the columns of a C-ordered x, in parallel over blocks
+    of 64 columns, each walked row by row (memory order)."""
+    m, k = x.shape
+    hi = np.empty((m, k))
+    nnz = np.zeros(k, np.int64)
+    for cb in numba.prange((k + 63) // 64):
+        t0, w = 64 * cb, min(64, k - 64 * cb)
+        mu = np.zeros(w)
+        for i in range(m):
+            for t in range(w):
+                mu[t] = max(mu[t], abs(x[i, t0 + t]))
+        unit, inv = np.empty(w), np.empty(w)
+        for t in range(w):
+            e = _unit_exponent(mu[t], beta)
+            unit[t], inv[t] = math.ldexp(1.0, e), math.ldexp(1.0, -e)
+        c = np.zeros(w, np.int64)
+        for i in range(m):
+            for t in range(w):
+                h = np.rint(x[i, t0 + t] * inv[t]) * unit[t]
+                hi[i, t0 + t] = h
+                c[t] += x[i, t0 + t] != h
+        nnz[t0:t0 + w] = c
+    return hi, nnz
+
+
+def split_top(x: np.ndarray, beta: int, axis: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """x [m, k] float64 -> (hi, nnz): hi holding per row (axis=1; per column with axis=0)
+    integers of magnitude <= 2^beta times the row's unit 2^(floor(log2 max|x_row|) + 1 -
+    beta), and nnz [m] (axis=1; [k] with axis=0) the nonzeros of the remainder x - hi per
+    row (column).  hi keeps x's memory layout (a transposed view stays one).  The
+    remainder is not formed here: callers take it where they need it.
+
+    Exact: multiplying by a power of two and rint are exact, |x / unit| < 2^beta, and
+    x - hi is a multiple of ulp(x_i) (hi is a multiple of unit, itself a multiple of
+    ulp(x_i) whenever hi_i != x_i) of magnitude <= unit / 2, so x - hi is exact in
+    float64.  The values here are images of float32 / bf16 data, far from float64's
+    under/overflow.
     """
-    mu = np.max(np.abs(x), axis=axis, keepdims=True)
-    e = np.frexp(np.where(mu > 0, mu, 1.0))[1] - 1  # floor(log2 mu), exactly
-    unit = np.ldexp(1.0, e + 1 - beta)
-    hi = np.rint(x / unit) * unit
-    return hi, x - hi
+    flip = not x.flags.c_contiguous and x.flags.f_contiguous
+    xc = np.ascontiguousarray(x.T if flip else x)
+    hi, nnz = (_split_rows if (axis == 1) != flip else _split_cols)(xc, beta)
+    return (hi.T if flip else hi), nnz
 
 
 def slices(x: np.ndarray, beta: int, max_slices: int, axis: int = 1) -> list[np.ndarray] | None:
@@ -85,7 +146,8 @@ def slices(x: np.ndarray, beta: int, max_slices: int, axis: int = 1) -> list[np.
     while r.any():
         if len(out) == max_slices:
             return None
-        hi, r = split_top(r, beta, axis)
+        hi, _ = split_top(r, beta, axis)
+        r = r - hi
         out.append(hi)
     return out
 
@@ -112,12 +174,20 @@ def _dense(a, b, a1, a2, b1, b2, beta: int, prec: int, emin: int) -> np.ndarray:
 
 @numba.njit(parallel=True, cache=True)
 def _round_block(rows, cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1, b2_rows, b2_cols,
-                 b2_vals, err_per_term, prec, emin):
+                 b2_vals, prec, emin):
     """The elements rows x cols (parallel over rows): the correction C = a @ b2 + a2 @ b1
     and the sum of its terms' magnitudes, from the nonzeros of a2 (CSR: row i's are
     a2_ptr[i]:a2_ptr[i+1]) and of b2 (coordinates, their columns all among cols; col_pos
     maps a column to its place in cols), TwoSum(t1, C) and its certified rounding ->
-    (rounded [len(rows), len(cols)] float64, flagged: left for the exact fallback)."""
+    (rounded [len(rows), len(cols)] float64, flagged: left for the exact fallback).
+
+    The bound on C's rounding error: zero when every addition was exact (TwoSum's error
+    term zero each time; terms of few bits, as bf16 products are, often add exactly), which
+    lets exact ties round to even without the fallback; else the float64 sum of n exact
+    terms (the products are exact) errs by at most gamma_(n-1) = (n-1) u / (1 - (n-1) u)
+    times the sum of their magnitudes, and the computed magnitude sum is low by at most
+    that factor; (n + 1) u times it covers both and the rounding of that product for
+    n < 2^24 (u = 2^-53)."""
     nc = cols.shape[0]
     out = np.empty((rows.shape[0], nc))
     flagged = np.empty((rows.shape[0], nc), np.bool_)
@@ -125,29 +195,36 @@ def _round_block(rows, cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1, b2_ro
         i = rows[r]
         c = np.zeros(nc)
         mag = np.zeros(nc)
+        cnt = np.zeros(nc, np.int64)
+        inexact = np.zeros(nc, np.bool_)
         for z in range(a2_ptr[i], a2_ptr[i + 1]):
             t, v = a2_cols[z], a2_vals[z]
             for jj in range(nc):
                 term = v * b1[t, cols[jj]]
-                c[jj] += term
+                c[jj], d = two_sum(c[jj], term)
+                inexact[jj] |= d != 0.0
                 mag[jj] += abs(term)
+                cnt[jj] += 1
         for z in range(b2_rows.shape[0]):
             jj = col_pos[b2_cols[z]]
             term = a[i, b2_rows[z]] * b2_vals[z]
-            c[jj] += term
+            c[jj], d = two_sum(c[jj], term)
+            inexact[jj] |= d != 0.0
             mag[jj] += abs(term)
+            cnt[jj] += 1
         for jj in range(nc):
             s, e = two_sum(t1[i, cols[jj]], c[jj])
-            out[r, jj], certain = round_certified(s, e, mag[jj] * err_per_term, prec, emin)
+            err = mag[jj] * ((cnt[jj] + 1) * _U) if inexact[jj] else 0.0
+            out[r, jj], certain = round_certified(s, e, err, prec, emin)
             flagged[r, jj] = not certain
     return out, flagged
 
 
-def _fast(a, b, a1, a2, b1, b2, out: np.ndarray) -> None:
-    """Into out: a1 @ b1 from BLAS, exact, cast once to out's dtype where no correction
-    reaches (RN: numpy's and ml_dtypes' casts from float64 round once, correctly); the rows
-    of a2 and the columns of b2 with nonzeros through `_round_block` and, where flagged,
-    `certified.exact_dots`."""
+def _fast(a, b, a1, b1, rows_c, cols_c, out: np.ndarray) -> None:
+    """Into out: a1 @ b1 from BLAS, exact, rounded once to out's dtype where no correction
+    reaches (`casts.rounded`); the rows
+    of a2 = a - a1 and the columns of b2 = b - b1 with nonzeros (rows_c, cols_c) through
+    `_round_block` and, where flagged, `certified.exact_dots`."""
     m, k = a.shape
     n = b.shape[1]
     dt = out.dtype
@@ -155,22 +232,22 @@ def _fast(a, b, a1, a2, b1, b2, out: np.ndarray) -> None:
         t1 = np.matmul(a1, b1, out=out)  # exact, see the module docstring
     else:
         t1 = a1 @ b1
-        out[...] = t1
-    rows_c = np.flatnonzero(a2.any(axis=1))
-    b2r, b2c = np.nonzero(b2)
-    cols_c = np.unique(b2c)
+        out[...] = rounded(t1, dt)
+    # The nonzeros of a2 and b2, formed and looked for only in their rows and columns with
+    # any (np.nonzero over a whole transposed operand costs more than its BLAS product).
     if not rows_c.size and not cols_c.size:
         return
-    a2r, a2c = np.nonzero(a2)
-    ptr = np.searchsorted(a2r, np.arange(m + 1))
+    a2_rows = a[rows_c] - a1[rows_c]
+    sub_r, a2c = np.nonzero(a2_rows)
+    ptr = np.searchsorted(rows_c[sub_r], np.arange(m + 1))
+    b2_cols = b[:, cols_c] - b1[:, cols_c]
+    b2r, sub_c = np.nonzero(b2_cols)
+    b2c = cols_c[sub_c]
     others = np.ones(m, np.bool_)
     others[rows_c] = False
     prec, emin = precision_of(dt)
-    # C's at most 2k terms: |C - c| <= gamma_{2k} sum|terms| <= gamma_{2k} mag / (1 - gamma_{2k})
-    # (mag, a sum of non-negative terms, is low by at most that factor); (2k + 2) u covers
-    # it and the rounding of mag * (2k + 2) u for k < 2^24.
-    err_per_term = (2 * k + 2) * _U
-    args = (t1, a, a2c, a2[a2r, a2c], ptr, b1, b2r, b2c, b2[b2r, b2c], err_per_term, prec, emin)
+    args = (t1, a, a2c, a2_rows[sub_r, a2c], ptr, b1, b2r, b2c, b2_cols[b2r, sub_c], prec,
+            emin)
     # Whole rows where a2 has nonzeros, then the other rows in the columns where b2 has:
     # each element once (out may be t1 itself), each block's b2 columns among its columns.
     for rows, cols in ((rows_c, np.arange(n)), (np.flatnonzero(others), cols_c)):
@@ -179,23 +256,23 @@ def _fast(a, b, a1, a2, b1, b2, out: np.ndarray) -> None:
         col_pos = np.full(n, -1, np.int64)
         col_pos[cols] = np.arange(cols.size)
         vals, flagged = _round_block(rows, cols, col_pos, *args)
-        out[np.ix_(rows, cols)] = vals.astype(dt)
+        out[np.ix_(rows, cols)] = rounded(vals, dt)
         fr, fc = np.nonzero(flagged)
         if fr.size:
             i, j = rows[fr], cols[fc]
-            out[i, j] = exact_dots(a, b, i, j, prec, emin).astype(dt)
+            out[i, j] = rounded(exact_dots(a, b, i, j, prec, emin), dt)
 
 
 def _finite_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     m, k = a.shape
     n = b.shape[1]
     beta = slice_bits(k)
-    a1, a2 = split_top(a, beta, axis=1)
-    b1, b2 = split_top(b, beta, axis=0)
-    if np.count_nonzero(a2) * n + np.count_nonzero(b2) * m > _SPARSE_FRACTION * m * n * k:
-        out[...] = _dense(a, b, a1, a2, b1, b2, beta, *precision_of(out.dtype))
+    a1, nnz_a = split_top(a, beta, axis=1)
+    b1, nnz_b = split_top(b, beta, axis=0)
+    if nnz_a.sum() * n + nnz_b.sum() * m > _SPARSE_FRACTION * m * n * k:
+        out[...] = _dense(a, b, a1, a - a1, b1, b - b1, beta, *precision_of(out.dtype))
     else:
-        _fast(a, b, a1, a2, b1, b2, out)
+        _fast(a, b, a1, b1, np.flatnonzero(nnz_a), np.flatnonzero(nnz_b), out)
 
 
 def exact_matmul(a: np.ndarray, b: np.ndarray, out_dtype: DTypeLike,

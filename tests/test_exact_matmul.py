@@ -177,6 +177,39 @@ def test_exact_matmul_non_finite_inputs_reach_exactly_their_elements():
         _same_bits(got[~reached], want[~reached])
 
 
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+def test_split_top_is_the_rint_split_per_line_in_every_layout(axis, layout):
+    """split_top against its definition, line by line in numpy: hi = rint(x / unit) unit
+    with unit = 2^(floor(log2 max|line|) + 1 - beta), nnz the nonzeros of x - hi; on wide
+    float32 data with an all-zero row and column, subnormal-range values and ties of rint
+    (x / unit = j + 1/2), in C, Fortran and non-contiguous layouts; hi keeps the layout."""
+    rng = np.random.default_rng(axis * 3 + len(layout))
+    x = _wide(rng, (70, 90), 30, np.float32)
+    x[5, :7] = np.float32(2.0**-140)  # float32 subnormals
+    x[9] = 0.0
+    x[9, 0] = 0.5  # the row's max: unit 2^(-1 + 1 - 20)
+    x[9, 1:4] = (np.arange(3) + 0.5) * 2.0**-20  # rint ties in that unit
+    beta = 20
+    if layout == "F":
+        x = np.asfortranarray(x)
+    elif layout == "strided":
+        x = np.repeat(x, 2, axis=1)[:, ::2]
+    hi, nnz = matmul.split_top(x, beta, axis)
+    lines = x if axis == 1 else x.T
+    want_hi = np.empty_like(lines)
+    for i, line in enumerate(lines):
+        mu = np.abs(line).max()
+        unit = 2.0 ** (np.frexp(mu)[1] - beta) if mu > 0 else 2.0 ** (1 - beta)
+        want_hi[i] = np.rint(line / unit) * unit
+    want_hi = want_hi if axis == 1 else want_hi.T
+    _same_bits(hi, want_hi)
+    np.testing.assert_array_equal(nnz, np.count_nonzero(x - want_hi, axis=axis))
+    assert hi.flags.f_contiguous == (layout == "F")
+    if axis == 1:  # ties to even
+        assert (hi[9, 1:4] == np.array([0, 2, 2]) * 2.0**-20).all()
+
+
 def test_slices_split_exactly_into_narrow_integers():
     rng = np.random.default_rng(0)
     for spread in (0, 12, 40):

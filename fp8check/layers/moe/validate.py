@@ -51,6 +51,7 @@ import numpy as np
 from fp8check import metrics
 from fp8check.layers.moe.matmuls import VARIANTS, ExpertMatmuls, resolve
 from fp8check.profiles import get_profile
+from fp8check.references.casts import to_float64
 from fp8check.references.moe import MoEInputs, MoEOutputs, moe_reference, route_numpy
 from fp8check.results.model import CaseResult, Criterion
 
@@ -174,7 +175,7 @@ def _sqnr_criteria(
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    a, b = to_float64(a).ravel(), to_float64(b).ravel()
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
         return float("nan")
     na, nb = np.linalg.norm(a), np.linalg.norm(b)

@@ -15,6 +15,7 @@ from fp8check import metrics
 from fp8check.contracts import NUMPY_DTYPES
 from fp8check.layers.op.problem import Problem
 from fp8check.profiles import Profile, sqnr_band
+from fp8check.references.casts import to_float64
 from fp8check.results.model import Criterion
 
 # A strict per-element check of an FP8 kernel against its FP8 CPU reference (only the
@@ -85,7 +86,7 @@ def _finite_mismatches(out: np.ndarray, exact: np.ndarray) -> np.ndarray:
     vice versa, or both are infinite with different signs."""
     if np.isfinite(out).all() and np.isfinite(exact).all():
         return np.zeros(out.shape, bool)
-    o, e = out.astype(np.float64), exact
+    o, e = to_float64(out), exact
     nan_bad = np.isnan(o) != np.isnan(e)
     inf_bad = np.isinf(o) != np.isinf(e)
     sign_bad = np.isinf(o) & np.isinf(e) & (np.sign(o) != np.sign(e))
@@ -244,7 +245,7 @@ def _impact(prob: Problem, out: np.ndarray, profile: Profile, m: dict[str, Any])
         m["impact_note"] = "unquantized operands not given: impact not measured"
         return []
     sl = slice(0, prob.rows)
-    o, ref = out[sl].astype(np.float64), prob.unquantized[sl]
+    o, ref = to_float64(out[sl]), prob.unquantized[sl]
     n_nonfinite = int(np.count_nonzero(~np.isfinite(ref)))
     if n_nonfinite:
         m["impact_note"] = (f"unquantized reference non-finite at {n_nonfinite} elements (NaN "

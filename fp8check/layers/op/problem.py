@@ -14,6 +14,7 @@ from fp8check.cases import Case, case_inputs
 from fp8check.contracts import NUMPY_DTYPES
 from fp8check.profiles import IMPACT_REPORT_ONLY
 from fp8check.references.baselines import grouped_matmul, grouped_tmatmul
+from fp8check.references.casts import to_float64
 from fp8check.underflow import UnderflowModel, fp8_model, plain_model
 
 
@@ -197,7 +198,7 @@ def tgmm_problem(
         exact=tgmm(lhs, dy, gs, out_dtype=np.float64),
         # |lhs_g|^T |dy_g| in float64: low by at most M_g 2^-53 relative, negligible next to
         # the bound's gamma_n >= n 2^-24.
-        abs_ab=grouped_tmatmul(np.abs(lhs.astype(np.float64)), np.abs(dy.astype(np.float64)),
+        abs_ab=grouped_tmatmul(np.abs(to_float64(lhs)), np.abs(to_float64(dy)),
                                gs, np.float64),
         naive=grouped_tmatmul(lhs, dy, gs).astype(NUMPY_DTYPES[out_dtype]),
         unquantized=None if unquantized is None else grouped_tmatmul(*unquantized, gs, np.float64),

@@ -1,0 +1,65 @@
+"""Exact widening to float64 and correctly rounded narrowing from it, at memory speed.
+
+ml_dtypes converts bfloat16 to and from float64 one element at a time through generic
+code: about 9 ns an element on the CI machine, against 1 to 2 ns for its float32
+conversions and numpy's float64 <-> float32 casts.  The exact references widen every bf16
+operand and narrow every bf16 result, so these two routes take the fast conversions:
+
+* `to_float64`: a float of at most 32 bits (bfloat16, float16, the fp8 formats, float32)
+  goes through float32, which holds every value of those formats exactly (infinities and
+  NaN included), so both steps are exact.
+* `rounded`: to bfloat16, numpy's float64 -> float32 cast (round to nearest even, one
+  rounding, subnormals kept) then round to nearest even at bf16's 8 bits on the float32
+  bit pattern.  Rounding twice gives RN_bf16(x) except when the float32 value y lands
+  exactly on a bf16 midpoint m while x != y: the float32 rounding is monotonic and m is a
+  float32, so y cannot pass m, it can only reach it; then x lies strictly on one side of m
+  and the bf16 neighbour on that side is RN_bf16(x).  Overflow follows the same rule: x
+  beyond float32's range gives y = inf (RN_bf16(x) = inf too, bf16's threshold being
+  below float32's largest value), and a y at bf16's overflow midpoint goes to inf or to
+  bf16's largest value by x's side.  NaN stays NaN (quiet).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numba
+import numpy as np
+from numpy.typing import DTypeLike
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def to_float64(x: np.ndarray) -> np.ndarray:
+    """The float64 image of a float array, exactly (a new array)."""
+    x = np.asarray(x)
+    if x.dtype.itemsize <= 4 and x.dtype != np.float32 and x.dtype.kind not in "iub":
+        with np.errstate(invalid="ignore"):  # NaN codes widen to NaN: nothing invalid
+            return x.astype(np.float32).astype(np.float64)
+    return x.astype(np.float64)
+
+
+@numba.njit(parallel=True, cache=True)
+def _bf16_bits(x, y, y_bits):
+    """bf16 bit patterns of RN_bf16(x[i]) from y = RN_f32(x) (module docstring)."""
+    out = np.empty(x.shape[0], np.uint16)
+    for i in numba.prange(x.shape[0]):
+        u = np.int64(y_bits[i])
+        if (u & 0x7F800000) == 0x7F800000:  # inf or NaN
+            out[i] = (u >> 16) | (0x40 if u & 0x7FFFFF else 0)
+        elif (u & 0xFFFF) == 0x8000 and x[i] != y[i]:  # y on a midpoint, x not
+            out[i] = (u >> 16) + (1 if abs(x[i]) > abs(y[i]) else 0)
+        else:
+            out[i] = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return out
+
+
+def rounded(x: np.ndarray, dtype: DTypeLike) -> np.ndarray:
+    """float64 x rounded once, to nearest even, to float32, bfloat16 or float64 (a copy)
+    -> an array of x's shape and that dtype: the bits ml_dtypes' and numpy's casts give."""
+    x = np.asarray(x, np.float64)
+    dt = np.dtype(dtype)
+    if dt != BF16:
+        return x.astype(dt)
+    flat = x.reshape(-1)
+    y = flat.astype(np.float32)
+    return _bf16_bits(flat, y, y.view(np.uint32)).view(BF16).reshape(x.shape)
