@@ -319,8 +319,11 @@ def build_suite(suite: str, seed: int = 0) -> list[Case]:
                            dists[i % len(dists)], outs[i % 2], seed,
                            build_sizes=_random_group_sizes)
             )
-    if suite == "ci":  # NaN and +-Inf inputs (docs/contract.md, "Non-finite inputs")
+    if suite == "ci":  # NaN and +-Inf inputs (docs/contract.md, "Non-finite inputs"), on
+        # both aspects and out dtypes, so that no catch of a NaN bug rests on one case; the
+        # second next to an empty group (whose weights are NaN: they must reach nothing)
         cases.append(_make_case(suite, "wo", shape.gs[0], "partial-sum", NONFINITE, "bf16", seed))
+        cases.append(_make_case(suite, "wi", shape.gs[-1], focus[0], NONFINITE, "f32", seed))
     ids = [c.id for c in cases]
     assert len(set(ids)) == len(ids), "case ids must be unique"
     return cases

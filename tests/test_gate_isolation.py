@@ -196,3 +196,32 @@ def test_layers_2_and_3_run_in_workers(tmp_path):
     assert layers == sorted(layers) and set(layers) == {2, 3}
     assert all(r["passed"] for r in doc["results"])
     assert doc["summary"]["complete"] is True and doc["environment"]["isolated"] is True
+
+
+def test_workers_of_a_parallel_gate_get_their_share_of_the_cores(monkeypatch):
+    """With --jobs N each worker starts with N-th of the cores for its thread pools (BLAS,
+    numba, OpenMP read these when they load), so workers do not oversubscribe the
+    machine; one worker keeps the user's environment; the parent's is restored."""
+    from fp8check.gate import isolation
+
+    seen = []
+
+    class FakeProcess:
+        def __init__(self, **kw):
+            pass
+
+        def start(self):
+            seen.append({v: isolation.os.environ.get(v) for v in isolation._THREAD_VARS})
+
+    class Ctx:
+        Pipe = staticmethod(lambda: (None, type("End", (), {"close": lambda self: None})()))
+        Process = FakeProcess
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
+    isolation._Worker(Ctx(), None, 3)
+    isolation._Worker(Ctx(), None, None)
+    assert seen[0] == dict.fromkeys(isolation._THREAD_VARS, "3")
+    assert seen[1]["OMP_NUM_THREADS"] == "7" and seen[1]["NUMBA_NUM_THREADS"] is None
+    assert isolation.os.environ["OMP_NUM_THREADS"] == "7"
+    assert "NUMBA_NUM_THREADS" not in isolation.os.environ

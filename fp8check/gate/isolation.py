@@ -17,6 +17,7 @@ them, whatever the number of workers.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import time
 import traceback
@@ -35,6 +36,11 @@ _STOP_GRACE_S = 5.0  # how long an idle worker has to exit when told to
 # A batch's preparation (layer 1: building the case's references, fp8check's own work) is
 # not the kernel's time: it gets at least this long, whatever the per-result timeout.
 PREPARE_MIN_S = 600.0
+# The thread pools a worker's libraries size from the environment when they load (BLAS,
+# numba, torch's OpenMP); with several workers each gets its share of the cores, or the
+# workers' threads oversubscribe them and run no faster than one worker.
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                "NUMBA_NUM_THREADS")
 
 
 class WorkerError(RuntimeError):
@@ -103,11 +109,21 @@ class _Worker:
     in flight), `deadline` of that result and `late`, the error once it passes, `ended`
     (why a call ended it, when it said)."""
 
-    def __init__(self, ctx: Any, plan: GatePlan) -> None:
+    def __init__(self, ctx: Any, plan: GatePlan, threads: int | None) -> None:
         self.conn, child = ctx.Pipe()
         self.proc: BaseProcess = ctx.Process(target=_serve, args=(plan, child),
                                              name="fp8check-worker")
-        self.proc.start()
+        saved = {v: os.environ.get(v) for v in _THREAD_VARS}
+        if threads is not None:  # the spawned process inherits this environment
+            os.environ.update({v: str(threads) for v in _THREAD_VARS})
+        try:
+            self.proc.start()
+        finally:
+            for v, old in saved.items():
+                if old is None:
+                    os.environ.pop(v, None)
+                else:
+                    os.environ[v] = old
         child.close()
         self.ready = False
         self.task: tuple[int, int] | None = None
@@ -199,11 +215,14 @@ def _ended_result(batch: Batch, j: int, why: str) -> CaseResult:
 def run_isolated(plan: GatePlan, batches: list[Batch], sink: Sink, *, jobs: int,
                  timeout: float) -> None:
     """Run `batches` (the plan's, as `plan_batches` makes them) in up to `jobs` worker
-    processes, every result into `sink` in batch order.  A result that takes longer than
+    processes (more than one: each with its share of the cores' threads), every result
+    into `sink` in batch order.  A result that takes longer than
     `timeout` seconds is an error ("timed out after N s").  On `Interrupted` the workers
     are killed, the results already made reach the sink, and it propagates.  Raises
     WorkerError for a bug of fp8check in a worker."""
     ctx = multiprocessing.get_context("spawn")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = max(1, (cores or 1) // jobs) if jobs > 1 else None
     queue = deque((i, 0) for i in range(len(batches)))
     order = _InOrder(batches, sink)
     workers: list[_Worker] = []
@@ -258,7 +277,7 @@ def run_isolated(plan: GatePlan, batches: list[Batch], sink: Sink, *, jobs: int,
                 idle.pop().assign(*queue.popleft())
             starting = sum(not w.ready for w in workers)
             for _ in range(min(jobs - len(workers), len(queue) - starting)):
-                workers.append(_Worker(ctx, plan))
+                workers.append(_Worker(ctx, plan, threads))
             deadlines = [w.deadline for w in workers if w.deadline is not None]
             wait_s = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             wait([h for w in workers for h in (w.conn, w.proc.sentinel)], wait_s)
