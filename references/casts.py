@@ -39,9 +39,9 @@ def to_float64(x: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(parallel=True, cache=True)
-def _bf16_bits(x, y, y_bits):
-    """bf16 bit patterns of RN_bf16(x[i]) from y = RN_f32(x) (module docstring)."""
-    out = np.empty(x.shape[0], np.uint16)
+def _bf16_bits(x, y, y_bits, out):
+    """Into out: the bf16 bit patterns of RN_bf16(x[i]), from y = RN_f32(x) (module
+    docstring)."""
     for i in numba.prange(x.shape[0]):
         u = np.int64(y_bits[i])
         if (u & 0x7F800000) == 0x7F800000:  # inf or NaN
@@ -50,16 +50,26 @@ def _bf16_bits(x, y, y_bits):
             out[i] = (u >> 16) + (1 if abs(x[i]) > abs(y[i]) else 0)
         else:
             out[i] = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    return out
 
 
-def rounded(x: np.ndarray, dtype: DTypeLike) -> np.ndarray:
-    """float64 x rounded once, to nearest even, to float32, bfloat16 or float64 (a copy)
-    -> an array of x's shape and that dtype: the bits ml_dtypes' and numpy's casts give."""
+def rounded(x: np.ndarray, dtype: DTypeLike, out: np.ndarray | None = None) -> np.ndarray:
+    """float64 x rounded once, to nearest even, to float32, bfloat16 or float64 -> an
+    array of x's shape and that dtype (`out` when given: written in place, any layout):
+    the bits ml_dtypes' and numpy's casts give."""
     x = np.asarray(x, np.float64)
     dt = np.dtype(dtype)
+    if out is None:
+        out = np.empty(x.shape, dt)
+    elif out.shape != x.shape or out.dtype != dt:
+        raise ValueError(f"out must be {dt} {x.shape}, got {out.dtype} {out.shape}")
     if dt != BF16:
-        return x.astype(dt)
+        np.copyto(out, x, casting="same_kind")
+        return out
     flat = x.reshape(-1)
     y = flat.astype(np.float32)
-    return _bf16_bits(flat, y, y.view(np.uint32)).view(BF16).reshape(x.shape)
+    bits = out.reshape(-1).view(np.uint16) if out.flags.c_contiguous else np.empty(
+        flat.shape, np.uint16)
+    _bf16_bits(flat, y, y.view(np.uint32), bits)
+    if not out.flags.c_contiguous:
+        out[...] = bits.view(BF16).reshape(x.shape)
+    return out

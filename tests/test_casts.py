@@ -86,3 +86,17 @@ def test_to_float64_is_exact_on_every_code(dtype):
     with np.errstate(invalid="ignore"):  # ml_dtypes warns on NaN codes
         want = codes.astype(np.float64)  # its direct conversion, not through float32
     np.testing.assert_array_equal(got.ravel(), want)  # NaN codes compare equal here
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float32], ids=["bf16", "f32"])
+def test_rounded_into_out_in_any_layout(dtype):
+    """`out=`: written in place, C-ordered or a strided view alike, the same bits as a new
+    array; a wrong shape or dtype is a ValueError."""
+    x = np.random.default_rng(3).standard_normal((6, 10)) * np.exp2(np.arange(10) * 14 - 70)
+    want = rounded(x, dtype)
+    for out in (np.empty((6, 10), dtype), np.empty((10, 6), dtype).T):
+        assert rounded(x, dtype, out=out) is out
+        np.testing.assert_array_equal(out.astype(np.float32).view(np.uint32),
+                                      want.astype(np.float32).view(np.uint32))
+    with pytest.raises(ValueError, match="out must be"):
+        rounded(x, dtype, out=np.empty((6, 9), dtype))
