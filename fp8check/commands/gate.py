@@ -73,9 +73,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "1-2 (family k of layers 0 and 3) goes to shard k mod n + "
                                    "1; join with `fp8check merge`")
     g.add_argument("--jobs", type=int, default=1,
-                   help="worker processes, each with N-th of the cores' threads (verdicts "
-                        "as --jobs 1; metrics from thread-dependent BLAS or torch kernels can "
-                        "differ in their last digits)")
+                   help="worker processes, each with N-th of the cores' threads (what "
+                        "depends on the thread count, such as a kernel's BLAS sums, can "
+                        "differ in its bits, as on a machine with fewer cores)")
     g.add_argument("--timeout", type=float, help=f"seconds one result may take before its "
                    f"worker is killed and the result is an error (default "
                    f"{DEFAULT_TIMEOUT:.0f}; [tool.fp8check] timeout)")
