@@ -181,11 +181,12 @@ def _dense(a, b, a1, a2, b1, b2, beta: int, prec: int, emin: int) -> np.ndarray:
 @numba.njit(parallel=True, cache=True)
 def _round_block(rows, cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1, b2_rows, b2_cols,
                  b2_vals, prec, emin):
-    """The elements rows x cols (parallel over rows): the correction C = a @ b2 + a2 @ b1
-    and the sum of its terms' magnitudes, from the nonzeros of a2 (CSR: row i's are
-    a2_ptr[i]:a2_ptr[i+1]) and of b2 (coordinates, their columns all among cols; col_pos
-    maps a column to its place in cols), TwoSum(t1, C) and its certified rounding ->
-    (rounded [len(rows), len(cols)] float64, flagged: left for the exact fallback).
+    """The elements rows x cols (parallel over chunks of 64 rows, one scratch each): the
+    correction C = a @ b2 + a2 @ b1 and the sum of its terms' magnitudes, from the
+    nonzeros of a2 (CSR: row i's are a2_ptr[i]:a2_ptr[i+1]) and of b2 (coordinates, their
+    columns all among cols; col_pos maps a column to its place in cols), TwoSum(t1, C) and
+    its certified rounding -> (rounded [len(rows), len(cols)] float64, flagged: left for
+    the exact fallback).
 
     The bound on C's rounding error: zero when every addition was exact (TwoSum's error
     term zero each time; terms of few bits, as bf16 products are, often add exactly), which
@@ -197,33 +198,48 @@ def _round_block(rows, cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1, b2_ro
     nc = cols.shape[0]
     out = np.empty((rows.shape[0], nc))
     flagged = np.empty((rows.shape[0], nc), np.bool_)
-    for r in numba.prange(rows.shape[0]):
-        i = rows[r]
-        c = np.zeros(nc)
-        mag = np.zeros(nc)
-        cnt = np.zeros(nc, np.int64)
-        inexact = np.zeros(nc, np.bool_)
-        for z in range(a2_ptr[i], a2_ptr[i + 1]):
-            t, v = a2_cols[z], a2_vals[z]
-            for jj in range(nc):
-                term = v * b1[t, cols[jj]]
-                c[jj], d = two_sum(c[jj], term)
-                inexact[jj] |= d != 0.0
-                mag[jj] += abs(term)
-                cnt[jj] += 1
-        for z in range(b2_rows.shape[0]):
-            jj = col_pos[b2_cols[z]]
-            term = a[i, b2_rows[z]] * b2_vals[z]
+    for chunk in numba.prange((rows.shape[0] + 63) // 64):
+        c = np.empty(nc)
+        mag = np.empty(nc)
+        cnt = np.empty(nc, np.int64)
+        inexact = np.empty(nc, np.bool_)
+        for r in range(64 * chunk, min(rows.shape[0], 64 * chunk + 64)):
+            _round_row(r, rows[r], cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1,
+                       b2_rows, b2_cols, b2_vals, prec, emin, c, mag, cnt, inexact, out,
+                       flagged)
+    return out, flagged
+
+
+@numba.njit(cache=True, inline="always")
+def _round_row(r, i, cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1, b2_rows, b2_cols,
+               b2_vals, prec, emin, c, mag, cnt, inexact, out, flagged):
+    """Row r of `_round_block` (row i of the operands), in the caller's scratch c, mag,
+    cnt, inexact [len(cols)]."""
+    nc = cols.shape[0]
+    c[:] = 0.0
+    mag[:] = 0.0
+    cnt[:] = 0
+    inexact[:] = False
+    for z in range(a2_ptr[i], a2_ptr[i + 1]):
+        t, v = a2_cols[z], a2_vals[z]
+        for jj in range(nc):
+            term = v * b1[t, cols[jj]]
             c[jj], d = two_sum(c[jj], term)
             inexact[jj] |= d != 0.0
             mag[jj] += abs(term)
             cnt[jj] += 1
-        for jj in range(nc):
-            s, e = two_sum(t1[i, cols[jj]], c[jj])
-            err = mag[jj] * ((cnt[jj] + 1) * _U) if inexact[jj] else 0.0
-            out[r, jj], certain = round_certified(s, e, err, prec, emin)
-            flagged[r, jj] = not certain
-    return out, flagged
+    for z in range(b2_rows.shape[0]):
+        jj = col_pos[b2_cols[z]]
+        term = a[i, b2_rows[z]] * b2_vals[z]
+        c[jj], d = two_sum(c[jj], term)
+        inexact[jj] |= d != 0.0
+        mag[jj] += abs(term)
+        cnt[jj] += 1
+    for jj in range(nc):
+        s, e = two_sum(t1[i, cols[jj]], c[jj])
+        err = mag[jj] * ((cnt[jj] + 1) * _U) if inexact[jj] else 0.0
+        out[r, jj], certain = round_certified(s, e, err, prec, emin)
+        flagged[r, jj] = not certain
 
 
 def _fast(a, b, a1, b1, rows_c, cols_c, out: np.ndarray) -> None:
