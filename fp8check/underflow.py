@@ -159,14 +159,29 @@ def fp8_model(lq: Any, rq: Any, k: int) -> UnderflowModel:
     pow2 = bool(np.all(np.frexp(sa)[0] == 0.5) and np.all(np.frexp(sb)[0] == 0.5))
     granule = get_format(lq.fmt).smallest_subnormal * get_format(rq.fmt).smallest_subnormal
     normal = s_lo * granule >= 2.0 * MIN_NORMAL
-    peaks = [max(1.0, float(np.max(np.abs(v), initial=0.0)))
-             for v in (sa, sb, _finite_magnitudes(lq.values), _finite_magnitudes(rq.values))]
+    peaks = [max(1.0, float(np.max(sa, initial=0.0))), max(1.0, float(np.max(sb, initial=0.0))),
+             max(1.0, _finite_peak(lq.values)), max(1.0, _finite_peak(rq.values))]
     amp = 6.0 * k * 256.0 * peaks[0] * peaks[1] * peaks[2] * peaks[3]
     # a root is sa sb Q with |Q| >= granule when nonzero
     free = normal and sa_min * sb_min * granule >= 2.0 * MIN_NORMAL
     return UnderflowModel(roots=k, nonroot_exact=normal or (pow2 and s_lo * granule >= ETA * 2),
                           nonroot_normal=normal, nonroot_amp=amp,
                           sum_amp=2.0 * peaks[0] * peaks[1], subnormal_free=free)
+
+
+_PEAK_CHUNK = 1 << 22  # elements per step of `_finite_peak`: 32 MiB of float64
+
+
+def _finite_peak(v: Any) -> float:
+    """max |v| over v's finite elements (0.0 when none), in float64, a chunk at a time:
+    production operands have 10^8 and more elements, and a float64 copy of a whole one
+    (with its abs and finite mask) took gigabytes."""
+    flat = np.asarray(v).reshape(-1)
+    peak = 0.0
+    for i in range(0, flat.size, _PEAK_CHUNK):
+        a = np.abs(to_float64(flat[i:i + _PEAK_CHUNK]))
+        peak = max(peak, float(np.max(a[np.isfinite(a)], initial=0.0)))
+    return peak
 
 
 def _finite_magnitudes(v: Any) -> np.ndarray:

@@ -419,3 +419,25 @@ def test_ftz_flag_parses_and_repeats_in_the_repro_command(flag, value):
     assert plain.declared().get("flushes_subnormals") is value
     assert (flag in plain.arguments()) if flag else not any("ftz" in a
                                                              for a in plain.arguments())
+
+
+def test_finite_peak_streams_chunks_and_skips_non_finite(monkeypatch):
+    """The operands' peak magnitude, a chunk at a time (chunks of 7 here, so the peak, NaN
+    and Inf fall in different chunks and at their edges): equal to max |finite v| taken
+    at once, 0.0 for an empty or all-NaN operand; fp8 codes included."""
+    import ml_dtypes
+
+    from fp8check import underflow
+
+    monkeypatch.setattr(underflow, "_PEAK_CHUNK", 7)
+    rng = np.random.default_rng(5)
+    for dtype in (np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn):
+        v = (rng.standard_normal((5, 9)) * 40).astype(dtype)
+        flat = v.reshape(-1)
+        flat[6], flat[13] = np.nan, -np.inf if dtype != ml_dtypes.float8_e4m3fn else np.nan
+        flat[14] = -400.0  # the peak, first of the third chunk
+        a = np.abs(flat.astype(np.float64))
+        want = float(a[np.isfinite(a)].max())
+        assert want >= 384.0 and underflow._finite_peak(v) == want
+    assert underflow._finite_peak(np.zeros((0, 3), np.float32)) == 0.0
+    assert underflow._finite_peak(np.full(10, np.nan, np.float32)) == 0.0
