@@ -65,9 +65,11 @@ def slice_bits(k: int) -> int:
 
 
 @numba.njit(cache=True, inline="always")
-def _unit_exponent(mu, beta):
-    """floor(log2 mu) + 1 - beta for mu > 0 (any exponent for an all-zero line)."""
-    return math.frexp(mu if mu > 0 else 1.0)[1] - beta
+def _units(mu, beta):
+    """(unit, 1 / unit) for a line of largest magnitude mu: unit = 2^(floor(log2 mu) + 1 -
+    beta) for mu > 0 (any power of two for an all-zero line)."""
+    e = math.frexp(mu if mu > 0 else 1.0)[1] - beta
+    return math.ldexp(1.0, e), math.ldexp(1.0, -e)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -81,8 +83,7 @@ def _split_rows(x, beta):
         for t in range(k):
             v = abs(x[i, t])
             mu = v if v > mu else mu
-        e = _unit_exponent(mu, beta)
-        unit, inv = math.ldexp(1.0, e), math.ldexp(1.0, -e)
+        unit, inv = _units(mu, beta)
         c = 0
         for t in range(k):
             h = np.rint(x[i, t] * inv) * unit
@@ -111,8 +112,7 @@ def _split_cols(x, beta):
             mu[t] = mus[c, t] if mus[c, t] > mu[t] else mu[t]
     unit, inv = np.empty(k), np.empty(k)
     for t in range(k):
-        e = _unit_exponent(mu[t], beta)
-        unit[t], inv[t] = math.ldexp(1.0, e), math.ldexp(1.0, -e)
+        unit[t], inv[t] = _units(mu[t], beta)
     hi = np.empty((m, k))
     cnt = np.zeros((nch, k), np.int64)
     for c in numba.prange(nch):
@@ -247,8 +247,7 @@ def _fast(a, b, a1, b1, rows_c, cols_c, out: np.ndarray) -> None:
     reaches (`casts.rounded`); the rows of a2 = a - a1 and the columns of b2 = b - b1 with
     nonzeros (rows_c, cols_c) through `_round_block` and, where flagged,
     `certified.exact_dots`."""
-    m, k = a.shape
-    n = b.shape[1]
+    m, n = a.shape[0], b.shape[1]
     dt = out.dtype
     if dt == np.float64:
         t1 = np.matmul(a1, b1, out=out)  # exact, see the module docstring
