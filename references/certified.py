@@ -37,6 +37,7 @@ import numba
 import numpy as np
 
 from fp8check.references.exact import ACC_SIZE, acc_add, acc_round, two_product
+from fp8check.references.jit import one_signature
 
 _MARGIN = 1.0 + 2.0**-51
 
@@ -62,7 +63,8 @@ def round_certified(s, e, err, p, emin):
     return r, abs(off) * _MARGIN + err * _MARGIN < h
 
 
-@numba.njit(parallel=True, cache=True)
+@one_signature("(float64[:, :], float64[:, :], int64[:], int64[:], int64, int64)",
+               parallel=True)
 def exact_dots(a, b, rows, cols, p, emin):
     """The exact dot products a[rows[i], :] . b[:, cols[i]], rounded once to p bits
     (subnormals below 2^emin), for float64 a [m, k] and b [k, n] whose products are exact

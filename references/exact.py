@@ -34,6 +34,7 @@ import numba
 import numpy as np
 
 from fp8check.bits import bits_f64
+from fp8check.references.jit import one_signature
 
 # Superaccumulator geometry: values from 2^EMIN upward in 32-bit digits.  float64 terms
 # reach 2^-1074 .. 2^1024; the products the references add stay far inside that.
@@ -252,7 +253,7 @@ def precision_of(dtype) -> tuple[int, int]:
     raise ValueError(f"no exact rounding to {dt}; expected float64, float32 or bfloat16")
 
 
-@numba.njit(parallel=True, cache=True)
+@one_signature("(float64[:, :], int64, int64)", parallel=True)
 def exact_sum_rows(terms, p, emin):
     """The exact sum of each row of float64 terms [R, T] (any strides), rounded once to p
     bits with subnormals below 2^emin (parallel over chunks of rows)."""

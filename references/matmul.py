@@ -52,6 +52,7 @@ from numpy.typing import DTypeLike
 from fp8check.references.casts import rounded
 from fp8check.references.certified import exact_dots, round_certified
 from fp8check.references.exact import exact_sum_rows, precision_of, two_sum
+from fp8check.references.jit import one_signature
 
 _U = 2.0**-53
 _MAX_SLICE_PAIRS = 16
@@ -178,7 +179,9 @@ def _dense(a, b, a1, a2, b1, b2, beta: int, prec: int, emin: int) -> np.ndarray:
     return exact_sum_rows(terms, prec, emin).reshape(a.shape[0], b.shape[1])
 
 
-@numba.njit(parallel=True, cache=True)
+@one_signature("(int64[:], int64[:], int64[:], float64[:, :], float64[:, :], int64[:], "
+               "float64[:], int64[:], float64[:, :], int64[:], int64[:], float64[:], int64, "
+               "int64)", parallel=True)
 def _round_block(rows, cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1, b2_rows, b2_cols,
                  b2_vals, prec, emin):
     """The elements rows x cols (parallel over chunks of 64 rows, one scratch each): the
