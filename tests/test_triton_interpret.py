@@ -61,3 +61,32 @@ def test_record_names_faults_and_fixes():
     assert rec.fixes == interpret.active_fixes()
     assert not any(rec.faults_after_fix.values())
     assert rec.to_dict()["fixes"] == rec.fixes
+
+
+@fidelity.triton.jit
+def _twice(x):
+    return x * 2 + tl.program_id(0)
+
+
+@fidelity.triton.jit
+def _device_call_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, _twice(tl.load(x_ptr + offs)))
+
+
+def test_device_calls_inside_a_launch_are_not_repatched():
+    """`apply_fixes` skips the interpreter's re-patch of triton.language at each device
+    function call inside a launch (time only): the device function still computes with
+    the patched language, and the language is restored after the launch."""
+    from triton.runtime import interpreter
+
+    interpret.apply_fixes()
+    assert interpreter._patch_lang is interpret._patch_lang_once
+    x = torch.arange(64, dtype=torch.float32)
+    out = torch.empty_like(x)
+    _device_call_kernel[(4,)](x, out, BLOCK=16)
+    np.testing.assert_array_equal(out.numpy(), x.numpy() * 2 + np.repeat(np.arange(4), 16))
+    assert tl.core.is_builtin(tl.program_id)  # the launch's scope restored the language
+    interpret.remove_fixes()
+    assert interpreter._patch_lang is not interpret._patch_lang_once
+    interpret.apply_fixes()

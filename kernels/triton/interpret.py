@@ -17,8 +17,12 @@ interpreter.py``) gets these wrong, each verified on this machine by `fidelity.s
 
 The fix (`apply_fixes`) replaces three methods of ``InterpreterBuilder`` so those
 conversions go through ml_dtypes with the hardware's semantics, and is applied only in
-interpret mode.  One more replacement is a modelling choice, not a fidelity fix, and is
-recorded under its own name:
+interpret mode.  It also skips the interpreter's re-patching of ``triton.language`` at
+every device-function call inside a launch (`_patch_lang_once`): no arithmetic changes,
+a third of the layer-3 Triton training's time goes.
+
+One more replacement is a modelling choice, not a fidelity fix, and is recorded under its
+own name:
 
 * ``dot_exact_partial``: ``tl.dot`` with fp8 or bf16 operands computes the products and
   their sum in float64 (exact for e4m3 up to 2^17 terms), rounds once to the accumulator
@@ -179,25 +183,54 @@ _REPLACEMENTS = {
 }
 
 
+def _patch_lang_once(fn):
+    """The interpreter's ``_patch_lang(fn)``, skipped (an empty scope) where every
+    ``triton.language`` module `fn` sees is patched already: a ``@triton.jit`` device
+    function called inside a launch, which the interpreter re-patches on every call (its
+    builtins are replaced already, so it only re-scans every module's members: about a
+    quarter of an interpreted tgmm's time)."""
+    import inspect
+
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    langs = [v for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core)]
+    if langs and not any(tl.core.is_builtin(lang.program_id) for lang in langs):
+        return interpreter._LangPatchScope()
+    return _ORIGINAL_PATCH_LANG[0](fn)
+
+
+_ORIGINAL_PATCH_LANG: list = []
+
+
 def apply_fixes() -> tuple[str, ...]:
     """Patch the interpreter (idempotent) and return the names of the active fixes and
     model choices.  Raises RuntimeError outside interpret mode: compiled kernels must
     never be patched."""
     if not interpret_mode():
         raise RuntimeError("apply_fixes: not in interpret mode (TRITON_INTERPRET != 1)")
+    from triton.runtime import interpreter
+
     builder, _ = _builder_cls()
     for name, fn in _REPLACEMENTS.items():
         _ORIGINALS.setdefault(name, getattr(builder, name))
         setattr(builder, name, fn)
+    if not _ORIGINAL_PATCH_LANG:
+        _ORIGINAL_PATCH_LANG.append(interpreter._patch_lang)
+        interpreter._patch_lang = _patch_lang_once
     return active_fixes()
 
 
 def remove_fixes() -> None:
     """Restore the interpreter's own methods (used to show the self-test failing)."""
+    from triton.runtime import interpreter
+
     builder, _ = _builder_cls()
     for name, fn in _ORIGINALS.items():
         setattr(builder, name, fn)
     _ORIGINALS.clear()
+    if _ORIGINAL_PATCH_LANG:
+        interpreter._patch_lang = _ORIGINAL_PATCH_LANG.pop()
 
 
 def active_fixes() -> tuple[str, ...]:
