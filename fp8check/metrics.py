@@ -84,13 +84,34 @@ def _exact_cast(x: ArrayLike, fmt: Format, name: str) -> np.ndarray:
     return cast
 
 
-def _sign_magnitude(x: np.ndarray, fmt: Format) -> tuple[np.ndarray, np.ndarray]:
-    """Sign bit and magnitude bits (as uint64) of the bit patterns of `x`."""
+@numba.njit(parallel=True, cache=True)
+def _ulp_bits(a, b, width, nan_min):
+    """ulp_distance of flat bit patterns a, b (unsigned, `width` bits, sign on top):
+    NaN where either magnitude is >= nan_min, else the magnitudes' difference on the same
+    side of zero and their sum across it, saturated below ULP_NAN."""
+    top = np.uint64(width - 1)
+    mag = (np.uint64(1) << top) - np.uint64(1)
+    out = np.empty(a.size, np.int64)
+    for i in numba.prange(a.size):
+        x, y = np.uint64(a[i]), np.uint64(b[i])
+        mx, my = x & mag, y & mag
+        if mx >= nan_min or my >= nan_min:
+            out[i] = ULP_NAN
+            continue
+        if (x >> top) == (y >> top):
+            d = mx - my if mx >= my else my - mx
+        else:  # opposite signs: walk through zero
+            d = mx + my
+        out[i] = np.int64(min(d, _ULP_SATURATE))
+    return out
+
+
+def _nan_magnitude(fmt: Format) -> int:
+    """The smallest magnitude bit pattern of a NaN in `fmt`: one past infinity's, or the
+    pattern a cast of inf gives in a format without one (float8_e4m3fn: 0x7F)."""
     width = fmt.dtype.itemsize * 8
-    bits = x.view(np.dtype(f"uint{width}")).astype(np.uint64)
-    sign = bits >> np.uint64(width - 1)
-    magnitude = bits & np.uint64((1 << (width - 1)) - 1)
-    return sign, magnitude
+    bits = int(np.array(np.inf).astype(fmt.dtype).view(f"uint{width}")) & ((1 << width - 1) - 1)
+    return bits + 1 if fmt.has_inf else bits
 
 
 def ulp_distance(a: ArrayLike, b: ArrayLike, dtype) -> np.ndarray:
@@ -109,13 +130,10 @@ def ulp_distance(a: ArrayLike, b: ArrayLike, dtype) -> np.ndarray:
     ca, cb = _exact_cast(a, fmt, "a"), _exact_cast(b, fmt, "b")
     if ca.shape != cb.shape:
         raise ValueError(f"ulp_distance: shape mismatch a {ca.shape} vs b {cb.shape}")
-    sa, ma = _sign_magnitude(ca, fmt)
-    sb, mb = _sign_magnitude(cb, fmt)
-    same_side = np.where(ma >= mb, ma - mb, mb - ma)
-    dist = np.where(sa == sb, same_side, ma + mb)  # opposite signs: walk through zero
-    dist = np.minimum(dist, _ULP_SATURATE).astype(np.int64)
-    nan = np.isnan(ca.astype(np.float64)) | np.isnan(cb.astype(np.float64))
-    return np.where(nan, np.int64(ULP_NAN), dist)
+    width = fmt.dtype.itemsize * 8
+    bits = np.dtype(f"uint{width}")
+    flat_a, flat_b = (np.ascontiguousarray(c).reshape(-1).view(bits) for c in (ca, cb))
+    return _ulp_bits(flat_a, flat_b, width, np.uint64(_nan_magnitude(fmt))).reshape(ca.shape)
 
 
 # ---------------------------------------------------------------- scalar norms
@@ -432,9 +450,24 @@ def _bound_all(o, ex, ab, gamma, emin, mant, floor):
 # ---------------------------------------------------------- bias and ratios
 
 
-def _binade(x: np.ndarray) -> np.ndarray:
-    """2^floor(log2 x) for x > 0 (exact, via frexp)."""
-    return np.ldexp(1.0, np.frexp(x)[1] - 1)
+@numba.njit(cache=True)
+def _cluster_sums(r, o, labels, lo, size, magnitude):
+    """bias_z's normalised errors z summed per cluster, in element order: (sums [size],
+    counts [size], whether any z is nonzero) for flat float64 r, o and labels in lo ..
+    lo + size - 1.  z = d (o - r) / 2^floor(log2 |p|), p = r (o where r is 0; unit 1
+    where both are), d = sign(p) with `magnitude`, else 1."""
+    sums = np.zeros(size)
+    counts = np.zeros(size, np.int64)
+    nonzero = False
+    for i in range(r.size):
+        p = r[i] if r[i] != 0 else o[i]
+        unit = math.ldexp(1.0, math.frexp(abs(p))[1] - 1) if p != 0 else 1.0
+        d = (1.0 if p > 0 else -1.0 if p < 0 else 0.0) if magnitude else 1.0
+        z = d * (o[i] - r[i]) / unit
+        nonzero |= z != 0
+        sums[labels[i] - lo] += z
+        counts[labels[i] - lo] += 1
+    return sums, counts, nonzero
 
 
 def bias_z(
@@ -476,27 +509,26 @@ def bias_z(
         raise ValueError(f"bias_z: needs at least 2 elements, got {r.size}")
     if not np.all(np.isfinite(o)):
         return math.inf
-    pivot = np.where(r != 0, r, o)  # element whose binade and sign set the unit
-    unit = np.where(pivot != 0, _binade(np.abs(pivot)), 1.0)
-    direction = np.sign(pivot) if mode == "magnitude" else 1.0
-    z = (direction * (o - r) / unit).ravel()
-    if not np.any(z):
-        return 0.0
-    if clusters is not None:
-        labels = np.asarray(clusters).ravel()
-        if labels.shape != z.shape or not np.issubdtype(labels.dtype, np.integer):
+    if clusters is None:  # every element its own cluster
+        labels, lo, size = np.arange(r.size), 0, r.size
+    else:
+        labels = np.asarray(clusters).reshape(-1)
+        if labels.size != r.size or not np.issubdtype(labels.dtype, np.integer):
             raise ValueError("bias_z: clusters must be integer labels of out's shape")
         lo = int(labels.min())
-        if int(labels.max()) - lo < 2 * labels.size:  # dense labels (the gate's): no sort
-            inv = labels - lo
-        else:
-            inv = np.unique(labels, return_inverse=True)[1]
-        counts = np.bincount(inv)
-        used = counts > 0  # clusters in ascending label order either way
-        if np.count_nonzero(used) < 2:
-            raise ValueError(f"bias_z: needs at least 2 clusters, got "
-                             f"{np.count_nonzero(used)}")
-        z = np.bincount(inv, weights=z)[used] / counts[used]
+        size = int(labels.max()) - lo + 1
+        if size > 2 * labels.size:  # sparse labels: ranks instead (dense ones need no sort)
+            labels, lo = np.unique(labels, return_inverse=True)[1].reshape(-1), 0
+            size = int(labels.max()) + 1
+    sums, counts, nonzero = _cluster_sums(r.reshape(-1), o.reshape(-1),
+                                          labels.astype(np.int64, copy=False), lo, size,
+                                          mode == "magnitude")
+    if not nonzero:
+        return 0.0
+    used = counts > 0  # clusters in ascending label order
+    if clusters is not None and np.count_nonzero(used) < 2:
+        raise ValueError(f"bias_z: needs at least 2 clusters, got {np.count_nonzero(used)}")
+    z = sums[used] / counts[used]
     mean = float(np.mean(z))
     sd = float(np.std(z, ddof=1))
     if sd == 0.0:
