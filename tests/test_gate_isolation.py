@@ -225,3 +225,17 @@ def test_workers_of_a_parallel_gate_get_their_share_of_the_cores(monkeypatch):
     assert seen[1]["OMP_NUM_THREADS"] == "7" and seen[1]["NUMBA_NUM_THREADS"] is None
     assert isolation.os.environ["OMP_NUM_THREADS"] == "7"
     assert "NUMBA_NUM_THREADS" not in isolation.os.environ
+
+
+def test_parallel_workers_start_the_long_batches_first():
+    """With more than one worker, the batches of layers 0, 2 and 3 (a family's whole
+    compile, MoE layer or training run) start before layer 1's one-case batches, each
+    group in plan order; one worker keeps the plan's order."""
+    from fp8check.gate.isolation import start_order
+    from fp8check.gate.runner import Batch
+
+    layers = [0, 0, 1, 1, 1, 2, 3, 3]
+    batches = [Batch(1, f"b{i}", layer, lambda start: iter(()), str)
+               for i, layer in enumerate(layers)]
+    assert start_order(batches, 1) == list(range(len(layers)))
+    assert start_order(batches, 2) == [0, 1, 5, 6, 7, 2, 3, 4]

@@ -212,6 +212,17 @@ def _ended_result(batch: Batch, j: int, why: str) -> CaseResult:
     return CaseResult(kernel=kernel, layer=batch.layer, case=case, passed=False, error=why)
 
 
+def start_order(batches: list[Batch], jobs: int) -> list[int]:
+    """The order batches start in (results still reach the sink in batch order): the
+    plan's with one worker; with more, the batches of layers 0, 2 and 3 first (each a
+    kernel family's whole compile, MoE layer or training run, up to minutes), then layer
+    1's (one case each, seconds), so that the short ones fill in around the long ones
+    instead of one long batch running alone at the end."""
+    if jobs == 1:
+        return list(range(len(batches)))
+    return sorted(range(len(batches)), key=lambda i: batches[i].layer == 1)
+
+
 def run_isolated(plan: GatePlan, batches: list[Batch], sink: Sink, *, jobs: int,
                  timeout: float) -> None:
     """Run `batches` (the plan's, as `plan_batches` makes them) in up to `jobs` worker
@@ -223,7 +234,7 @@ def run_isolated(plan: GatePlan, batches: list[Batch], sink: Sink, *, jobs: int,
     ctx = multiprocessing.get_context("spawn")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     threads = max(1, (cores or 1) // jobs) if jobs > 1 else None
-    queue = deque((i, 0) for i in range(len(batches)))
+    queue = deque((i, 0) for i in start_order(batches, jobs))
     order = _InOrder(batches, sink)
     workers: list[_Worker] = []
 
