@@ -74,14 +74,17 @@ def _device_call_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, _twice(tl.load(x_ptr + offs)))
 
 
-def test_device_calls_inside_a_launch_are_not_repatched():
+def test_speedups_keep_what_kernels_compute():
     """`apply_fixes` skips the interpreter's re-patch of triton.language at each device
-    function call inside a launch (time only): the device function still computes with
-    the patched language, and the language is restored after the launch."""
+    function call inside a launch and its discarded overflow check (time only): the
+    device function still computes with the patched language, the language is restored
+    after the launch, and `remove_fixes` restores both."""
     from triton.runtime import interpreter
 
     interpret.apply_fixes()
     assert interpreter._patch_lang is interpret._patch_lang_once
+    options = interpreter.interpreter_builder.options
+    assert not options.debug and not options.sanitize_overflow
     x = torch.arange(64, dtype=torch.float32)
     out = torch.empty_like(x)
     _device_call_kernel[(4,)](x, out, BLOCK=16)
@@ -89,4 +92,5 @@ def test_device_calls_inside_a_launch_are_not_repatched():
     assert tl.core.is_builtin(tl.program_id)  # the launch's scope restored the language
     interpret.remove_fixes()
     assert interpreter._patch_lang is not interpret._patch_lang_once
+    assert interpreter.interpreter_builder.options.sanitize_overflow
     interpret.apply_fixes()

@@ -17,9 +17,9 @@ interpreter.py``) gets these wrong, each verified on this machine by `fidelity.s
 
 The fix (`apply_fixes`) replaces three methods of ``InterpreterBuilder`` so those
 conversions go through ml_dtypes with the hardware's semantics, and is applied only in
-interpret mode.  It also skips the interpreter's re-patching of ``triton.language`` at
-every device-function call inside a launch (`_patch_lang_once`): no arithmetic changes,
-a third of the layer-3 Triton training's time goes.
+interpret mode.  With it come two changes that only save time (`_speed_up`: no re-patch
+of ``triton.language`` at each device-function call, no integer-overflow check whose
+result the interpreter discards): about half of the layer-3 Triton training's time.
 
 One more replacement is a modelling choice, not a fidelity fix, and is recorded under its
 own name:
@@ -197,40 +197,57 @@ def _patch_lang_once(fn):
     langs = [v for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core)]
     if langs and not any(tl.core.is_builtin(lang.program_id) for lang in langs):
         return interpreter._LangPatchScope()
-    return _ORIGINAL_PATCH_LANG[0](fn)
+    return _SPED_UP["_patch_lang"](fn)
 
 
-_ORIGINAL_PATCH_LANG: list = []
+def _speed_up(on: bool) -> None:
+    """Two changes of the interpreter that save time and nothing else (idempotent):
+
+    * device-function calls inside a launch skip the re-patch (`_patch_lang_once`);
+    * integer add, sub and mul skip the overflow sanitizer when the interpreter's
+      ``debug`` option is off (its default, fixed in Triton 3.9): the sanitizer recomputes
+      each op in int64 and compares it with the type's range, then hands the result to
+      ``device_assert``, which does nothing without ``debug``: a fifth of an interpreted
+      kernel's time spent on a check no one reads."""
+    import dataclasses
+
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    if on and not _SPED_UP:
+        _SPED_UP.update(_patch_lang=interpreter._patch_lang, options=builder.options)
+        interpreter._patch_lang = _patch_lang_once
+        if not builder.options.debug:
+            builder.options = dataclasses.replace(builder.options, sanitize_overflow=False)
+    elif not on and _SPED_UP:
+        interpreter._patch_lang = _SPED_UP.pop("_patch_lang")
+        builder.options = _SPED_UP.pop("options")
+
+
+_SPED_UP: dict = {}  # what `_speed_up` replaced, while it is on
 
 
 def apply_fixes() -> tuple[str, ...]:
-    """Patch the interpreter (idempotent) and return the names of the active fixes and
-    model choices.  Raises RuntimeError outside interpret mode: compiled kernels must
-    never be patched."""
+    """Patch the interpreter (idempotent), with `_speed_up`'s time-only changes, and
+    return the names of the active fixes and model choices.  Raises RuntimeError outside
+    interpret mode: compiled kernels must never be patched."""
     if not interpret_mode():
         raise RuntimeError("apply_fixes: not in interpret mode (TRITON_INTERPRET != 1)")
-    from triton.runtime import interpreter
-
     builder, _ = _builder_cls()
     for name, fn in _REPLACEMENTS.items():
         _ORIGINALS.setdefault(name, getattr(builder, name))
         setattr(builder, name, fn)
-    if not _ORIGINAL_PATCH_LANG:
-        _ORIGINAL_PATCH_LANG.append(interpreter._patch_lang)
-        interpreter._patch_lang = _patch_lang_once
+    _speed_up(True)
     return active_fixes()
 
 
 def remove_fixes() -> None:
     """Restore the interpreter's own methods (used to show the self-test failing)."""
-    from triton.runtime import interpreter
-
     builder, _ = _builder_cls()
     for name, fn in _ORIGINALS.items():
         setattr(builder, name, fn)
     _ORIGINALS.clear()
-    if _ORIGINAL_PATCH_LANG:
-        interpreter._patch_lang = _ORIGINAL_PATCH_LANG.pop()
+    _speed_up(False)
 
 
 def active_fixes() -> tuple[str, ...]:
