@@ -59,7 +59,7 @@ def _pair(
 def _common_scale(*arrays: np.ndarray) -> float:
     """A power of two >= every |value|, so squares of the scaled arrays neither overflow
     nor lose relative precision (the ratios the metrics take are scale invariant)."""
-    peak = max((float(np.max(np.abs(a))) if a.size else 0.0) for a in arrays)
+    peak = max((max(float(a.max()), -float(a.min())) if a.size else 0.0) for a in arrays)
     return math.ldexp(1.0, math.frexp(peak)[1]) if peak > 0 else 1.0
 
 
@@ -567,9 +567,10 @@ def error_ratio(out: ArrayLike, ref: ArrayLike, naive: ArrayLike) -> float:
         return math.inf
     if r.size == 0:
         return 1.0
-    scale = _common_scale(o - r, nv - r)  # power of two: keeps the squares in range
-    err_out = float(np.sqrt(np.mean(np.square((o - r) / scale))))
-    err_naive = float(np.sqrt(np.mean(np.square((nv - r) / scale))))
+    d_out, d_naive = o - r, nv - r
+    scale = _common_scale(d_out, d_naive)  # power of two: keeps the squares in range
+    err_out, err_naive = (float(np.sqrt(np.mean(np.square(np.divide(d, scale, out=d), out=d))))
+                          for d in (d_out, d_naive))
     if err_naive == 0.0:
         return 1.0 if err_out == 0.0 else math.inf
     return err_out / err_naive

@@ -203,8 +203,6 @@ def plot_data(out: np.ndarray, prob: Problem, u: float, ulps: np.ndarray,
     unquantized = prob.unquantized
     sl = slice(0, prob.rows)
     o, exact = out.astype(np.float64), prob.exact[sl]
-    with np.errstate(invalid="ignore"):
-        err = np.abs(o - exact)
     group_sizes = np.asarray(prob.args[-1])
     if o.ndim == 3:  # tgmm: [G, K, N], every group a K x N slab
         g, k_rows, n_cols = o.shape
@@ -227,7 +225,9 @@ def plot_data(out: np.ndarray, prob: Problem, u: float, ulps: np.ndarray,
     bound = metrics.error_bound(out.ravel()[idx], exact.ravel()[idx], abs_ab, prob.k, u=u,
                                 out_dtype=prob.out_dtype, n=prob.n_terms,
                                 extra=None if extra is None else extra.ravel()[idx])
-    points = [_point(*v) for v in zip(abs_ab.tolist(), err.ravel()[idx].tolist(),
+    with np.errstate(invalid="ignore"):
+        err = np.abs(o.ravel()[idx] - exact.ravel()[idx])
+    points = [_point(*v) for v in zip(abs_ab.tolist(), err.tolist(),
                                        ratio.ravel()[idx].tolist(), bound.tolist(),
                                        strict=True)]
     return {
