@@ -76,13 +76,18 @@ def _device_call_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
 
 def test_speedups_keep_what_kernels_compute():
     """`apply_fixes` skips the interpreter's re-patch of triton.language at each device
-    function call inside a launch and its discarded overflow check (time only): the
-    device function still computes with the patched language, the language is restored
-    after the launch, and `remove_fixes` restores both."""
+    function call inside a launch and its discarded overflow check, and memoises its dtype
+    map (time only): the map gives the same dtypes, the device function still computes
+    with the patched language, the language is restored after the launch, and
+    `remove_fixes` restores all three."""
     from triton.runtime import interpreter
 
     interpret.apply_fixes()
     assert interpreter._patch_lang is interpret._patch_lang_once
+    assert interpreter._get_np_dtype is interpret._np_dtype
+    for t in (tl.bfloat16, tl.float8e4nv, tl.int1, tl.pointer_type(tl.float32),
+              tl.block_type(tl.float32, [4, 8]), tl.block_type(tl.pointer_type(tl.int8), [2])):
+        assert interpret._np_dtype(t) == interpret._SPED_UP["_get_np_dtype"](t)
     options = interpreter.interpreter_builder.options
     assert not options.debug and not options.sanitize_overflow
     x = torch.arange(64, dtype=torch.float32)
@@ -93,4 +98,5 @@ def test_speedups_keep_what_kernels_compute():
     interpret.remove_fixes()
     assert interpreter._patch_lang is not interpret._patch_lang_once
     assert interpreter.interpreter_builder.options.sanitize_overflow
+    assert interpreter._get_np_dtype is not interpret._np_dtype
     interpret.apply_fixes()
