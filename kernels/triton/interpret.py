@@ -17,7 +17,7 @@ interpreter.py``) gets these wrong, each verified on this machine by `fidelity.s
 
 The fix (`apply_fixes`) replaces three methods of ``InterpreterBuilder`` so those
 conversions go through ml_dtypes with the hardware's semantics, and is applied only in
-interpret mode.  With it come two changes that only save time (`_speed_up`: no re-patch
+interpret mode.  With it come changes that only save time (`_speed_up`: no re-patch
 of ``triton.language`` at each device-function call, no integer-overflow check whose
 result the interpreter discards, a memoised dtype map): an interpreted tgmm in 0.57 of its time.
 
