@@ -29,6 +29,10 @@ BAD, GOOD, NEUTRAL, ALT = "#b00020", "#1f77b4", "#777777", "#ff7f0e"
 IMPACT_AXIS_MAX_DB = 80.0
 SQNR_BANDS = (20.0, 30.0)  # dB: < 20 at risk, 20-30 acceptable, > 30 good (profiles.py)
 _PALETTE_COLOURS = 128
+# Titles at a fixed height (matplotlib's default, which these axes' decorations never
+# push up): left to matplotlib, placing one measures every tick label, a tenth of a
+# report figure's drawing time.
+TITLE_Y = 1.0
 # tiling-search candidate statuses drawn as accepted (anything else: rejected, grey)
 ACCEPTED_STATUSES = ("ok", "pass", "passed", "accepted")
 
@@ -92,7 +96,7 @@ def plot_ulp_hist(ax: Axes, hist: dict[str, Any]) -> None:
     ax.set_xticks(x[::step], labels[::step], fontsize=7)
     ax.set_xlabel("ULPs to RN(exact) (bin from its lower edge)")
     ax.set_ylabel("elements")
-    ax.set_title("ULP distance to RN(exact), not gated", fontsize=10)
+    ax.set_title("ULP distance to RN(exact), not gated", fontsize=10, y=TITLE_Y)
 
 
 def plot_err_vs_ab(ax: Axes, data: dict[str, Any]) -> None:
@@ -141,7 +145,8 @@ def plot_err_vs_ab(ax: Axes, data: dict[str, Any]) -> None:
     ax.set_ylim(floor / 2, ceiling * 2)
     ax.set_xlabel("|A||B|")
     ax.set_ylabel("|out - exact|")
-    ax.set_title(f"error vs |A||B| ({len(pts)} of {data['n_elements']} elements)", fontsize=10)
+    ax.set_title(f"error vs |A||B| ({len(pts)} of {data['n_elements']} elements)", fontsize=10,
+                 y=TITLE_Y)
     ax.legend(fontsize=7, loc="upper left")
 
 
@@ -165,7 +170,7 @@ def plot_bound_tiles(ax: Axes, tiles: dict[str, Any], *, colorbar: bool = True) 
                    interpolation="nearest", extent=(0, nc * tc, nr * tr, 0))
     if colorbar:
         cb = ax.figure.colorbar(im, ax=ax, fraction=0.05, pad=0.02)
-        cb.ax.set_title("log10", fontsize=7)
+        cb.ax.set_title("log10", fontsize=7, y=TITLE_Y)
         cb.ax.tick_params(labelsize=7)
     for r0 in tiles["group_starts"][1:]:
         ax.axhline(r0, color="white", lw=2.2)  # white under black: visible on any colour
@@ -179,7 +184,7 @@ def plot_bound_tiles(ax: Axes, tiles: dict[str, Any], *, colorbar: bool = True) 
     ax.set_ylim(tiles["rows"], 0)
     ax.set_xlabel(f"N ({tc}-column tiles)")
     ax.set_ylabel(f"{tiles['row_axis']} ({tr}-row tiles)")
-    ax.set_title("bound ratio (red > 1; x: NaN/Inf)", fontsize=10)
+    ax.set_title("bound ratio (red > 1; x: NaN/Inf)", fontsize=10, y=TITLE_Y)
 
 
 def _bars_with_inf(ax: Axes, x: np.ndarray, vals: Sequence[Any], width: float, colour: str,
@@ -214,7 +219,7 @@ def plot_group_sqnr(ax: Axes, gs: dict[str, Any], limit: float | None = None) ->
     ax.set_xticks(x, [f"g{i}\n{s}" for i, s in enumerate(gs["group_sizes"])], fontsize=7)
     ax.set_ylim(min(0.0, *finite) if finite else 0.0, top * 1.5)  # headroom for the legend
     ax.set_ylabel("SQNR dB")
-    ax.set_title("per-group SQNR (group / rows)", fontsize=10)
+    ax.set_title("per-group SQNR (group / rows)", fontsize=10, y=TITLE_Y)
     ax.legend(fontsize=6.5, loc="upper right")
 
 
@@ -264,7 +269,7 @@ def plot_layer2_tensors(ax: Axes, result: dict[str, Any]) -> None:
     ax.set_xticks(x, [f"d{t}" if t != "out" else t for t in LAYER2_TENSORS])
     ax.set_ylim(0, top * 1.35)  # headroom for the legend
     ax.set_ylabel("SQNR dB")
-    ax.set_title("per tensor (dashed: gradient limits)", fontsize=10)
+    ax.set_title("per tensor (dashed: gradient limits)", fontsize=10, y=TITLE_Y)
     ax.legend(fontsize=7, loc="upper right")
 
 
@@ -291,7 +296,7 @@ def plot_layer2_experts(ax: Axes, result: dict[str, Any]) -> None:
     ax.set_xticks(np.arange(len(sizes)), [f"e{e}\n{s}" for e, s in enumerate(sizes)],
                   fontsize=7)
     ax.set_ylabel("SQNR dB")
-    ax.set_title("per expert (expert / tokens; grey: no tokens)", fontsize=10)
+    ax.set_title("per expert (expert / tokens; grey: no tokens)", fontsize=10, y=TITLE_Y)
     ax.legend(fontsize=7, loc="lower right", ncol=2)
 
 
@@ -318,7 +323,7 @@ def plot_loss_curves(ax: Axes, curves: dict[str, Sequence[Any]]) -> None:
         ax.plot(np.arange(len(v)), v, color=colours.get(name), lw=1.2, label=name)
     ax.set_ylabel("loss")
     ax.legend(fontsize=8)
-    ax.set_title("training loss", fontsize=10)
+    ax.set_title("training loss", fontsize=10, y=TITLE_Y)
 
 
 def plot_loss_gap(ax: Axes, curves: dict[str, Sequence[Any]]) -> None:
@@ -399,7 +404,7 @@ def impact_overview_figure(results: Sequence[dict[str, Any]]) -> Figure | None:
     ax.set_xlabel("row-normalised SQNR vs unquantized reference (dB)")
     ax.set_title("quantization impact per case (bands: <20 at risk, 20-30 acceptable, >30 good;"
                  f" >: above {right:g} dB)",
-                 fontsize=10)
+                 fontsize=10, y=TITLE_Y)
     fig.tight_layout()
     return fig
 
@@ -429,7 +434,7 @@ def tune_figure(tune: dict[str, Any]) -> Figure | None:
         ax.plot(*zip(*pts, strict=True), "-o", ms=4, label=f"best {phase}")
     ax.set_xlabel("round")
     ax.set_ylabel("speedup vs tk=128 baseline")
-    ax.set_title("tiling search (grey: rejected candidates)", fontsize=10)
+    ax.set_title("tiling search (grey: rejected candidates)", fontsize=10, y=TITLE_Y)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
