@@ -75,7 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--jobs", type=int, default=1,
                    help="worker processes, each with N-th of the cores' threads (what "
                         "depends on the thread count, such as a kernel's BLAS sums, can "
-                        "differ in its bits, as on a machine with fewer cores)")
+                        "differ in its bits, as on a machine with fewer cores); layers 0, 2 "
+                        "and 3 start first, results are written in the serial order")
     g.add_argument("--timeout", type=float, help=f"seconds one result may take before its "
                    f"worker is killed and the result is an error (default "
                    f"{DEFAULT_TIMEOUT:.0f}; [tool.fp8check] timeout)")
