@@ -289,3 +289,18 @@ def test_backward_kernels_compile_at_small_and_default_tilings(phase, tiling):
     # transposed lhs copy, a Mosaic-internal value that is not a kernel operand.
     internal = t.tk * t.tm * 4 if phase == "tgmm" else 0
     assert b.vmem_bytes == vmem_bytes(phase, t, 2, 4 if phase == "tgmm" else 2) - internal
+
+
+def test_the_mosaic_dump_directory_goes_with_its_process(tmp_path):
+    """Each process dumps Mosaic's files into a directory of its own, inside one named
+    before (here the user's): gone when the process exits, the user's left in place."""
+    import os
+
+    env = dict(os.environ, LIBTPU_INIT_ARGS=f"--xla_mosaic_dump_to={tmp_path}")
+    env.pop("FP8CHECK_MOSAIC_DUMP_PID", None)
+    out = subprocess.run(
+        [sys.executable, "-c", "from fp8check.native import tpu; tpu.device('v5e'); "
+         "d = tpu._dump_dir(); print(d, d.is_dir())"],
+        env=env, capture_output=True, text=True, timeout=300, check=True).stdout.split()
+    assert out[1] == "True" and os.path.dirname(out[0]) == str(tmp_path)
+    assert not os.path.exists(out[0]) and tmp_path.is_dir()

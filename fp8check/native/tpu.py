@@ -31,9 +31,11 @@ the chip computes or how fast.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -111,6 +113,8 @@ def _libtpu_loaded() -> bool:
     take each other's dumps for their own."""
     if os.environ.get(_DUMP_OWNER) != str(os.getpid()):
         d = tempfile.mkdtemp(prefix="fp8check-mosaic-", dir=_dump_dir())
+        # ours alone: gone at exit (a process killed outright leaves it behind)
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
         others = re.sub(rf"{_DUMP_FLAG}=\S+", "", os.environ.get("LIBTPU_INIT_ARGS", ""))
         os.environ["LIBTPU_INIT_ARGS"] = f"{others.strip()} {_DUMP_FLAG}={d}".strip()
         os.environ[_DUMP_OWNER] = str(os.getpid())
