@@ -15,7 +15,7 @@ from fp8check import metrics
 from fp8check.contracts import NUMPY_DTYPES
 from fp8check.layers.op.problem import Problem
 from fp8check.profiles import Profile, sqnr_band
-from fp8check.references.casts import to_float64
+from fp8check.references.casts import rounded, to_float64
 from fp8check.results.model import Criterion
 
 # A strict per-element check of an FP8 kernel against its FP8 CPU reference (only the
@@ -139,15 +139,17 @@ def _finite_criterion(o: np.ndarray, exact: np.ndarray, out_np: np.dtype,
 
 
 def _correctness(
-    prob: Problem, o: np.ndarray, exact: np.ndarray, naive: np.ndarray, ulps: np.ndarray,
-    ratio: np.ndarray, profile: Profile, m: dict[str, Any], accum: str | None,
-    model_ref: np.ndarray | None, kept: np.ndarray | None,
+    prob: Problem, o: np.ndarray, exact: np.ndarray, exact_rounded: np.ndarray,
+    naive: np.ndarray, ulps: np.ndarray, ratio: np.ndarray, profile: Profile,
+    m: dict[str, Any], accum: str | None, model_ref: np.ndarray | None,
+    kept: np.ndarray | None,
 ) -> list[Criterion]:
     """The correctness criteria but `finite` of the compared rows `o` of an output, given
-    the exact values, the naive baseline, their ULP distances to RN(exact) and bound
-    ratios.  `kept`: None when every exact value is finite, else the mask of the elements
-    whose exact value is (the others are neutralised to zero in every array here, see
-    `_neutralised`, and bias_z takes only the kept ones).
+    the exact values and RN(exact) in the output's dtype, the naive baseline, their ULP
+    distances to RN(exact) and bound ratios.  `kept`: None when every exact value is
+    finite, else the mask of the elements whose exact value is (the others are
+    neutralised to zero in every array here, see `_neutralised`, and bias_z takes only
+    the kept ones).
 
     `model_ref`: the declared hardware accumulator's result (deepgemm-hopper), when the
     kernel declares one.  Its truncation is the hardware's, not a bug: error_ratio then
@@ -160,7 +162,6 @@ def _correctness(
     further truncation (a narrower accumulator, a truncating cast) is a one-signed part
     of (out - model) and shows in the statistic as it would against exact."""
     out_np = NUMPY_DTYPES[prob.out_dtype]
-    exact_rounded = exact.astype(out_np)
     n_off = int(np.count_nonzero(ulps))  # elements not correctly rounded
     worst_off = _worst_ulp(o, exact, ulps)
     crit: list[Criterion] = []
@@ -402,7 +403,8 @@ def output_criteria(
                                f"{kept.size - n_out} elements whose exact value is finite")
         o, exact = _neutralised(o, kept), _neutralised(exact, kept)
     # correctly rounded: f64 -> f32 / bf16 is one RNE
-    ulps = metrics.ulp_distance(o, exact.astype(out_np), out_np)
+    exact_rounded = rounded(exact, out_np)
+    ulps = metrics.ulp_distance(o, exact_rounded, out_np)
     extra = model_ref = None
     if accum == "deepgemm-hopper":
         extra = _neutralised(prob.hopper_term(hopper_interval)[sl], kept)
@@ -428,8 +430,8 @@ def output_criteria(
             m["plots"] = plots(o, prob, acc_unit_roundoff, ulps, ratio, extra)
         else:
             m["plots_note"] = "no per-case figures on a case with non-finite exact values"
-    crit = _correctness(prob, o, exact, _neutralised(prob.naive[sl], kept), ulps, ratio,
-                        profile, m, accum, model_ref, kept)
+    crit = _correctness(prob, o, exact, exact_rounded, _neutralised(prob.naive[sl], kept),
+                        ulps, ratio, profile, m, accum, model_ref, kept)
     impact = _impact(prob, out, profile, m)
     if ftz_relaxed:
         m["ftz_not_gated"] = [c.name for c in crit + impact if c.name != "bound_ratio"]
