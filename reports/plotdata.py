@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fp8check import metrics
+from fp8check.references.casts import to_float64
 
 if TYPE_CHECKING:
     from fp8check.layers.op.problem import Problem
@@ -202,7 +203,7 @@ def plot_data(out: np.ndarray, prob: Problem, u: float, ulps: np.ndarray,
         raise ValueError("plot data needs the problem's unquantized reference")
     unquantized = prob.unquantized
     sl = slice(0, prob.rows)
-    o, exact = out.astype(np.float64), prob.exact[sl]
+    o, exact = to_float64(out), prob.exact[sl]
     group_sizes = np.asarray(prob.args[-1])
     if o.ndim == 3:  # tgmm: [G, K, N], every group a K x N slab
         g, k_rows, n_cols = o.shape
