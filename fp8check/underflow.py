@@ -179,8 +179,8 @@ def _finite_peak(v: Any) -> float:
     flat = np.asarray(v).reshape(-1)
     peak = 0.0
     for i in range(0, flat.size, _PEAK_CHUNK):
-        a = np.abs(to_float64(flat[i:i + _PEAK_CHUNK]))
-        peak = max(peak, float(np.max(a[np.isfinite(a)], initial=0.0)))
+        peak = max(peak, float(np.max(_finite_magnitudes(flat[i:i + _PEAK_CHUNK]),
+                                      initial=0.0)))
     return peak
 
 
