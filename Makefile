@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(BIN)/pip install -q -c constraints.txt -e '.[jax,torch,tpu,tensorboard,adapters,test]'
 	touch $(STAMP)
 
-# Two workers, each with half the cores' threads (README: 464 s against 644 s for one on
-# the 2-core CI machine); each holds jax and torch, ~4 GB.
+# Two workers, each with half the cores' threads, the long batches first (README); each
+# holds jax and torch, ~4 GB.
 GATE_JOBS ?= 2
 
 gate: $(STAMP)
