@@ -63,18 +63,18 @@ def round_certified(s, e, err, p, emin):
     return r, abs(off) * _MARGIN + err * _MARGIN < h
 
 
-@one_signature("(float64[:, :], float64[:, :], int64[:], int64[:], int64, int64)",
+@one_signature("(float32[:, :], float32[:, :], int64[:], int64[:], int64, int64)",
                parallel=True)
 def exact_dots(a, b, rows, cols, p, emin):
     """The exact dot products a[rows[i], :] . b[:, cols[i]], rounded once to p bits
-    (subnormals below 2^emin), for float64 a [m, k] and b [k, n] whose products are exact
-    in float64 (images of float32 / bf16 values) -> float64 [len(rows)]."""
+    (subnormals below 2^emin), for float32 a [m, k] and b [k, n] (each product exact in
+    float64: 24 + 24 bits) -> float64 [len(rows)]."""
     out = np.empty(rows.shape[0], np.float64)
     for c in numba.prange((rows.shape[0] + 63) // 64):
         acc = np.zeros(ACC_SIZE, np.int64)
         for i in range(64 * c, min(rows.shape[0], 64 * (c + 1))):
             for t in range(a.shape[1]):
-                acc_add(acc, a[rows[i], t] * b[t, cols[i]])
+                acc_add(acc, np.float64(a[rows[i], t]) * np.float64(b[t, cols[i]]))
             out[i] = acc_round(acc, p, emin)
     return out
 

@@ -532,11 +532,11 @@ def gmm(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray, group_sizes: Array
         _gmm_blockwise(lhs, rhs, gs, out, accum, prec, interval)
         return out
     offs = group_offsets(gs)
-    a64 = _to_f64(np.asarray(lhs))
+    a, b = np.asarray(lhs), np.asarray(rhs)
     for gi in range(g):
         if gs[gi]:
             r0, r1 = offs[gi], offs[gi + 1]
-            exact_matmul(a64[r0:r1], _to_f64(np.asarray(rhs)[gi]), dt, out=out[r0:r1])
+            exact_matmul(a[r0:r1], b[gi], dt, out=out[r0:r1])
     return out
 
 
@@ -571,10 +571,9 @@ def tgmm(lhs: np.ndarray, dy: np.ndarray, group_sizes: ArrayLike,
     dt = _check_exact_out(out_dtype)
     gs = check_group_sizes(group_sizes, np.asarray(group_sizes).shape[0], lhs.shape[0])
     offs = group_offsets(gs)
-    a64, d64 = _to_f64(lhs), _to_f64(dy)
     out = np.empty((gs.shape[0], lhs.shape[1], dy.shape[1]), dt)
     for g in range(gs.shape[0]):  # an empty group: a sum of no terms, zeros
-        exact_matmul(a64[offs[g]:offs[g + 1]].T, d64[offs[g]:offs[g + 1]], dt, out=out[g])
+        exact_matmul(lhs[offs[g]:offs[g + 1]].T, dy[offs[g]:offs[g + 1]], dt, out=out[g])
     return out
 
 
@@ -599,12 +598,11 @@ def dgrad(dy: np.ndarray, rhs: np.ndarray, group_sizes: ArrayLike,
     dt = _check_exact_out(out_dtype)
     gs = check_group_sizes(group_sizes, rhs.shape[0], dy.shape[0])
     offs = group_offsets(gs)
-    d64 = _to_f64(dy)
     out = np.zeros((dy.shape[0], rhs.shape[1]), dt)
     for g in range(gs.shape[0]):
         if gs[g]:
             r0, r1 = offs[g], offs[g + 1]
-            exact_matmul(d64[r0:r1], _to_f64(rhs[g]).T, dt, out=out[r0:r1])
+            exact_matmul(dy[r0:r1], rhs[g].T, dt, out=out[r0:r1])
     return out
 
 

@@ -1,9 +1,9 @@
 """Exact matmul of float32 / bfloat16 values, rounded once: `exact_matmul`.
 
-a [m, k] and b [k, n] hold float64 images of float32 or bfloat16 values, so every product
-a[i, t] b[t, j] is exact in float64 (at most 24 + 24 significant bits, exponents far from
-float64's limits) and the sum of k of them is what has to be exact.  Three paths, the
-same bits:
+a [m, k] and b [k, n] hold float32 or bfloat16 values, taken as float32 (bf16 widens
+exactly: no float64 copy of an operand is made), so every product a[i, t] b[t, j] is
+exact in float64 (at most 24 + 24 significant bits, exponents far from float64's limits)
+and the sum of k of them is what has to be exact.  Three paths, the same bits:
 
 Fast path (the common case: values spanning few binades per row).  Split a's rows and b's
 columns once: a = a1 + a2, b = b1 + b2, where a1 holds per row the integers of at most
@@ -38,7 +38,8 @@ Non-finite inputs: the float64 product of finite values never overflows (k < 2^2
 below 2^256 each), so an output element is non-finite exactly when its terms touch a NaN
 or an infinity; it gets the IEEE float64 value of that sum (NaN for inf - inf or inf * 0,
 else the infinity), and every other element is computed exactly with the non-finite
-inputs replaced by zero (they are not among its terms).
+inputs replaced by zero (they are not among its terms).  The splits find them (a count
+of non-finite values comes with each), so finite operands are read no extra time.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ import numba
 import numpy as np
 from numpy.typing import DTypeLike
 
-from fp8check.references.casts import rounded
+from fp8check.references.casts import BF16, rounded
 from fp8check.references.certified import exact_dots, round_certified
 from fp8check.references.exact import exact_sum_rows, precision_of, two_sum
 from fp8check.references.jit import one_signature
@@ -73,47 +74,57 @@ def _units(mu, beta):
     return math.ldexp(1.0, e), math.ldexp(1.0, -e)
 
 
+_F32_MAX = np.float32(np.finfo(np.float32).max)
+
+
 @numba.njit(parallel=True, cache=True)
 def _split_rows(x, beta):
-    """(hi, nnz) of split_top along the rows of a C-ordered x, in parallel over rows."""
+    """(hi, nnz, non-finite count) of split_top along the rows of a C-ordered float32 x, in
+    parallel over rows."""
     m, k = x.shape
     hi = np.empty((m, k))
     nnz = np.zeros(m, np.int64)
+    bad = np.zeros(m, np.int64)
     for i in numba.prange(m):
-        mu = 0.0
+        mu = np.float32(0.0)
+        nf = 0
         for t in range(k):
             v = abs(x[i, t])
             mu = v if v > mu else mu
-        unit, inv = _units(mu, beta)
+            nf += not v <= _F32_MAX
+        unit, inv = _units(np.float64(mu), beta)
         c = 0
         for t in range(k):
             h = np.rint(x[i, t] * inv) * unit
             hi[i, t] = h
             c += x[i, t] != h
         nnz[i] = c
-    return hi, nnz
+        bad[i] = nf
+    return hi, nnz, bad.sum()
 
 
 @numba.njit(parallel=True, cache=True)
 def _split_cols(x, beta):
-    """(hi, nnz) of split_top along the columns of a C-ordered x, in parallel over chunks
-    of 32 rows, each walked in memory order (per-chunk column maxima and counts, reduced
-    after: the inner loops vectorize)."""
+    """(hi, nnz, non-finite count) of split_top along the columns of a C-ordered float32 x,
+    in parallel over chunks of 32 rows, each walked in memory order (per-chunk column
+    maxima and counts, reduced after: the inner loops vectorize)."""
     m, k = x.shape
     nch = (m + 31) // 32
-    mus = np.zeros((nch, k))
+    mus = np.zeros((nch, k), np.float32)
+    bad = np.zeros((nch, k), np.int64)
     for c in numba.prange(nch):
         for i in range(32 * c, min(m, 32 * c + 32)):
             for t in range(k):
                 v = abs(x[i, t])
                 mus[c, t] = v if v > mus[c, t] else mus[c, t]
-    mu = np.zeros(k)
+                bad[c, t] += not v <= _F32_MAX
+    mu = np.zeros(k, np.float32)
     for c in range(nch):
         for t in range(k):
             mu[t] = mus[c, t] if mus[c, t] > mu[t] else mu[t]
     unit, inv = np.empty(k), np.empty(k)
     for t in range(k):
-        unit[t], inv[t] = _units(mu[t], beta)
+        unit[t], inv[t] = _units(np.float64(mu[t]), beta)
     hi = np.empty((m, k))
     cnt = np.zeros((nch, k), np.int64)
     for c in numba.prange(nch):
@@ -122,56 +133,57 @@ def _split_cols(x, beta):
                 h = np.rint(x[i, t] * inv[t]) * unit[t]
                 hi[i, t] = h
                 cnt[c, t] += np.int64(x[i, t] != h)
-    return hi, cnt.sum(axis=0)
+    return hi, cnt.sum(axis=0), bad.sum()
 
 
-def split_top(x: np.ndarray, beta: int, axis: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """x [m, k] float64 -> (hi, nnz): hi holding per row (axis=1; per column with axis=0)
-    integers of magnitude <= 2^beta times the row's unit 2^(floor(log2 max|x_row|) + 1 -
-    beta), and nnz [m] (axis=1; [k] with axis=0) the nonzeros of the remainder x - hi per
-    row (column).  hi keeps x's memory layout (a transposed view stays one).  The
+def split_top(x: np.ndarray, beta: int, axis: int = 1) -> tuple[np.ndarray, np.ndarray, bool]:
+    """float32 x [m, k] -> (hi, nnz, finite): hi (float64) holding per row (axis=1; per
+    column with axis=0) integers of magnitude <= 2^beta times the row's unit
+    2^(floor(log2 max|x_row|) + 1 - beta), nnz [m] (axis=1; [k] with axis=0) the nonzeros
+    of the remainder x - hi per row (column), and whether every x is finite (when not, hi
+    and nnz mean nothing).  hi keeps x's memory layout (a transposed view stays one).  The
     remainder is not formed here: callers take it where they need it.
 
     Exact: multiplying by a power of two and rint are exact, |x / unit| < 2^beta, and
     x - hi is a multiple of ulp(x_i) (hi is a multiple of unit, itself a multiple of
-    ulp(x_i) whenever hi_i != x_i) of magnitude <= unit / 2, so x - hi is exact in
-    float64.  The values here are images of float32 / bf16 data, far from float64's
-    under/overflow.
+    ulp(x_i) whenever hi_i != x_i) of magnitude <= unit / 2, so x - hi is exact in float64
+    and, having at most 24 significant bits on float32's grid, in float32 too.
     """
     flip = not x.flags.c_contiguous and x.flags.f_contiguous
     xc = np.ascontiguousarray(x.T if flip else x)
-    hi, nnz = (_split_rows if (axis == 1) != flip else _split_cols)(xc, beta)
-    return (hi.T if flip else hi), nnz
+    hi, nnz, bad = (_split_rows if (axis == 1) != flip else _split_cols)(xc, beta)
+    return (hi.T if flip else hi), nnz, bad == 0
 
 
 def slices(x: np.ndarray, beta: int, max_slices: int, axis: int = 1) -> list[np.ndarray] | None:
-    """Split float64 x [m, k] row by row (axis=1; column by column with axis=0) into
-    x = sum(slices) exactly (`split_top` on each remainder in turn); None if more than
-    max_slices are needed."""
+    """Split finite float32 x [m, k] row by row (axis=1; column by column with axis=0)
+    into x = sum(slices) exactly (`split_top` on each remainder in turn, each remainder
+    a float32 again: `split_top`'s docstring); None if more than max_slices are needed."""
     out: list[np.ndarray] = []
-    r = np.array(x, dtype=np.float64)
+    r = np.array(x, dtype=np.float32)
     while r.any():
         if len(out) == max_slices:
             return None
-        hi, _ = split_top(r, beta, axis)
-        r = r - hi
+        hi, _, _ = split_top(r, beta, axis)
+        r = (r - hi).astype(np.float32)
         out.append(hi)
     return out
 
 
 def exact_matmul_terms(a: np.ndarray, b: np.ndarray, prec: int, emin: int) -> np.ndarray:
-    """exact_matmul term by term: every product into the superaccumulator
-    (`certified.exact_dots` on every element) -> float64 [m, n].  The path for operands
-    whose slices would be too many, and the tests' oracle."""
+    """exact_matmul term by term: every product of float32 a [m, k] and b [k, n] into the
+    superaccumulator (`certified.exact_dots` on every element) -> float64 [m, n].  The
+    path for operands whose slices would be too many, and the tests' oracle."""
     m, n = a.shape[0], b.shape[1]
     rows, cols = np.divmod(np.arange(m * n), n)
     return exact_dots(a, b, rows, cols, prec, emin).reshape(m, n)
 
 
-def _dense(a, b, a1, a2, b1, b2, beta: int, prec: int, emin: int) -> np.ndarray:
-    """Ozaki's slices all the way, continuing from the first split a1 + a2, b1 + b2."""
-    sa = slices(a2, beta, _MAX_SLICE_PAIRS - 1)
-    sb = slices(b2, beta, _MAX_SLICE_PAIRS - 1, axis=0)
+def _dense(a, b, a1, b1, beta: int, prec: int, emin: int) -> np.ndarray:
+    """Ozaki's slices all the way, continuing from the first splits a1 of a and b1 of b
+    (the remainders are float32: `split_top`)."""
+    sa = slices((a - a1).astype(np.float32), beta, _MAX_SLICE_PAIRS - 1)
+    sb = slices((b - b1).astype(np.float32), beta, _MAX_SLICE_PAIRS - 1, axis=0)
     if sa is None or sb is None or (len(sa) + 1) * (len(sb) + 1) > _MAX_SLICE_PAIRS:
         return exact_matmul_terms(a, b, prec, emin)
     prods = np.stack([x @ y for x in (a1, *sa) for y in (b1, *sb)])  # [pairs, m, n], exact
@@ -179,7 +191,7 @@ def _dense(a, b, a1, a2, b1, b2, beta: int, prec: int, emin: int) -> np.ndarray:
     return exact_sum_rows(terms, prec, emin).reshape(a.shape[0], b.shape[1])
 
 
-@one_signature("(int64[:], int64[:], int64[:], float64[:, :], float64[:, :], int64[:], "
+@one_signature("(int64[:], int64[:], int64[:], float64[:, :], float32[:, :], int64[:], "
                "float64[:], int64[:], float64[:, :], int64[:], int64[:], float64[:], int64, "
                "int64)", parallel=True)
 def _round_block(rows, cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1, b2_rows, b2_cols,
@@ -233,7 +245,7 @@ def _round_row(r, i, cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1, b2_rows
             cnt[jj] += 1
     for z in range(b2_rows.shape[0]):
         jj = col_pos[b2_cols[z]]
-        term = a[i, b2_rows[z]] * b2_vals[z]
+        term = np.float64(a[i, b2_rows[z]]) * b2_vals[z]
         c[jj], d = two_sum(c[jj], term)
         inexact[jj] |= d != 0.0
         mag[jj] += abs(term)
@@ -287,43 +299,56 @@ def _fast(a, b, a1, b1, rows_c, cols_c, out: np.ndarray) -> None:
             out[i, j] = rounded(exact_dots(a, b, i, j, prec, emin), dt)
 
 
-def _finite_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    m, k = a.shape
-    n = b.shape[1]
-    beta = slice_bits(k)
-    a1, nnz_a = split_top(a, beta, axis=1)
-    b1, nnz_b = split_top(b, beta, axis=0)
+def _finite_matmul(a: np.ndarray, b: np.ndarray, split_a, split_b, beta: int,
+                   out: np.ndarray) -> None:
+    """Into out: a @ b exactly rounded for finite float32 a, b and their splits
+    (`split_top`: (a1, nnz_a, _) along rows, (b1, nnz_b, _) along columns)."""
+    m, n, k = a.shape[0], b.shape[1], a.shape[1]
+    (a1, nnz_a, _), (b1, nnz_b, _) = split_a, split_b
     if nnz_a.sum() * n + nnz_b.sum() * m > _SPARSE_FRACTION * m * n * k:
-        out[...] = _dense(a, b, a1, a - a1, b1, b - b1, beta, *precision_of(out.dtype))
+        out[...] = _dense(a, b, a1, b1, beta, *precision_of(out.dtype))
     else:
         _fast(a, b, a1, b1, np.flatnonzero(nnz_a), np.flatnonzero(nnz_b), out)
 
 
+def _float32_image(name: str, x: np.ndarray) -> np.ndarray:
+    """x itself when float32, its float32 image (exact, same layout) when bfloat16."""
+    if x.dtype == np.float32:
+        return x
+    if x.dtype != BF16:
+        raise ValueError(f"{name} must be float32 or bfloat16, got {x.dtype}")
+    return x.astype(np.float32)
+
+
 def exact_matmul(a: np.ndarray, b: np.ndarray, out_dtype: DTypeLike,
                  out: np.ndarray | None = None) -> np.ndarray:
-    """Exact a @ b for float64 a [m, k], b [k, n] (any memory layout) holding images of
-    float32 / bf16 values, rounded once to out_dtype (float64, float32 or bfloat16) ->
-    [m, n] of out_dtype, written into `out` (C-contiguous, of that shape and dtype) when
-    given.  Non-finite inputs give the IEEE values of the elements they reach (module
-    docstring)."""
+    """Exact a @ b for float32 or bfloat16 a [m, k], b [k, n] (any memory layout), rounded
+    once to out_dtype (float64, float32 or bfloat16) -> [m, n] of out_dtype, written into
+    `out` (C-contiguous, of that shape and dtype) when given.  Non-finite inputs give the
+    IEEE values of the elements they reach (module docstring)."""
     dt = np.dtype(out_dtype)
     precision_of(dt)  # ValueError for a format without exact rounding
-    m, n = a.shape[0], b.shape[1]
+    a, b = _float32_image("a", np.asarray(a)), _float32_image("b", np.asarray(b))
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
     if out is None:
         out = np.empty((m, n), dt)
     elif out.shape != (m, n) or out.dtype != dt or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous {dt} {(m, n)}, got {out.dtype} {out.shape}")
-    if m == 0 or n == 0 or a.shape[1] == 0:
+    if m == 0 or n == 0 or k == 0:
         out[...] = 0
         return out
-    finite_a, finite_b = np.isfinite(a), np.isfinite(b)
+    beta = slice_bits(k)
+    split_a, split_b = split_top(a, beta, axis=1), split_top(b, beta, axis=0)
     # Casts past the output's range give inf (the IEEE rounding), and the non-finite
     # elements' NaNs are the values asked for: neither is worth a warning.
     with np.errstate(over="ignore", invalid="ignore"):
-        if finite_a.all() and finite_b.all():
-            _finite_matmul(a, b, out)
+        if split_a[2] and split_b[2]:
+            _finite_matmul(a, b, split_a, split_b, beta, out)
             return out
-        _finite_matmul(np.where(finite_a, a, 0.0), np.where(finite_b, b, 0.0), out)
+        finite_a, finite_b = np.isfinite(a), np.isfinite(b)
+        a0, b0 = np.where(finite_a, a, np.float32(0)), np.where(finite_b, b, np.float32(0))
+        _finite_matmul(a0, b0, split_top(a0, beta, axis=1), split_top(b0, beta, axis=0),
+                       beta, out)
         bad = ~finite_a.all(axis=1)[:, None] | ~finite_b.all(axis=0)[None, :]
-        out[bad] = (a @ b)[bad].astype(dt)
+        out[bad] = (a.astype(np.float64) @ b.astype(np.float64))[bad].astype(dt)
     return out

@@ -20,11 +20,16 @@ PATHS = {"fast": np.inf, "dense": 0.0}  # matmul._SPARSE_FRACTION forcing each p
 
 def _wide(rng, shape, spread, dtype):
     """Normal values times 2^U(-spread, spread) per element, with a zero row and column,
-    as float64 images of `dtype` values."""
+    as `dtype` values."""
     x = rng.standard_normal(shape) * np.exp2(rng.integers(-spread, spread + 1, shape))
     x[0] = 0.0
     x[:, -1] = 0.0
-    return x.astype(dtype).astype(np.float64)
+    return x.astype(dtype)
+
+
+def _f32(x):
+    """The float32 image of float32 / bf16 values (exact)."""
+    return np.asarray(x).astype(np.float32)
 
 
 def _same_bits(got, want):
@@ -38,6 +43,7 @@ def _same_bits(got, want):
 
 
 def _oracle(a, b, fmt):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return np.array([[round_fraction(sum((F(a[i, t]) * F(b[t, j]) for t in range(a.shape[1])),
                                          F(0)), fmt)
                       for j in range(b.shape[1])] for i in range(a.shape[0])])
@@ -109,10 +115,9 @@ def test_exact_matmul_equals_term_by_term(monkeypatch, path, dtype, spread, k):
     a = _wide(rng, (33, k), spread, dtype)
     b = _wide(rng, (k, 17), spread, dtype)
     if spread == 0:  # all in [1.9, 2): every slice integer near 2^beta, sums near 2^53
-        a, b = (1.9 + 0.099 * rng.random(x.shape) for x in (a, b))
-        a, b = a.astype(dtype).astype(np.float64), b.astype(dtype).astype(np.float64)
+        a, b = ((1.9 + 0.099 * rng.random(x.shape)).astype(dtype) for x in (a, b))
     for dt in OUT_DTYPES:
-        want = matmul.exact_matmul_terms(a, b, *precision_of(dt)).astype(dt)
+        want = matmul.exact_matmul_terms(_f32(a), _f32(b), *precision_of(dt)).astype(dt)
         _same_bits(matmul.exact_matmul(a, b, dt), want)
         _same_bits(matmul.exact_matmul(np.asfortranarray(a), b.T.copy().T, dt), want)
 
@@ -140,7 +145,7 @@ def _boundary_problem(rng, dtype):
     a[6, :5] = [2.0**31, 63.0, 63.0, 2.0, 2.0**-60]
     b[:5, 1:] = 1.0
     b[:, 0] = 2.0**-100
-    return a.astype(dtype).astype(np.float64), b.astype(dtype).astype(np.float64)
+    return a.astype(dtype), b.astype(dtype)
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
@@ -157,8 +162,8 @@ def test_exact_matmul_non_finite_inputs_reach_exactly_their_elements():
     value of the sum (NaN where inf meets a zero or -inf, else the infinity), every other
     element the exact value."""
     rng = np.random.default_rng(3)
-    a = rng.standard_normal((6, 40)).astype(np.float32).astype(np.float64)
-    b = rng.standard_normal((40, 5)).astype(np.float32).astype(np.float64)
+    a = rng.standard_normal((6, 40)).astype(np.float32)
+    b = rng.standard_normal((40, 5)).astype(np.float32)
     a[1, 3], a[2, 4], a[3, 5], a[3, 6] = np.nan, np.inf, np.inf, -np.inf
     b[7, 2] = -np.inf
     b[8, 4], a[4, 8] = np.inf, 0.0
@@ -183,7 +188,8 @@ def test_split_top_is_the_rint_split_per_line_in_every_layout(axis, layout):
     """split_top against its definition, line by line in numpy: hi = rint(x / unit) unit
     with unit = 2^(floor(log2 max|line|) + 1 - beta), nnz the nonzeros of x - hi; on wide
     float32 data with an all-zero row and column, subnormal-range values and ties of rint
-    (x / unit = j + 1/2), in C, Fortran and non-contiguous layouts; hi keeps the layout."""
+    (x / unit = j + 1/2), in C, Fortran and non-contiguous layouts; hi keeps the layout.
+    One infinity or NaN anywhere clears the finite flag."""
     rng = np.random.default_rng(axis * 3 + len(layout))
     x = _wide(rng, (70, 90), 30, np.float32)
     x[5, :7] = np.float32(2.0**-140)  # float32 subnormals
@@ -195,9 +201,10 @@ def test_split_top_is_the_rint_split_per_line_in_every_layout(axis, layout):
         x = np.asfortranarray(x)
     elif layout == "strided":
         x = np.repeat(x, 2, axis=1)[:, ::2]
-    hi, nnz = matmul.split_top(x, beta, axis)
+    hi, nnz, finite = matmul.split_top(x, beta, axis)
+    assert finite
     lines = x if axis == 1 else x.T
-    want_hi = np.empty_like(lines)
+    want_hi = np.empty(lines.shape)
     for i, line in enumerate(lines):
         mu = np.abs(line).max()
         unit = 2.0 ** (np.frexp(mu)[1] - beta) if mu > 0 else 2.0 ** (1 - beta)
@@ -208,6 +215,10 @@ def test_split_top_is_the_rint_split_per_line_in_every_layout(axis, layout):
     assert hi.flags.f_contiguous == (layout == "F")
     if axis == 1:  # ties to even
         assert (hi[9, 1:4] == np.array([0, 2, 2]) * 2.0**-20).all()
+    for value in (np.inf, -np.inf, np.nan):  # the flag that sends exact_matmul elsewhere
+        y = x.copy()
+        y[7, 11] = value
+        assert not matmul.split_top(y, beta, axis)[2]
 
 
 def test_slices_split_exactly_into_narrow_integers():
@@ -216,7 +227,7 @@ def test_slices_split_exactly_into_narrow_integers():
         x = _wide(rng, (40, 300), spread, np.float32)
         parts = matmul.slices(x, 20, 64)
         assert parts is not None
-        total = np.zeros_like(x)
+        total = np.zeros(x.shape)
         for part in parts:
             for row in part:  # integers of magnitude <= 2^beta times one power of two
                 nz = row[row != 0]
@@ -251,7 +262,7 @@ def test_tgmm_dgrad_and_plain_gmm_take_the_fast_path_exactly(monkeypatch):
     w = rng.standard_normal((3, k, n))
     x, dy, w = (v.astype(ml_dtypes.bfloat16) for v in (x, dy, w))
     gs = np.array([300, 0, 380], np.int32)
-    x64, d64, w64 = (v.astype(np.float64) for v in (x, dy, w))
+    x32, d32, w32 = (_f32(v) for v in (x, dy, w))
     for dt in OUT_DTYPES:
         prec = precision_of(dt)
         dw, dx = tgmm(x, dy, gs, out_dtype=dt), dgrad(dy, w, gs, out_dtype=dt)
@@ -259,11 +270,11 @@ def test_tgmm_dgrad_and_plain_gmm_take_the_fast_path_exactly(monkeypatch):
         assert (dw[1] == 0).all() and (dx[680:] == 0).all() and (fx[680:] == 0).all()
         for g, (r0, r1) in ((0, (0, 300)), (2, (300, 680))):
             term = matmul.exact_matmul_terms
-            _same_bits(dw[g], term(np.ascontiguousarray(x64[r0:r1].T), d64[r0:r1],
+            _same_bits(dw[g], term(np.ascontiguousarray(x32[r0:r1].T), d32[r0:r1],
                                    *prec).astype(dt))
-            _same_bits(dx[r0:r1], term(d64[r0:r1], np.ascontiguousarray(w64[g].T),
+            _same_bits(dx[r0:r1], term(d32[r0:r1], np.ascontiguousarray(w32[g].T),
                                        *prec).astype(dt))
-            _same_bits(fx[r0:r1], term(x64[r0:r1], w64[g], *prec).astype(dt))
+            _same_bits(fx[r0:r1], term(x32[r0:r1], w32[g], *prec).astype(dt))
     assert calls and sum(calls) > 0
 
 
@@ -317,3 +328,11 @@ def test_exact_matmul_matches_rationals_on_a_small_wide_problem():
     b = _wide(rng, (40, 5), 30, np.float32)
     for dt in OUT_DTYPES:
         _same_bits(matmul.exact_matmul(a, b, dt), _oracle(a, b, FMT[dt]))
+
+
+def test_exact_matmul_refuses_other_operand_dtypes():
+    """Its exactness argument holds for float32 and bf16 values only: a float64 operand is
+    bad usage, never rounded silently."""
+    a = np.ones((2, 3), np.float32)
+    with pytest.raises(ValueError, match="b must be float32 or bfloat16, got float64"):
+        matmul.exact_matmul(a, np.ones((3, 2)), np.float32)
