@@ -40,6 +40,16 @@ from fp8check.references.exact import ACC_SIZE, acc_add, acc_round, two_product
 from fp8check.references.jit import one_signature
 
 _MARGIN = 1.0 + 2.0**-51
+_FRACTION = (1 << 52) - 1  # a float64's fraction bits
+
+
+@numba.njit(cache=True, inline="always")
+def _scaled(x, n):
+    """x 2^n, exactly where x 2^n is a float64 (the scalings here): a multiplication by
+    the power of two built from its bits when 2^n is a normal float64, else ldexp."""
+    if -1022 <= n <= 1023:
+        return x * np.int64((n + 1023) << 52).view(np.float64)
+    return math.ldexp(x, n)
 
 
 @numba.njit(cache=True, inline="always")
@@ -49,15 +59,19 @@ def round_certified(s, e, err, p, emin):
         return s, False
     if s == 0.0 and e == 0.0 and err == 0.0:
         return 0.0, True
-    ex = math.frexp(s)[1] - 1 if s != 0.0 else emin
+    # floor(log2 |s|) from the exponent field; a float64 subnormal s (field 0, -1023 here)
+    # is below every format's 2^emin, where max() puts it, as it does s = 0
+    ex = ((np.float64(s).view(np.int64) >> 52) & 0x7FF) - 1023
     q = max(ex, emin) - p + 1
-    r = math.ldexp(np.rint(math.ldexp(s, -q)), q)
+    r = _scaled(np.rint(_scaled(s, -q)), q)
     if e == 0.0 and err == 0.0:
         return r, True  # t = s: rint keeps s's sign even when r is zero
     if r == 0.0:
         return r, False
-    h = math.ldexp(1.0, q - 1)
-    if r != 0.0 and math.frexp(r)[0] in (0.5, -0.5):  # a power of two
+    h = _scaled(0.5, q)
+    bits = np.float64(r).view(np.int64)
+    frac = bits & _FRACTION
+    if (frac == 0) if (bits >> 52) & 0x7FF else ((frac & (frac - 1)) == 0):  # a power of 2
         h *= 0.5
     off = (s - r) + e
     return r, abs(off) * _MARGIN + err * _MARGIN < h
