@@ -50,7 +50,7 @@ import numba
 import numpy as np
 from numpy.typing import DTypeLike
 
-from fp8check.references.casts import BF16, rounded
+from fp8check.references.casts import BF16, rounded, to_float64
 from fp8check.references.certified import exact_dots, round_certified
 from fp8check.references.exact import exact_sum_rows, precision_of, two_sum
 from fp8check.references.jit import one_signature
@@ -77,11 +77,18 @@ def _units(mu, beta):
 _F32_MAX = np.float32(np.finfo(np.float32).max)
 
 
+@numba.njit(cache=True, inline="always")
+def _value(bits, shift):
+    """The float32 whose bits are `bits` << shift: float32 bits (uint32, shift 0) or bf16
+    ones (uint16, shift 16: a bf16 is the top half of the float32 of the same value)."""
+    return np.uint32(np.uint32(bits) << shift).view(np.float32)
+
+
 @numba.njit(parallel=True, cache=True)
-def _split_rows(x, beta):
-    """(hi, nnz, non-finite count) of split_top along the rows of a C-ordered float32 x, in
-    parallel over rows."""
-    m, k = x.shape
+def _split_rows(bits, shift, beta):
+    """(hi, nnz, non-finite count) of split_top along the rows of a C-ordered float32 or
+    bf16 x given as its bits (`_value`), in parallel over rows."""
+    m, k = bits.shape
     hi = np.empty((m, k))
     nnz = np.zeros(m, np.int64)
     bad = np.zeros(m, np.int64)
@@ -89,33 +96,35 @@ def _split_rows(x, beta):
         mu = np.float32(0.0)
         nf = 0
         for t in range(k):
-            v = abs(x[i, t])
+            v = abs(_value(bits[i, t], shift))
             mu = v if v > mu else mu
             nf += not v <= _F32_MAX
         unit, inv = _units(np.float64(mu), beta)
         c = 0
         for t in range(k):
-            h = np.rint(x[i, t] * inv) * unit
+            x = _value(bits[i, t], shift)
+            h = np.rint(x * inv) * unit
             hi[i, t] = h
-            c += x[i, t] != h
+            c += x != h
         nnz[i] = c
         bad[i] = nf
     return hi, nnz, bad.sum()
 
 
 @numba.njit(parallel=True, cache=True)
-def _split_cols(x, beta):
-    """(hi, nnz, non-finite count) of split_top along the columns of a C-ordered float32 x,
-    in parallel over chunks of 32 rows, each walked in memory order (per-chunk column
-    maxima and counts, reduced after: the inner loops vectorize)."""
-    m, k = x.shape
+def _split_cols(bits, shift, beta):
+    """(hi, nnz, non-finite count) of split_top along the columns of a C-ordered float32
+    or bf16 x given as its bits (`_value`), in parallel over chunks of 32 rows, each walked
+    in memory order (per-chunk column maxima and counts, reduced after: the inner loops
+    vectorize)."""
+    m, k = bits.shape
     nch = (m + 31) // 32
     mus = np.zeros((nch, k), np.float32)
     bad = np.zeros((nch, k), np.int64)
     for c in numba.prange(nch):
         for i in range(32 * c, min(m, 32 * c + 32)):
             for t in range(k):
-                v = abs(x[i, t])
+                v = abs(_value(bits[i, t], shift))
                 mus[c, t] = v if v > mus[c, t] else mus[c, t]
                 bad[c, t] += not v <= _F32_MAX
     mu = np.zeros(k, np.float32)
@@ -130,28 +139,32 @@ def _split_cols(x, beta):
     for c in numba.prange(nch):
         for i in range(32 * c, min(m, 32 * c + 32)):
             for t in range(k):
-                h = np.rint(x[i, t] * inv[t]) * unit[t]
+                x = _value(bits[i, t], shift)
+                h = np.rint(x * inv[t]) * unit[t]
                 hi[i, t] = h
-                cnt[c, t] += np.int64(x[i, t] != h)
+                cnt[c, t] += np.int64(x != h)
     return hi, cnt.sum(axis=0), bad.sum()
 
 
 def split_top(x: np.ndarray, beta: int, axis: int = 1) -> tuple[np.ndarray, np.ndarray, bool]:
-    """float32 x [m, k] -> (hi, nnz, finite): hi (float64) holding per row (axis=1; per
-    column with axis=0) integers of magnitude <= 2^beta times the row's unit
+    """float32 or bf16 x [m, k] -> (hi, nnz, finite): hi (float64) holding per row
+    (axis=1; per column with axis=0) integers of magnitude <= 2^beta times the row's unit
     2^(floor(log2 max|x_row|) + 1 - beta), nnz [m] (axis=1; [k] with axis=0) the nonzeros
     of the remainder x - hi per row (column), and whether every x is finite (when not, hi
     and nnz mean nothing).  hi keeps x's memory layout (a transposed view stays one).  The
-    remainder is not formed here: callers take it where they need it.
+    remainder is not formed here: callers take it where they need it.  x is read as it
+    is: a bf16 operand is widened inside, a value at a time.
 
     Exact: multiplying by a power of two and rint are exact, |x / unit| < 2^beta, and
     x - hi is a multiple of ulp(x_i) (hi is a multiple of unit, itself a multiple of
     ulp(x_i) whenever hi_i != x_i) of magnitude <= unit / 2, so x - hi is exact in float64
     and, having at most 24 significant bits on float32's grid, in float32 too.
     """
-    flip = not x.flags.c_contiguous and x.flags.f_contiguous
-    xc = np.ascontiguousarray(x.T if flip else x)
-    hi, nnz, bad = (_split_rows if (axis == 1) != flip else _split_cols)(xc, beta)
+    bits = x.view(np.uint32 if x.dtype == np.float32 else np.uint16)
+    flip = not bits.flags.c_contiguous and bits.flags.f_contiguous
+    xc = np.ascontiguousarray(bits.T if flip else bits)
+    split = _split_rows if (axis == 1) != flip else _split_cols
+    hi, nnz, bad = split(xc, 0 if x.dtype == np.float32 else 16, beta)
     return (hi.T if flip else hi), nnz, bad == 0
 
 
@@ -182,6 +195,7 @@ def exact_matmul_terms(a: np.ndarray, b: np.ndarray, prec: int, emin: int) -> np
 def _dense(a, b, a1, b1, beta: int, prec: int, emin: int) -> np.ndarray:
     """Ozaki's slices all the way, continuing from the first splits a1 of a and b1 of b
     (the remainders are float32: `split_top`)."""
+    a, b = _float32(a), _float32(b)
     sa = slices((a - a1).astype(np.float32), beta, _MAX_SLICE_PAIRS - 1)
     sb = slices((b - b1).astype(np.float32), beta, _MAX_SLICE_PAIRS - 1, axis=0)
     if sa is None or sb is None or (len(sa) + 1) * (len(sb) + 1) > _MAX_SLICE_PAIRS:
@@ -194,12 +208,13 @@ def _dense(a, b, a1, b1, beta: int, prec: int, emin: int) -> np.ndarray:
 @one_signature("(int64[:], int64[:], int64[:], float64[:, :], float32[:, :], int64[:], "
                "float64[:], int64[:], float64[:, :], int64[:], int64[:], float64[:], int64, "
                "int64)", parallel=True)
-def _round_block(rows, cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1, b2_rows, b2_cols,
+def _round_block(rows, cols, col_pos, t1, a_at, a2_cols, a2_vals, a2_ptr, b1, b2_at, b2_cols,
                  b2_vals, prec, emin):
     """The elements rows x cols (parallel over chunks of 64 rows, one scratch each): the
     correction C = a @ b2 + a2 @ b1 and the sum of its terms' magnitudes, from the
-    nonzeros of a2 (CSR: row i's are a2_ptr[i]:a2_ptr[i+1]) and of b2 (coordinates, their
-    columns all among cols; col_pos maps a column to its place in cols), TwoSum(t1, C) and
+    nonzeros of a2 (CSR: row i's are a2_ptr[i]:a2_ptr[i+1]) and of b2 (coordinates: the
+    row's place among the columns of a in a_at [m, *], and the column, all among cols;
+    col_pos maps a column to its place in cols), TwoSum(t1, C) and
     its certified rounding -> (rounded [len(rows), len(cols)] float64, flagged: left for
     the exact fallback).
 
@@ -219,14 +234,14 @@ def _round_block(rows, cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1, b2_ro
         cnt = np.empty(nc, np.int64)
         inexact = np.empty(nc, np.bool_)
         for r in range(64 * chunk, min(rows.shape[0], 64 * chunk + 64)):
-            _round_row(r, rows[r], cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1,
-                       b2_rows, b2_cols, b2_vals, prec, emin, c, mag, cnt, inexact, out,
+            _round_row(r, rows[r], cols, col_pos, t1, a_at, a2_cols, a2_vals, a2_ptr, b1,
+                       b2_at, b2_cols, b2_vals, prec, emin, c, mag, cnt, inexact, out,
                        flagged)
     return out, flagged
 
 
 @numba.njit(cache=True, inline="always")
-def _round_row(r, i, cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1, b2_rows, b2_cols,
+def _round_row(r, i, cols, col_pos, t1, a_at, a2_cols, a2_vals, a2_ptr, b1, b2_at, b2_cols,
                b2_vals, prec, emin, c, mag, cnt, inexact, out, flagged):
     """Row r of `_round_block` (row i of the operands), in the caller's scratch c, mag,
     cnt, inexact [len(cols)]."""
@@ -243,9 +258,9 @@ def _round_row(r, i, cols, col_pos, t1, a, a2_cols, a2_vals, a2_ptr, b1, b2_rows
             inexact[jj] |= d != 0.0
             mag[jj] += abs(term)
             cnt[jj] += 1
-    for z in range(b2_rows.shape[0]):
+    for z in range(b2_at.shape[0]):
         jj = col_pos[b2_cols[z]]
-        term = np.float64(a[i, b2_rows[z]]) * b2_vals[z]
+        term = np.float64(a_at[i, b2_at[z]]) * b2_vals[z]
         c[jj], d = two_sum(c[jj], term)
         inexact[jj] |= d != 0.0
         mag[jj] += abs(term)
@@ -261,7 +276,8 @@ def _fast(a, b, a1, b1, rows_c, cols_c, out: np.ndarray) -> None:
     """Into out: a1 @ b1 from BLAS, exact, rounded once to out's dtype where no correction
     reaches (`casts.rounded`); the rows of a2 = a - a1 and the columns of b2 = b - b1 with
     nonzeros (rows_c, cols_c) through `_round_block` and, where flagged,
-    `certified.exact_dots`."""
+    `certified.exact_dots`.  Only the lines of a and b that the correction reads are
+    widened to float32."""
     m, n = a.shape[0], b.shape[1]
     dt = out.dtype
     if dt == np.float64:
@@ -273,17 +289,20 @@ def _fast(a, b, a1, b1, rows_c, cols_c, out: np.ndarray) -> None:
     # any (np.nonzero over a whole transposed operand costs more than its BLAS product).
     if not rows_c.size and not cols_c.size:
         return
-    a2_rows = a[rows_c] - a1[rows_c]
+    a2_rows = _float32(a[rows_c]) - a1[rows_c]
     sub_r, a2c = np.nonzero(a2_rows)
     ptr = np.searchsorted(rows_c[sub_r], np.arange(m + 1))
-    b2_cols = b[:, cols_c] - b1[:, cols_c]
+    b2_cols = _float32(b[:, cols_c]) - b1[:, cols_c]
     b2r, sub_c = np.nonzero(b2_cols)
     b2c = cols_c[sub_c]
+    # a's columns at the rows of b2's nonzeros (those terms' other factors), and where
+    # each nonzero's is among them
+    at, b2_at = np.unique(b2r, return_inverse=True)
     others = np.ones(m, np.bool_)
     others[rows_c] = False
     prec, emin = precision_of(dt)
-    args = (t1, a, a2c, a2_rows[sub_r, a2c], ptr, b1, b2r, b2c, b2_cols[b2r, sub_c], prec,
-            emin)
+    args = (t1, _float32(a[:, at]), a2c, a2_rows[sub_r, a2c], ptr, b1, b2_at.reshape(-1),
+            b2c, b2_cols[b2r, sub_c], prec, emin)
     # Whole rows where a2 has nonzeros, then the other rows in the columns where b2 has:
     # each element once (out may be t1 itself), each block's b2 columns among its columns.
     for rows, cols in ((rows_c, np.arange(n)), (np.flatnonzero(others), cols_c)):
@@ -295,8 +314,10 @@ def _fast(a, b, a1, b1, rows_c, cols_c, out: np.ndarray) -> None:
         out[np.ix_(rows, cols)] = rounded(vals, dt)
         fr, fc = np.nonzero(flagged)
         if fr.size:
-            i, j = rows[fr], cols[fc]
-            out[i, j] = rounded(exact_dots(a, b, i, j, prec, emin), dt)
+            (ui, i), (uj, j) = (np.unique(v, return_inverse=True) for v in (rows[fr], cols[fc]))
+            out[ui[i], uj[j]] = rounded(exact_dots(_float32(a[ui]), _float32(b[:, uj]),
+                                                   i.reshape(-1), j.reshape(-1), prec, emin),
+                                        dt)
 
 
 def _finite_matmul(a: np.ndarray, b: np.ndarray, split_a, split_b, beta: int,
@@ -311,13 +332,9 @@ def _finite_matmul(a: np.ndarray, b: np.ndarray, split_a, split_b, beta: int,
         _fast(a, b, a1, b1, np.flatnonzero(nnz_a), np.flatnonzero(nnz_b), out)
 
 
-def _float32_image(name: str, x: np.ndarray) -> np.ndarray:
-    """x itself when float32, its float32 image (exact, same layout) when bfloat16."""
-    if x.dtype == np.float32:
-        return x
-    if x.dtype != BF16:
-        raise ValueError(f"{name} must be float32 or bfloat16, got {x.dtype}")
-    return x.astype(np.float32)
+def _float32(x: np.ndarray) -> np.ndarray:
+    """The float32 image of float32 or bf16 values (exact; x itself when float32)."""
+    return x.astype(np.float32, copy=False)
 
 
 def exact_matmul(a: np.ndarray, b: np.ndarray, out_dtype: DTypeLike,
@@ -328,7 +345,10 @@ def exact_matmul(a: np.ndarray, b: np.ndarray, out_dtype: DTypeLike,
     IEEE values of the elements they reach (module docstring)."""
     dt = np.dtype(out_dtype)
     precision_of(dt)  # ValueError for a format without exact rounding
-    a, b = _float32_image("a", np.asarray(a)), _float32_image("b", np.asarray(b))
+    a, b = np.asarray(a), np.asarray(b)
+    for name, x in (("a", a), ("b", b)):
+        if x.dtype not in (np.float32, BF16):
+            raise ValueError(f"{name} must be float32 or bfloat16, got {x.dtype}")
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     if out is None:
         out = np.empty((m, n), dt)
@@ -346,9 +366,10 @@ def exact_matmul(a: np.ndarray, b: np.ndarray, out_dtype: DTypeLike,
             _finite_matmul(a, b, split_a, split_b, beta, out)
             return out
         finite_a, finite_b = np.isfinite(a), np.isfinite(b)
-        a0, b0 = np.where(finite_a, a, np.float32(0)), np.where(finite_b, b, np.float32(0))
+        a0, b0 = (np.where(f, x, np.zeros((), x.dtype)) for f, x in ((finite_a, a),
+                                                                       (finite_b, b)))
         _finite_matmul(a0, b0, split_top(a0, beta, axis=1), split_top(b0, beta, axis=0),
                        beta, out)
         bad = ~finite_a.all(axis=1)[:, None] | ~finite_b.all(axis=0)[None, :]
-        out[bad] = (a.astype(np.float64) @ b.astype(np.float64))[bad].astype(dt)
+        out[bad] = (to_float64(a) @ to_float64(b))[bad].astype(dt)
     return out

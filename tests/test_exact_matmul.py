@@ -157,13 +157,14 @@ def test_exact_matmul_on_rounding_boundaries_matches_rationals(monkeypatch, path
         _same_bits(matmul.exact_matmul(a, b, dt), _oracle(a, b, FMT[dt]))
 
 
-def test_exact_matmul_non_finite_inputs_reach_exactly_their_elements():
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+def test_exact_matmul_non_finite_inputs_reach_exactly_their_elements(dtype):
     """NaN and +-inf in a row of a and a column of b: the elements they reach get IEEE's
     value of the sum (NaN where inf meets a zero or -inf, else the infinity), every other
     element the exact value."""
     rng = np.random.default_rng(3)
-    a = rng.standard_normal((6, 40)).astype(np.float32)
-    b = rng.standard_normal((40, 5)).astype(np.float32)
+    a = rng.standard_normal((6, 40)).astype(dtype)
+    b = rng.standard_normal((40, 5)).astype(dtype)
     a[1, 3], a[2, 4], a[3, 5], a[3, 6] = np.nan, np.inf, np.inf, -np.inf
     b[7, 2] = -np.inf
     b[8, 4], a[4, 8] = np.inf, 0.0
@@ -184,15 +185,17 @@ def test_exact_matmul_non_finite_inputs_reach_exactly_their_elements():
 
 @pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize("layout", ["C", "F", "strided"])
-def test_split_top_is_the_rint_split_per_line_in_every_layout(axis, layout):
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+def test_split_top_is_the_rint_split_per_line_in_every_layout(axis, layout, dtype):
     """split_top against its definition, line by line in numpy: hi = rint(x / unit) unit
     with unit = 2^(floor(log2 max|line|) + 1 - beta), nnz the nonzeros of x - hi; on wide
-    float32 data with an all-zero row and column, subnormal-range values and ties of rint
-    (x / unit = j + 1/2), in C, Fortran and non-contiguous layouts; hi keeps the layout.
-    One infinity or NaN anywhere clears the finite flag."""
+    float32 and bf16 data (read from their bits) with an all-zero row and column,
+    subnormal values and ties of rint (x / unit = j + 1/2), in C, Fortran and
+    non-contiguous layouts; hi keeps the layout.  One infinity or NaN anywhere clears the
+    finite flag."""
     rng = np.random.default_rng(axis * 3 + len(layout))
-    x = _wide(rng, (70, 90), 30, np.float32)
-    x[5, :7] = np.float32(2.0**-140)  # float32 subnormals
+    x = _wide(rng, (70, 90), 30, dtype)
+    x[5, :7] = 2.0**-140 if dtype == np.float32 else 2.0**-130  # subnormals of each
     x[9] = 0.0
     x[9, 0] = 0.5  # the row's max: unit 2^(-1 + 1 - 20)
     x[9, 1:4] = (np.arange(3) + 0.5) * 2.0**-20  # rint ties in that unit
@@ -203,7 +206,9 @@ def test_split_top_is_the_rint_split_per_line_in_every_layout(axis, layout):
         x = np.repeat(x, 2, axis=1)[:, ::2]
     hi, nnz, finite = matmul.split_top(x, beta, axis)
     assert finite
-    lines = x if axis == 1 else x.T
+    x64 = x.astype(np.float64)
+    assert (x64[5, :7] != 0).all()
+    lines = x64 if axis == 1 else x64.T
     want_hi = np.empty(lines.shape)
     for i, line in enumerate(lines):
         mu = np.abs(line).max()
@@ -211,7 +216,7 @@ def test_split_top_is_the_rint_split_per_line_in_every_layout(axis, layout):
         want_hi[i] = np.rint(line / unit) * unit
     want_hi = want_hi if axis == 1 else want_hi.T
     _same_bits(hi, want_hi)
-    np.testing.assert_array_equal(nnz, np.count_nonzero(x - want_hi, axis=axis))
+    np.testing.assert_array_equal(nnz, np.count_nonzero(x64 - want_hi, axis=axis))
     assert hi.flags.f_contiguous == (layout == "F")
     if axis == 1:  # ties to even
         assert (hi[9, 1:4] == np.array([0, 2, 2]) * 2.0**-20).all()
