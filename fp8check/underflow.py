@@ -73,9 +73,11 @@ unchanged there up to that.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 
 from fp8check.formats import get_format
@@ -173,15 +175,54 @@ _PEAK_CHUNK = 1 << 22  # elements per step of `_finite_peak`: 32 MiB of float64
 
 
 def _finite_peak(v: Any) -> float:
-    """max |v| over v's finite elements (0.0 when none), in float64, a chunk at a time:
-    production operands have 10^8 and more elements, and a float64 copy of a whole one
-    (with its abs and finite mask) took gigabytes."""
+    """max |v| over v's finite elements (0.0 when none), in float64: for an fp8 operand
+    from its codes (`_sign_magnitude_order`), else a chunk at a time: production operands
+    have 10^8 and more elements, and a float64 copy of a whole one (with its abs and
+    finite mask) took gigabytes."""
     flat = np.asarray(v).reshape(-1)
+    order = _sign_magnitude_order(flat.dtype)
+    if order is not None:
+        magnitudes, finite_codes = order
+        return float(magnitudes[_largest_finite_code(flat.view(np.uint8), finite_codes)])
     peak = 0.0
     for i in range(0, flat.size, _PEAK_CHUNK):
         peak = max(peak, float(np.max(_finite_magnitudes(flat[i:i + _PEAK_CHUNK]),
                                       initial=0.0)))
     return peak
+
+
+@functools.cache
+def _sign_magnitude_order(dtype: np.dtype) -> tuple[np.ndarray, int] | None:
+    """For a one-byte float format laid out sign and magnitude with its magnitudes in code
+    order (e4m3fn, e5m2): (|value| of the codes 0..127 as float64, L) where the codes
+    whose low seven bits are below L are exactly the finite ones and |value| grows with
+    those bits; None for any other dtype."""
+    if dtype.itemsize != 1 or dtype.kind in "iub":
+        return None
+    values = to_float64(np.arange(256, dtype=np.uint8).view(dtype))
+    finite = np.isfinite(values)
+    limit = int(np.argmin(finite[:128])) if not finite[:128].all() else 128
+    magnitudes = np.abs(values[:128])
+    ordered = (np.all(finite[:limit]) and not finite[limit:128].any()
+               and np.array_equal(finite[:128], finite[128:])
+               and np.array_equal(magnitudes, np.abs(values[128:]), equal_nan=True)
+               and bool(np.all(np.diff(magnitudes[:limit]) > 0)))
+    return (magnitudes, limit) if ordered else None
+
+
+@numba.njit(parallel=True, cache=True)
+def _largest_finite_code(codes, limit):
+    """The largest low seven bits below `limit` among uint8 codes (0 when none)."""
+    n = codes.shape[0]
+    step = 1 << 20
+    best = np.zeros((n + step - 1) // step, np.int64)
+    for c in numba.prange(best.shape[0]):
+        b = 0
+        for i in range(c * step, min(n, (c + 1) * step)):
+            m = codes[i] & 0x7F
+            b = max(b, m if m < limit else 0)
+        best[c] = b
+    return best.max() if best.shape[0] else 0
 
 
 def _finite_magnitudes(v: Any) -> np.ndarray:

@@ -423,21 +423,29 @@ def test_ftz_flag_parses_and_repeats_in_the_repro_command(flag, value):
 
 def test_finite_peak_streams_chunks_and_skips_non_finite(monkeypatch):
     """The operands' peak magnitude, a chunk at a time (chunks of 7 here, so the peak, NaN
-    and Inf fall in different chunks and at their edges): equal to max |finite v| taken
-    at once, 0.0 for an empty or all-NaN operand; fp8 codes included."""
+    and Inf fall in different chunks and at their edges), or from the codes of an fp8
+    format whose magnitudes follow its codes (e4m3fn, e5m2; e4m3fnuz, whose NaN is the
+    negative zero code, takes the chunks): equal to max |finite v| taken at once, 0.0 for
+    an empty or all-NaN operand."""
     import ml_dtypes
 
     from fp8check import underflow
 
     monkeypatch.setattr(underflow, "_PEAK_CHUNK", 7)
     rng = np.random.default_rng(5)
-    for dtype in (np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn):
-        v = (rng.standard_normal((5, 9)) * 40).astype(dtype)
+    assert underflow._sign_magnitude_order(np.dtype(ml_dtypes.float8_e4m3fnuz)) is None
+    for fp8 in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
+        assert underflow._sign_magnitude_order(np.dtype(fp8)) is not None
+    for dtype in (np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn,
+                  ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fnuz):
+        v = (rng.standard_normal((5, 9)) * 20).astype(dtype)
         flat = v.reshape(-1)
-        flat[6], flat[13] = np.nan, -np.inf if dtype != ml_dtypes.float8_e4m3fn else np.nan
-        flat[14] = -400.0  # the peak, first of the third chunk
+        has_inf = np.isinf(np.array(np.inf).astype(dtype))
+        flat[6], flat[13] = np.nan, -np.inf if has_inf else np.nan
+        flat[14] = -224.0  # the peak, first of the third chunk
         a = np.abs(flat.astype(np.float64))
         want = float(a[np.isfinite(a)].max())
-        assert want >= 384.0 and underflow._finite_peak(v) == want
-    assert underflow._finite_peak(np.zeros((0, 3), np.float32)) == 0.0
+        assert want == 224.0 and underflow._finite_peak(v) == want, dtype
+        assert underflow._finite_peak(np.full(10, np.nan).astype(dtype)) == 0.0
+        assert underflow._finite_peak(np.zeros((0, 3), dtype)) == 0.0
     assert underflow._finite_peak(np.full(10, np.nan, np.float32)) == 0.0
