@@ -316,22 +316,22 @@ def _accumulate_exact(p_hi, p_lo, sa, sb, prec, emin):
     err_per_q = (2 * kb_n * parts + 2) * 2.0**-53
     out = np.empty((m, n), np.float64)
     for i in numba.prange(m):
+        # a row at a time, its columns in the inner loop (independent: it vectorizes),
+        # each element's operations in the order above
+        total, sigma, qabs = np.zeros(n), np.zeros(n), np.zeros(n)
+        for kb in range(kb_n):
+            sa_i = np.float64(sa[i, kb])
+            for x in range(parts):
+                part = p_hi[kb, i] if x == 0 else p_lo[kb, i]
+                for j in range(n):
+                    hi, lo = two_product(part[j], sa_i * np.float64(sb[kb, j]))  # s exact
+                    t, q = two_sum(total[j], hi)
+                    sg, qa = sigma[j] + q, qabs[j] + abs(q)
+                    total[j], q = two_sum(t, lo)
+                    sigma[j], qabs[j] = sg + q, qa + abs(q)
         for j in range(n):
-            total = 0.0
-            sigma = 0.0
-            qabs = 0.0
-            for kb in range(kb_n):
-                s = np.float64(sa[i, kb]) * np.float64(sb[kb, j])  # exact: 24 + 24 bits
-                for x in range(parts):
-                    hi, lo = two_product(p_hi[kb, i, j] if x == 0 else p_lo[kb, i, j], s)
-                    total, q = two_sum(total, hi)
-                    sigma += q
-                    qabs += abs(q)
-                    total, q = two_sum(total, lo)
-                    sigma += q
-                    qabs += abs(q)
-            hi, lo = two_sum(total, sigma)
-            r, certain = round_certified(hi, lo, qabs * err_per_q, prec, emin)
+            hi, lo = two_sum(total[j], sigma[j])
+            r, certain = round_certified(hi, lo, qabs[j] * err_per_q, prec, emin)
             out[i, j] = r if certain else scaled_terms_exact(p_hi, p_lo, sa, sb, i, j, prec,
                                                              emin)
     return out
