@@ -328,3 +328,22 @@ def test_layer3_grad_snr_is_drawn_at_the_steps_it_was_sampled(tmp_path, capsys):
     assert main(["report", str(src), "-o", str(tmp_path / "r.html")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "metrics.grad_snr: expected 7 items (grad_snr_steps), got 8" in err[0]
+
+
+def test_log_axis_labels_are_matplotlibs_in_plain_text():
+    """The report's log-axis tick labels say what matplotlib's own (mathtext) labels say,
+    in plain text with superscript exponents: decades, non-decade minor ticks, symlog's
+    negative and zero ticks; and the ULP bins' powers of two likewise."""
+    from matplotlib.ticker import LogFormatterSciNotation
+
+    from fp8check.reports import plots
+
+    mine = plots._PlainLogFormatter(10, labelOnlyBase=False)
+    theirs = LogFormatterSciNotation(10, labelOnlyBase=False)
+    for x, want in ((1e-3, "10⁻³"), (1.0, "10⁰"), (1e6, "10⁶"), (2e-3, "2×10⁻³"),
+                    (-100.0, "−10²"), (0.0, "0"), (5e12, "5×10¹²")):
+        assert mine(x) == want, (x, theirs(x))
+        assert theirs(x).startswith("$"), theirs(x)  # what it replaces is mathtext
+    assert [plots._ulp_label(v, False) for v in (0, 1, 2, 8, 1024)] == [
+        "0", "1", "2¹", "2³", "2¹⁰"]
+    assert plots._ulp_label(1 << 20, True) == "≥2²⁰"
