@@ -41,7 +41,10 @@ _ULP_SATURATE = np.uint64(ULP_NAN - 1)  # real distances are clamped below the N
 
 
 def _as_f64(x: ArrayLike) -> np.ndarray:
-    return to_float64(np.asarray(x))
+    """x as a float64 array: x itself when it is one (the metrics never write to their
+    inputs), else its exact float64 image."""
+    a = np.asarray(x)
+    return a if a.dtype == np.float64 else to_float64(a)
 
 
 def _pair(
