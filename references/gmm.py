@@ -611,9 +611,29 @@ def _abs_f64(x, sl) -> np.ndarray:
     28 bits) or a plain array.  `sl` indexes the leading dim, so a group at a time is
     materialised, never a whole operand."""
     if isinstance(x, QTensor):
+        lut = _LUT.get(x.values.dtype)
+        if lut is not None:  # one pass over the codes (the same exact products)
+            codes = x.values[sl].view(np.uint8)
+            return _abs_dequantized(codes.reshape(-1, codes.shape[-1]), lut,
+                                    x.scales[sl].reshape(-1, x.scales.shape[-1]),
+                                    *x.block).reshape(codes.shape)
         v, sc = _to_f64(x.values[sl]), x.scales[sl].astype(np.float64)
         return np.abs(v * expand_scales(sc, x.block, v.shape))
     return np.abs(_to_f64(np.asarray(x)[sl]))
+
+
+@numba.njit(parallel=True, cache=True)
+def _abs_dequantized(codes, lut, scales, block_rows, block_cols):
+    """|lut[codes] * scales expanded over (block_rows x block_cols) blocks| in float64:
+    codes [R, C] uint8, scales [ceil(R / block_rows), ceil(C / block_cols)] float32
+    (the product of an fp8 value and a float32 scale is exact in float64)."""
+    r, c = codes.shape
+    out = np.empty((r, c))
+    for i in numba.prange(r):
+        for j in range(c):
+            out[i, j] = abs(lut[codes[i, j]] * np.float64(scales[i // block_rows,
+                                                                  j // block_cols]))
+    return out
 
 
 def abs_product(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray,
