@@ -273,7 +273,8 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
                 interval: int = 128, ftz: bool = False) -> MetricTotals:
     """`metric_totals` of a gmm-fp8 output `out` [M, N] (float32 or bfloat16) against the
     exact reference of lhs [M,K] (1x128) and rhs [G,K,N] (128x128) QTensors, streamed
-    `rows_per_chunk` rows of one group at a time; `accum` (None to skip) adds the
+    `rows_per_chunk` rows of one group at a time (the references of consecutive small
+    groups computed together, up to `rows_per_chunk` rows); `accum` (None to skip) adds the
     bit-exact count against `gmm(..., accum=accum, interval=interval)` (`interval`:
     deepgemm-hopper's promotion interval); `u` is the accumulator's unit roundoff of the
     bound.  Only rows below sum(group_sizes) are compared, as in the gate.  The bound's
@@ -296,17 +297,33 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     offs = group_offsets(gs)
     underflow = fp8_model(lhs, rhs, lhs.shape[1]).term(ftz=ftz, u=u)
     total = MetricTotals.empty(accum is not None)
-    for gi in range(g):
-        for r0 in range(offs[gi], offs[gi + 1], rows_per_chunk):
-            r1 = min(r0 + rows_per_chunk, offs[gi + 1])
-            a = QTensor(lhs.values[r0:r1], lhs.scales[r0:r1], lhs.block, lhs.fmt, lhs.recipe)
-            b = QTensor(rhs.values[gi:gi + 1], rhs.scales[gi:gi + 1], rhs.block, rhs.fmt,
-                        rhs.recipe)
-            one = np.array([r1 - r0])
-            ref = None if accum is None else gmm(a, b, one, out_dtype=out.dtype, accum=accum,
-                                                 interval=interval)
-            part = metric_totals(out[r0:r1], gmm(a, b, one, out_dtype=np.float64, accum="exact"),
-                             abs_product(a, b, one), lhs.shape[1], u=u, ref=ref,
-                             underflow=underflow)
+    # One row chunk of one group at a time (a large group in several), as the totals are
+    # merged; the exact and recipe references of consecutive chunks that fit in one chunk's
+    # rows are computed together (a call per group would pack each group's rhs for every
+    # thread and pay the call's fixed cost per group: the same values, per element).
+    chunks = [(gi, r0, min(r0 + rows_per_chunk, offs[gi + 1])) for gi in range(g)
+              for r0 in range(offs[gi], offs[gi + 1], rows_per_chunk)]
+    i = 0
+    while i < len(chunks):
+        j = i + 1
+        while j < len(chunks) and chunks[j][2] - chunks[i][1] <= rows_per_chunk:
+            j += 1
+        (g0, b0, _), (g1, _, b1) = chunks[i], chunks[j - 1]
+        sizes = np.clip(offs[g0 + 1:g1 + 2], b0, b1) - np.clip(offs[g0:g1 + 1], b0, b1)
+        a = QTensor(lhs.values[b0:b1], lhs.scales[b0:b1], lhs.block, lhs.fmt, lhs.recipe)
+        b = QTensor(rhs.values[g0:g1 + 1], rhs.scales[g0:g1 + 1], rhs.block, rhs.fmt,
+                    rhs.recipe)
+        exact = gmm(a, b, sizes, out_dtype=np.float64, accum="exact")
+        ref = None if accum is None else gmm(a, b, sizes, out_dtype=out.dtype, accum=accum,
+                                             interval=interval)
+        for gi, r0, r1 in chunks[i:j]:
+            rows = slice(r0 - b0, r1 - b0)
+            abs_ab = abs_product(QTensor(lhs.values[r0:r1], lhs.scales[r0:r1], lhs.block,
+                                         lhs.fmt, lhs.recipe),
+                                 QTensor(rhs.values[gi:gi + 1], rhs.scales[gi:gi + 1],
+                                         rhs.block, rhs.fmt, rhs.recipe), np.array([r1 - r0]))
+            part = metric_totals(out[r0:r1], exact[rows], abs_ab, lhs.shape[1], u=u,
+                                 ref=None if ref is None else ref[rows], underflow=underflow)
             total = total.merge(part, r0 * n)
+        i = j
     return total
