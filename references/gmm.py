@@ -37,7 +37,8 @@ double-round (`_accumulate_row`).  Where the CPU allows, the exact partials come
 integer dot products of the values' digits instead of float64 BLAS: AMX int8 tiles
 (`_gmm_e4m3_amx`, `references.amx`; the partials handed over already rounded once to
 float32), else AVX512-VNNI int16 dot products with the recipe fused in C
-(`references.vnni`).  `PARTIALS` names the path taken here.  None of these changes a bit
+(`references.vnni`); the exact recipe takes its float64 partials from the VNNI ones too
+(`vnni.exact_partials`).  `PARTIALS` names the path taken here.  None of these changes a bit
 of the result: operands holding a NaN code, which the integer digits cannot carry, take
 the float64 BLAS path.
 """
@@ -467,25 +468,41 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
             out[rows] = _gmm_e4m3_group(lhs.values[rows].view(np.uint8),
                                         rhs.values[g].view(np.uint8), sa, sb, accum)
             continue
-        b64 = _to_f64(rhs.values[g])
-        rhs_finite = bool(np.isfinite(b64).all() and np.isfinite(sb).all())
+        b_codes = rhs.values[g].view(np.uint8)
+        # The exact recipe's e4m3 partials from the VNNI integer dot products where they
+        # apply (no NaN code: the same float64 values as BLAS's), else from float64 BLAS.
+        packed = (vnni.pack_rhs(b_codes) if accum == "exact" and lhs.fmt == rhs.fmt == "e4m3fn"
+                  and vnni.AVAILABLE and not has_nan_code(b_codes) else None)
+        b64 = None if packed is not None else _to_f64(rhs.values[g])
+        # e4m3fn has no infinity: codes without NaN are finite
+        rhs_finite = bool((b64 is None or np.isfinite(b64).all()) and np.isfinite(sb).all())
         for r0 in range(offs[g], offs[g + 1], chunk):
             r1 = min(r0 + chunk, offs[g + 1])
             s = sa[r0 - offs[g] : r1 - offs[g]]
+            a_codes, a64 = lhs.values[r0:r1].view(np.uint8), None
             if accum == "deepgemm-hopper":
-                p_hi = _hopper_partials(lhs.values[r0:r1].view(np.uint8),
-                                        rhs.values[g].view(np.uint8), lhs.fmt, interval)
+                p_hi = _hopper_partials(a_codes, b_codes, lhs.fmt, interval)
                 p_lo = np.zeros_like(p_hi)
+            elif packed is not None and not has_nan_code(a_codes):
+                p_hi, p_lo = vnni.exact_partials(a_codes, packed, n), _NO_REMAINDER
             else:
-                a64 = _to_f64(lhs.values[r0:r1])
+                a64, b64 = _to_f64(lhs.values[r0:r1]), _operand_f64(b64, rhs.values[g])
                 p_hi, p_lo = _partials(a64, b64, lhs.fmt)
             if accum == "exact":
                 res = _accumulate_exact(p_hi, p_lo, s, sb, *prec)
-                if not (rhs_finite and np.isfinite(a64).all() and np.isfinite(s).all()):
+                if not (rhs_finite and (a64 is None or np.isfinite(a64).all())
+                        and np.isfinite(s).all()):
+                    a64 = _operand_f64(a64, lhs.values[r0:r1])
+                    b64 = _operand_f64(b64, rhs.values[g])
                     _ieee_where_nonfinite(res, a64, b64, s, sb)
             else:
                 res = _accumulate(p_hi, p_lo, s, sb, _ACCUM_CODE[accum])
             out[r0:r1] = res.astype(out.dtype)
+
+
+def _operand_f64(made: np.ndarray | None, values: np.ndarray) -> np.ndarray:
+    """`made` when the float64 image of `values` was made already, else that image."""
+    return made if made is not None else _to_f64(values)
 
 
 def gmm(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray, group_sizes: ArrayLike,

@@ -43,6 +43,8 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     lib.fp8check_vnni_gmm.argtypes = [_P, _I, _I, _P, _I, _P, _I, _I, _I, _P, _P, _I, _I, _P,
                                       _I, _P]
     lib.fp8check_vnni_gmm.restype = None
+    lib.fp8check_vnni_partials.argtypes = [_P, _I, _I, _I, _P, _I, _P, _I]
+    lib.fp8check_vnni_partials.restype = None
     return lib, "avx512-vnni"
 
 
@@ -133,3 +135,25 @@ def gmm(a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: np.ndarray
             for (r0, r1), buf in zip(shares, scratch, strict=True)]
     for job in jobs:
         job.result()
+
+
+def exact_partials(a_codes: np.ndarray, b_packed: np.ndarray, n: int,
+                   parts: int | None = None) -> np.ndarray:
+    """The exact 128-wide K-block partials sum_k a[r, k] b[k, j] of lhs e4m3fn codes
+    [m, K] (uint8, no NaN codes) and one expert's rhs packed by `pack_rhs` (N columns), in
+    value units -> float64 [K/128, m, N] (each exact: `vnni_gmm.c`'s header), the rows cut
+    into `parts` shares of whole 8-row panels computed in parallel (default numba's thread
+    count)."""
+    m, k = a_codes.shape
+    a_codes = np.ascontiguousarray(a_codes, dtype=np.uint8)
+    out = np.empty((k // 128, m, n), np.float64)
+    parts = parts or numba.get_num_threads()
+    panels = -(-m // _ROWS)
+    cuts = sorted({min(m, _ROWS * -(-panels * i // parts)) for i in range(parts + 1)})
+    jobs = [_pool().submit(_lib().fp8check_vnni_partials, a_codes.ctypes.data + r0 * k, k,
+                           r1 - r0, k, b_packed.ctypes.data, n,
+                           out.ctypes.data + r0 * n * out.itemsize, m * n)
+            for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0]
+    for job in jobs:
+        job.result()
+    return out

@@ -13,10 +13,11 @@
    far inside int32 (|S| <= 128 * 959^2 < 2^27, |H|, |L| < 2^25), so the wrap-around never
    happens and H, L, S are exact, in any order.  S - H - L is an exact int32 too
    (|h^a l^b + l^a h^b| summed < 2^26).  The combination 2^9 (2^9 H + (S - H - L)) + L
-   has every intermediate an integer below 2^44 in float64 (exact, fma or not), and one
-   conversion to float32 (round to nearest even) gives RN32(P); times 2^-18 (exact: P is 0
-   or at least 1 unit, far from float32's subnormals) it is RN32 of the partial in value
-   units, which is what the recipes consume.
+   has every intermediate an integer below 2^44 in float64 (exact, fma or not); times
+   2^-18 it is the partial in value units, still exact in float64, which the exact recipe
+   consumes (`fp8check_vnni_partials`).  One conversion to float32 (round to nearest even;
+   P is 0 or at least 1 unit, far from float32's subnormals) gives RN32 of it, which the
+   other recipes consume.
 
    Three int16 dot products per K element instead of the four of a plain digit split.
    VPDPWSSD does twice the multiply-adds of a float32 FMA per instruction, so the exact
@@ -141,12 +142,13 @@ __attribute__((noinline)) static void pack_lhs(const digit_tables *t, const uint
     DOT(acc_##r##_2, b2, a[192 * r + 128 + p]);
 #define SAVE(r) acc[r][0] = acc_##r##_0; acc[r][1] = acc_##r##_1; acc[r][2] = acc_##r##_2;
 
-/* RN32 of the exact partials of ROWS rows x 16 columns: panel [ROWS][3][128], one packed
-   rhs column vector of the same K block; p_out [ROWS] vectors of 16 float32. */
+/* The exact partials of ROWS rows x 16 columns, in value units, as float64 (exact: see the
+   header): panel [ROWS][3][128], one packed rhs column vector of the same K block;
+   p_out[r][0] columns 0-7, p_out[r][1] columns 8-15 of row r. */
 /* noinline, as pack_lhs: inlined into one loop nest, the digit tables' 12 registers would
    crowd the 24 accumulators out. */
 __attribute__((noinline)) static void partials(const int16_t *panel, const int16_t *bvec,
-                                               __m512 *p_out) {
+                                               __m512d p_out[ROWS][2]) {
     const int32_t *a = (const int32_t *)panel;
     DECL(0) DECL(1) DECL(2) DECL(3) DECL(4) DECL(5) DECL(6) DECL(7)
     for (int p = 0; p < PAIRS; p++) {
@@ -161,7 +163,6 @@ __attribute__((noinline)) static void partials(const int16_t *panel, const int16
     for (int r = 0; r < ROWS; r++) {
         __m512i h = acc[r][0], l = acc[r][1];
         __m512i x = _mm512_sub_epi32(_mm512_sub_epi32(acc[r][2], h), l);
-        __m256 half[2];
         for (int i = 0; i < 2; i++) {
             __m512d hd = _mm512_cvtepi32_pd(i ? _mm512_extracti64x4_epi64(h, 1)
                                               : _mm512_castsi512_si256(h));
@@ -170,11 +171,16 @@ __attribute__((noinline)) static void partials(const int16_t *panel, const int16
             __m512d ld = _mm512_cvtepi32_pd(i ? _mm512_extracti64x4_epi64(l, 1)
                                               : _mm512_castsi512_si256(l));
             __m512d s = _mm512_fmadd_pd(_mm512_fmadd_pd(hd, c9, xd), c9, ld); /* exact */
-            half[i] = _mm512_cvt_roundpd_ps(_mm512_mul_pd(s, c18),
-                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            p_out[r][i] = _mm512_mul_pd(s, c18);                                /* exact */
         }
-        p_out[r] = _mm512_insertf32x8(_mm512_castps256_ps512(half[0]), half[1], 1);
     }
+}
+
+/* RN32 of row r's exact partials (16 columns). */
+static inline __m512 rn32(__m512d p[2]) {
+    const int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvt_roundpd_ps(p[0], rn)),
+                              _mm512_cvt_roundpd_ps(p[1], rn), 1);
 }
 
 /* Rows [0, rows) of one group's output, all columns, recipe `code` (0 deepgemm,
@@ -187,7 +193,7 @@ static void group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t 
                   int64_t nb, int64_t code, float *out, int64_t ldo) {
     const int64_t kbn = k / 128, nv = (n + 15) / 16;
     _Alignas(64) int16_t panel[ROWS * 384];
-    __m512 p[ROWS];
+    __m512d p[ROWS][2];
     if (kbn == 0)
         for (int64_t r = 0; r < rows; r++)
             memset(out + r * ldo, 0, n * sizeof(float));
@@ -204,13 +210,14 @@ static void group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t 
                     float *o = out + (r0 + r) * ldo + 16 * v;
                     const float s_a = sa[(r0 + r) * kbn + kb];
                     __m512 acc = kb ? _mm512_maskz_loadu_ps(m, o) : _mm512_setzero_ps();
+                    const __m512 pr = rn32(p[r]);
                     if (code == 0)
-                        acc = _mm512_fmadd_ps(_mm512_set1_ps(s_a * s_b), p[r], acc);
+                        acc = _mm512_fmadd_ps(_mm512_set1_ps(s_a * s_b), pr, acc);
                     else if (code == 1)
-                        acc = _mm512_fmadd_ps(_mm512_mul_ps(p[r], _mm512_set1_ps(s_a)),
+                        acc = _mm512_fmadd_ps(_mm512_mul_ps(pr, _mm512_set1_ps(s_a)),
                                               _mm512_set1_ps(s_b), acc);
                     else
-                        acc = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p[r], _mm512_set1_ps(s_a)),
+                        acc = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(pr, _mm512_set1_ps(s_a)),
                                                           _mm512_set1_ps(s_b)), acc);
                     _mm512_mask_storeu_ps(o, m, acc);
                 }
@@ -249,4 +256,36 @@ void fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t
               code, out + r0 * ldo, ldo);
     }
     _mm_setcsr(csr);
+}
+
+/* The exact 128-wide partials of rows [0, rows) of one group, float64 in value units (the
+   partial of an e4m3 K block is below 2^44 units of 2^-18: exact, see the header), for
+   the exact recipe:
+     a    their lhs codes [rows][k] (row stride lda bytes);  bp  the group's packed rhs;
+     out  [k / 128][...][n] float64, row r of block kb at out + kb * ldk + r * n. */
+void fp8check_vnni_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uint64_t pbp,
+                            int64_t n, uint64_t pout, int64_t ldk) {
+    const uint8_t *a = (const uint8_t *)pa;
+    const int16_t *bp = (const int16_t *)pbp;
+    double *out = (double *)pout;
+    const int64_t kbn = k / 128, nv = (n + 15) / 16;
+    const digit_tables t = make_tables();
+    _Alignas(64) int16_t panel[ROWS * 384];
+    __m512d p[ROWS][2];
+    for (int64_t kb = 0; kb < kbn; kb++)
+        for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
+            pack_lhs(&t, a, lda, rows, r0, kb, panel);
+            const int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
+            for (int64_t v = 0; v < nv; v++) {
+                partials(panel, bp + (kb * nv + v) * VEC_I16, p);
+                const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
+                const __mmask8 m0 = (__mmask8)((1u << (valid < 8 ? valid : 8)) - 1);
+                const __mmask8 m1 = (__mmask8)(valid > 8 ? (1u << (valid - 8)) - 1 : 0);
+                for (int64_t r = 0; r < nr; r++) {
+                    double *o = out + kb * ldk + (r0 + r) * n + 16 * v;
+                    _mm512_mask_storeu_pd(o, m0, p[r][0]);
+                    _mm512_mask_storeu_pd(o + 8, m1, p[r][1]);
+                }
+            }
+        }
 }

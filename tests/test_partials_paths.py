@@ -49,7 +49,7 @@ def _only(path: str, monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
-@pytest.mark.parametrize("accum", ["deepgemm", "cublas", "tokamax"])
+@pytest.mark.parametrize("accum", ["deepgemm", "cublas", "tokamax", "exact"])
 @pytest.mark.parametrize("shape", [(300, 256, 128, 4), (45, 2048, 256, 3), (1, 128, 128, 1),
                                    (37, 384, 200, 3), (9, 128, 40, 2)])
 def test_fast_paths_give_the_blas_bits(path, accum, shape, monkeypatch):
@@ -64,6 +64,18 @@ def test_fast_paths_give_the_blas_bits(path, accum, shape, monkeypatch):
         blas = gmm(lhs, rhs, gs, accum=accum)
     np.testing.assert_array_equal(fast.view(np.uint32), blas.view(np.uint32))
     assert np.isfinite(fast).all() and np.any(fast)
+    if accum == "exact":  # the true value: float64 output too, through VNNI's partials
+        with monkeypatch.context() as mp:
+            _only(path, mp)
+            calls = []
+            real = vnni.exact_partials
+            mp.setattr(vnni, "exact_partials", lambda *a: calls.append(1) or real(*a))
+            fast = gmm(lhs, rhs, gs, out_dtype=np.float64, accum=accum)
+            assert bool(calls) == (path == "vnni")
+        with monkeypatch.context() as mp:
+            _only("blas", mp)
+            blas = gmm(lhs, rhs, gs, out_dtype=np.float64, accum=accum)
+        np.testing.assert_array_equal(fast.view(np.uint64), blas.view(np.uint64))
 
 
 def test_nan_codes_are_found():
