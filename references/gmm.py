@@ -628,13 +628,10 @@ def _abs_f64(x, sl) -> np.ndarray:
     28 bits) or a plain array.  `sl` indexes the leading dim, so a group at a time is
     materialised, never a whole operand."""
     if isinstance(x, QTensor):
-        lut = _LUT.get(x.values.dtype)
-        if lut is not None:  # one pass over the codes (the same exact products)
-            codes = x.values[sl].view(np.uint8)
-            return _abs_dequantized(codes.reshape(-1, codes.shape[-1]), lut,
-                                    x.scales[sl].reshape(-1, x.scales.shape[-1]),
-                                    *x.block).reshape(codes.shape)
-        v, sc = _to_f64(x.values[sl]), x.scales[sl].astype(np.float64)
+        lut, codes = _LUT.get(x.values.dtype), x.values[sl]
+        if lut is not None and codes.ndim == 2:  # one pass over the codes, the same products
+            return _abs_dequantized(codes.view(np.uint8), lut, x.scales[sl], *x.block)
+        v, sc = _to_f64(codes), x.scales[sl].astype(np.float64)
         return np.abs(v * expand_scales(sc, x.block, v.shape))
     return np.abs(_to_f64(np.asarray(x)[sl]))
 
