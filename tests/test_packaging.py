@@ -1,6 +1,7 @@
 """The package's layout as installed: every folder with an __init__.py under the four
 source roots is a package pyproject.toml lists (a folder it misses is absent from a
-wheel, while the editable install of the test run still finds it)."""
+wheel, while the editable install of the test run still finds it), and every other
+package it lists is a data folder: no Python, its files named in package-data."""
 
 import tomllib
 from pathlib import Path
@@ -18,7 +19,13 @@ def test_every_package_folder_is_listed_in_pyproject():
             if "__pycache__" in rel.parts:
                 continue
             found.add(".".join([package, *rel.parts]))
-    assert found == set(tool["packages"])
+    listed = set(tool["packages"])
+    assert found <= listed
+    for data in listed - found:  # e.g. the report's templates
+        root, _, rest = data.rpartition(".")
+        folder = ROOT / dirs[root] / rest if root in dirs else None
+        assert folder is not None and folder.is_dir(), data
+        assert not list(folder.glob("*.py")) and tool["package-data"].get(data), data
 
 
 def test_the_package_says_it_is_typed():
