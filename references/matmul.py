@@ -143,7 +143,14 @@ def _split_cols(bits, shift, beta):
                 h = np.rint(x * inv[t]) * unit[t]
                 hi[i, t] = h
                 cnt[c, t] += np.int64(x != h)
-    return hi, cnt.sum(axis=0), bad.sum()
+    # the chunks' counts summed by hand: numba's array sums compile slowly
+    nnz = np.zeros(k, np.int64)
+    nonfinite = 0
+    for c in range(nch):
+        for t in range(k):
+            nnz[t] += cnt[c, t]
+            nonfinite += bad[c, t]
+    return hi, nnz, nonfinite
 
 
 def split_top(x: np.ndarray, beta: int, axis: int = 1) -> tuple[np.ndarray, np.ndarray, bool]:
