@@ -210,19 +210,16 @@ def _sign_magnitude_order(dtype: np.dtype) -> tuple[np.ndarray, int] | None:
     return (magnitudes, limit) if ordered else None
 
 
-@numba.njit(parallel=True, cache=True)
+# One thread (the loop vectorizes: 4e8 codes in 0.02 s); a parallel loop took longer and
+# its compilation a second more in every fresh process.
+@numba.njit(cache=True)
 def _largest_finite_code(codes, limit):
     """The largest low seven bits below `limit` among uint8 codes (0 when none)."""
-    n = codes.shape[0]
-    step = 1 << 20
-    best = np.zeros((n + step - 1) // step, np.int64)
-    for c in numba.prange(best.shape[0]):
-        b = 0
-        for i in range(c * step, min(n, (c + 1) * step)):
-            m = codes[i] & 0x7F
-            b = max(b, m if m < limit else 0)
-        best[c] = b
-    return best.max() if best.shape[0] else 0
+    best = 0
+    for i in range(codes.shape[0]):
+        m = codes[i] & 0x7F
+        best = max(best, m if m < limit else 0)
+    return best
 
 
 def _finite_magnitudes(v: Any) -> np.ndarray:
