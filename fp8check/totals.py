@@ -310,18 +310,14 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
             j += 1
         (g0, b0, _), (g1, _, b1) = chunks[i], chunks[j - 1]
         sizes = np.clip(offs[g0 + 1:g1 + 2], b0, b1) - np.clip(offs[g0:g1 + 1], b0, b1)
-        a = QTensor(lhs.values[b0:b1], lhs.scales[b0:b1], lhs.block, lhs.fmt, lhs.recipe)
-        b = QTensor(rhs.values[g0:g1 + 1], rhs.scales[g0:g1 + 1], rhs.block, rhs.fmt,
-                    rhs.recipe)
+        a, b = lhs.leading(b0, b1), rhs.leading(g0, g1 + 1)
         exact = gmm(a, b, sizes, out_dtype=np.float64, accum="exact")
         ref = None if accum is None else gmm(a, b, sizes, out_dtype=out.dtype, accum=accum,
                                              interval=interval)
         for gi, r0, r1 in chunks[i:j]:
             rows = slice(r0 - b0, r1 - b0)
-            abs_ab = abs_product(QTensor(lhs.values[r0:r1], lhs.scales[r0:r1], lhs.block,
-                                         lhs.fmt, lhs.recipe),
-                                 QTensor(rhs.values[gi:gi + 1], rhs.scales[gi:gi + 1],
-                                         rhs.block, rhs.fmt, rhs.recipe), np.array([r1 - r0]))
+            abs_ab = abs_product(lhs.leading(r0, r1), rhs.leading(gi, gi + 1),
+                                 np.array([r1 - r0]))
             part = metric_totals(out[r0:r1], exact[rows], abs_ab, lhs.shape[1], u=u,
                                  ref=None if ref is None else ref[rows], underflow=underflow)
             total = total.merge(part, r0 * n)

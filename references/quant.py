@@ -76,6 +76,16 @@ class QTensor:
     def shape(self) -> tuple[int, ...]:
         return self.values.shape
 
+    def leading(self, start: int, stop: int) -> QTensor:
+        """Entries start:stop of the leading dim, values and scales alike: rows of a 2-D
+        tensor of one-row blocks, or groups of a 3-D one.  ValueError for a 2-D tensor whose
+        blocks span several rows (its scale rows are not its value rows)."""
+        if self.values.ndim == 2 and self.block[0] != 1:
+            raise ValueError(f"leading: rows of a {self.block} blocked tensor cannot be "
+                             "taken with their scales")
+        return QTensor(self.values[start:stop], self.scales[start:stop], self.block, self.fmt,
+                       self.recipe)
+
 
 def block_grid(shape: tuple[int, ...], block: tuple[int, int]) -> tuple[int, int]:
     """Number of blocks (rows, cols) over the last two dims, ceil-divided."""

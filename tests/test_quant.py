@@ -214,3 +214,21 @@ def test_quantizer_boundary_survives_power_of_two_block_magnitudes():
         ref = quantize(x, (1, 128), "deepgemm")
         differ = ref.values.view(np.uint8) != _dividing_values(x, ref.scales).view(np.uint8)
         assert np.count_nonzero(differ) >= (case.k - -(-case.k // 128)) * case.m, case.id
+
+
+def test_leading_takes_rows_or_groups_with_their_scales():
+    """Rows of a 1x128-blocked tensor and groups of a 3-D one come with exactly their
+    scales; rows of a 128x128-blocked 2-D tensor are refused (their scale rows differ)."""
+    from fp8check.references import QTensor
+
+    rng = np.random.default_rng(2)
+    rows = quantize(rng.standard_normal((10, 256)).astype(np.float32), (1, 128))
+    part = rows.leading(3, 7)
+    assert isinstance(part, QTensor) and part.block == rows.block and part.fmt == rows.fmt
+    np.testing.assert_array_equal(part.values.view(np.uint8), rows.values[3:7].view(np.uint8))
+    np.testing.assert_array_equal(part.scales, rows.scales[3:7])
+    groups = quantize(rng.standard_normal((4, 256, 128)).astype(np.float32), (128, 128))
+    np.testing.assert_array_equal(groups.leading(1, 3).scales, groups.scales[1:3])
+    square = quantize(rng.standard_normal((256, 256)).astype(np.float32), (128, 128))
+    with pytest.raises(ValueError, match="cannot be taken with their scales"):
+        square.leading(0, 10)

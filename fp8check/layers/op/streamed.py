@@ -42,13 +42,11 @@ NOT_EVALUATED = ("error_ratio", "bias_z", "impact_sqnr_db", "impact_calc_diff",
 def _exact_element(prob: StreamedProblem, row: int, col: int) -> float:
     """The exact value of out[row, col] (one row's reference: O(K N))."""
     from fp8check.references import gmm
-    from fp8check.references.quant import QTensor
 
     lq, rq = prob.quantized
     gs = np.asarray(prob.args[-1])
     g = int(np.searchsorted(np.cumsum(gs), row, side="right"))
-    a = QTensor(lq.values[row:row + 1], lq.scales[row:row + 1], lq.block, lq.fmt, lq.recipe)
-    b = QTensor(rq.values[g:g + 1], rq.scales[g:g + 1], rq.block, rq.fmt, rq.recipe)
+    a, b = lq.leading(row, row + 1), rq.leading(g, g + 1)
     return float(gmm(a, b, np.array([1]), out_dtype=np.float64, accum="exact")[0, col])
 
 
