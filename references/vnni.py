@@ -142,14 +142,12 @@ def exact_partials(a_codes: np.ndarray, b_packed: np.ndarray, n: int,
     """The exact 128-wide K-block partials sum_k a[r, k] b[k, j] of lhs e4m3fn codes
     [m, K] (uint8, no NaN codes) and one expert's rhs packed by `pack_rhs` (N columns), in
     value units -> float64 [K/128, m, N] (each exact: `vnni_gmm.c`'s header), the rows cut
-    into `parts` shares of whole 8-row panels computed in parallel (default numba's thread
+    into `parts` shares (`row_shares`) computed in parallel (default numba's thread
     count)."""
     m, k = a_codes.shape
     a_codes = np.ascontiguousarray(a_codes, dtype=np.uint8)
     out = np.empty((k // 128, m, n), np.float64)
-    parts = parts or numba.get_num_threads()
-    panels = -(-m // _ROWS)
-    cuts = sorted({min(m, _ROWS * -(-panels * i // parts)) for i in range(parts + 1)})
+    cuts = row_shares(np.array([0, m]), parts or numba.get_num_threads()).tolist()
     jobs = [_pool().submit(_lib().fp8check_vnni_partials, a_codes.ctypes.data + r0 * k, k,
                            r1 - r0, k, b_packed.ctypes.data, n,
                            out.ctypes.data + r0 * n * out.itemsize, m * n)

@@ -89,6 +89,33 @@ def test_partials_are_the_exact_dot_products(rows):
 
 
 @needs_vnni
+@pytest.mark.parametrize("rows, parts", [(1, None), (19, 3), (48, 5)])
+def test_exact_partials_are_the_exact_dot_products(rows, parts):
+    """The exact recipe's float64 partials, two K blocks, N not a multiple of 16, against
+    exact rationals (each partial is exact in float64), whatever the row split; the
+    largest magnitudes and digit sums (+-448, 0.9375) next to random codes."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng()
+    n = 37
+    a = rng.choice(CODES, (rows, 256))
+    b = rng.choice(CODES, (256, n))
+    a[0], b[:, 0] = 0x7E, 0xFE
+    a[-1, ::2], b[::3, -1] = 0x37, 0x37
+    got = vnni.exact_partials(a, vnni.pack_rhs(b), n, parts)
+    av, bv = (x.view(E4M3).astype(np.float64) for x in (a, b))
+    assert got.shape == (2, rows, n)
+    for kb in range(2):
+        blk = slice(128 * kb, 128 * (kb + 1))
+        for i in range(rows):
+            for j in range(n):
+                want = sum((Fraction(x) * Fraction(y) for x, y in zip(av[i, blk], bv[blk, j],
+                                                                      strict=True)),
+                           Fraction(0))
+                assert Fraction(float(got[kb, i, j])) == want, (kb, i, j)
+
+
+@needs_vnni
 @pytest.mark.parametrize("parts", [2, 3, 7])
 def test_result_does_not_depend_on_the_row_split(parts):
     """Shares cut inside groups, between them and past empty ones give the bits of one
