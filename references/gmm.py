@@ -65,14 +65,13 @@ from fp8check.references.exact import (
     two_product,
     two_sum,
 )
-from fp8check.references.matmul import exact_matmul
+from fp8check.references.matmul import PLAIN_DTYPES, check_plain, exact_matmul
 from fp8check.references.quant import QTensor, expand_scales
 
 ACCUMS = ("deepgemm", "cublas", "tokamax", "deepgemm-hopper", "exact")
 # deepgemm-hopper is deepgemm's promotion on the tensor core's partials (`_hopper_partials`).
 _ACCUM_CODE = {"deepgemm": 0, "cublas": 1, "tokamax": 2, "deepgemm-hopper": 0}
 REFERENCE_OUT_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float64))
-PLAIN_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16))
 # Rows of one group handled per step: keeps the float64 partials of a chunk near 8 MiB.
 _CHUNK_BYTES = 8 << 20
 _NO_REMAINDER = np.zeros((0, 0, 0), np.float64)
@@ -557,13 +556,6 @@ def gmm(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray, group_sizes: Array
     return out
 
 
-def _check_plain(name: str, x) -> np.ndarray:
-    x = np.asarray(x)
-    if x.dtype not in PLAIN_DTYPES:
-        raise ValueError(f"{name} must be float32 or bfloat16, got {x.dtype}")
-    return x
-
-
 def _check_exact_out(out_dtype) -> np.dtype:
     return _check_out(out_dtype, "exact")
 
@@ -582,7 +574,7 @@ def tgmm(lhs: np.ndarray, dy: np.ndarray, group_sizes: ArrayLike,
       [G, K, N] of out_dtype: the exact value rounded once; an empty group gives zeros; a
       NaN or infinity in an operand gives IEEE's value to exactly the elements it reaches.
     """
-    lhs, dy = _check_plain("lhs", lhs), _check_plain("dy", dy)
+    lhs, dy = check_plain("lhs", lhs), check_plain("dy", dy)
     if lhs.ndim != 2 or dy.ndim != 2 or lhs.shape[0] != dy.shape[0]:
         raise ValueError(f"expected lhs [M,K] and dy [M,N], got {lhs.shape} and {dy.shape}")
     dt = _check_exact_out(out_dtype)
@@ -609,7 +601,7 @@ def dgrad(dy: np.ndarray, rhs: np.ndarray, group_sizes: ArrayLike,
       are zero; a NaN or infinity in an operand gives IEEE's value to exactly the elements
       it reaches.
     """
-    dy, rhs = _check_plain("dy", dy), _check_plain("rhs", rhs)
+    dy, rhs = check_plain("dy", dy), check_plain("rhs", rhs)
     if dy.ndim != 2 or rhs.ndim != 3 or dy.shape[1] != rhs.shape[2]:
         raise ValueError(f"expected dy [M,N] and rhs [G,K,N], got {dy.shape} and {rhs.shape}")
     dt = _check_exact_out(out_dtype)

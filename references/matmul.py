@@ -48,7 +48,7 @@ import math
 
 import numba
 import numpy as np
-from numpy.typing import DTypeLike
+from numpy.typing import ArrayLike, DTypeLike
 
 from fp8check.references.casts import BF16, rounded, to_float64
 from fp8check.references.certified import exact_dots, round_certified
@@ -344,6 +344,17 @@ def _float32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32, copy=False)
 
 
+PLAIN_DTYPES = (np.dtype(np.float32), BF16)  # the operands the exactness argument covers
+
+
+def check_plain(name: str, x: ArrayLike) -> np.ndarray:
+    """x as an array, or ValueError naming it unless it is float32 or bfloat16."""
+    x = np.asarray(x)
+    if x.dtype not in PLAIN_DTYPES:
+        raise ValueError(f"{name} must be float32 or bfloat16, got {x.dtype}")
+    return x
+
+
 def exact_matmul(a: np.ndarray, b: np.ndarray, out_dtype: DTypeLike,
                  out: np.ndarray | None = None) -> np.ndarray:
     """Exact a @ b for float32 or bfloat16 a [m, k], b [k, n] (any memory layout), rounded
@@ -352,10 +363,7 @@ def exact_matmul(a: np.ndarray, b: np.ndarray, out_dtype: DTypeLike,
     IEEE values of the elements they reach (module docstring)."""
     dt = np.dtype(out_dtype)
     precision_of(dt)  # ValueError for a format without exact rounding
-    a, b = np.asarray(a), np.asarray(b)
-    for name, x in (("a", a), ("b", b)):
-        if x.dtype not in (np.float32, BF16):
-            raise ValueError(f"{name} must be float32 or bfloat16, got {x.dtype}")
+    a, b = check_plain("a", a), check_plain("b", b)
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     if out is None:
         out = np.empty((m, n), dt)
