@@ -66,7 +66,7 @@ from fp8check.references.exact import (
     two_sum,
 )
 from fp8check.references.matmul import PLAIN_DTYPES, check_plain, exact_matmul
-from fp8check.references.quant import QTensor, expand_scales
+from fp8check.references.quant import QTensor
 
 ACCUMS = ("deepgemm", "cublas", "tokamax", "deepgemm-hopper", "exact")
 # deepgemm-hopper is deepgemm's promotion on the tensor core's partials (`_hopper_partials`).
@@ -616,15 +616,16 @@ def dgrad(dy: np.ndarray, rhs: np.ndarray, group_sizes: ArrayLike,
 
 
 def _abs_f64(x, sl) -> np.ndarray:
-    """|x[sl]| in float64, exact; x a QTensor (dequantized, fp8 x float32 needs at most
-    28 bits) or a plain array.  `sl` indexes the leading dim, so a group at a time is
-    materialised, never a whole operand."""
+    """|x[sl]| in float64, exact, 2-D; x a QTensor (dequantized, fp8 x float32 needs at
+    most 28 bits: one pass over the codes) or a plain array.  `sl` picks rows of a 2-D
+    operand or one group of a 3-D one, so a group at a time is materialised, never a whole
+    operand."""
     if isinstance(x, QTensor):
-        lut, codes = _LUT.get(x.values.dtype), x.values[sl]
-        if lut is not None and codes.ndim == 2:  # one pass over the codes, the same products
-            return _abs_dequantized(codes.view(np.uint8), lut, x.scales[sl], *x.block)
-        v, sc = _to_f64(codes), x.scales[sl].astype(np.float64)
-        return np.abs(v * expand_scales(sc, x.block, v.shape))
+        codes = x.values[sl]
+        if codes.ndim != 2:  # a 3-D slice's scale rows would not line up with its rows
+            raise ValueError(f"_abs_f64: a 2-D slice of the operand, got {codes.shape}")
+        return _abs_dequantized(codes.view(np.uint8), _LUT[codes.dtype], x.scales[sl],
+                                *x.block)
     return np.abs(_to_f64(np.asarray(x)[sl]))
 
 
