@@ -21,6 +21,10 @@ Usage: python benchmarks/reference.py [--skip-production]
 
 from __future__ import annotations
 
+# fp8check first: its thread settings (`fp8check.threadenv`) must precede numpy's OpenBLAS.
+import fp8check  # noqa: F401
+
+# isort: split
 import argparse
 import json
 import resource
