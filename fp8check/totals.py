@@ -20,8 +20,9 @@ when reduced:
 
 `gmm_metric_totals` streams a gmm-fp8 output through it group by group and row chunk by row
 chunk, computing the exact reference, |A||B| and the recipe reference for one chunk at a
-time: memory is the output plus operands plus O(chunk), never a float64 copy of a whole
-operand or output.  `MetricTotals.merge` combines the chunks.
+time (the two references from one pass over the exact partials, `gmm_and_exact`): memory
+is the output plus operands plus O(chunk), never a float64 copy of a whole operand or
+output.  `MetricTotals.merge` combines the chunks.
 """
 
 from __future__ import annotations
@@ -280,7 +281,7 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     bound.  Only rows below sum(group_sizes) are compared, as in the gate.  The bound's
     underflow term is the operands' (`underflow.fp8_model`), for a kernel that flushes
     subnormals when `ftz`."""
-    from fp8check.references import abs_product, gmm
+    from fp8check.references import abs_product, gmm, gmm_and_exact
     from fp8check.references.gmm import check_group_sizes, group_offsets
     from fp8check.references.quant import QTensor
     from fp8check.underflow import fp8_model
@@ -311,14 +312,14 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
         (g0, b0, _), (g1, _, b1) = chunks[i], chunks[j - 1]
         sizes = np.clip(offs[g0 + 1:g1 + 2], b0, b1) - np.clip(offs[g0:g1 + 1], b0, b1)
         a, b = lhs.leading(b0, b1), rhs.leading(g0, g1 + 1)
-        exact = gmm(a, b, sizes, out_dtype=np.float64, accum="exact")
-        ref = None if accum is None else gmm(a, b, sizes, out_dtype=out.dtype, accum=accum,
-                                             interval=interval)
-        for gi, r0, r1 in chunks[i:j]:
+        if accum is None:
+            exact, ref = gmm(a, b, sizes, out_dtype=np.float64, accum="exact"), None
+        else:  # one pass over the exact partials serves both where it can
+            ref, exact = gmm_and_exact(a, b, sizes, out.dtype, accum, interval=interval)
+        abs_ab = abs_product(a, b, sizes)
+        for _, r0, r1 in chunks[i:j]:
             rows = slice(r0 - b0, r1 - b0)
-            abs_ab = abs_product(lhs.leading(r0, r1), rhs.leading(gi, gi + 1),
-                                 np.array([r1 - r0]))
-            part = metric_totals(out[r0:r1], exact[rows], abs_ab, lhs.shape[1], u=u,
+            part = metric_totals(out[r0:r1], exact[rows], abs_ab[rows], lhs.shape[1], u=u,
                                  ref=None if ref is None else ref[rows], underflow=underflow)
             total = total.merge(part, r0 * n)
         i = j

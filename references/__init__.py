@@ -4,7 +4,7 @@ See `quant` (recipes), `gmm` (forward / weight-gradient / input-gradient matmuls
 exactness argument) and `exact` (the exact float32 fma and the superaccumulator).
 """
 
-from fp8check.references.gmm import ACCUMS, abs_product, dgrad, gmm, tgmm
+from fp8check.references.gmm import ACCUMS, abs_product, dgrad, gmm, gmm_and_exact, tgmm
 from fp8check.references.quant import BLOCK, RECIPES, QTensor, dequantize, quantize
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "dequantize",
     "dgrad",
     "gmm",
+    "gmm_and_exact",
     "quantize",
     "tgmm",
 ]

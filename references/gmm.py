@@ -1,5 +1,6 @@
-"""Reference grouped matmuls: `gmm` (forward), `tgmm` (weight gradient), `dgrad` (input
-gradient), and `abs_product` (the |A||B| that error bounds need).
+"""Reference grouped matmuls: `gmm` (forward), `gmm_and_exact` (a recipe's forward and the
+exact one from one pass), `tgmm` (weight gradient), `dgrad` (input gradient), and
+`abs_product` (the |A||B| that error bounds need).
 
 Layout: lhs [M, K]; rhs [G, K, N]; group_sizes [G] int, sum(group_sizes) <= M; the rows of
 group g are the next group_sizes[g] rows of lhs; output rows at or past sum(group_sizes)
@@ -225,18 +226,21 @@ def _partials_path() -> str:
 PARTIALS = _partials_path()
 
 
-@numba.njit(cache=True)
+@numba.njit(parallel=True, cache=True)
 def _accumulate(p_hi, p_lo, sa, sb, code):
     """Apply recipe `code` over K blocks in order.  p_hi + p_lo [KB, m, N] are the exact
-    partials (p_hi = RN64, p_lo the exact remainder), sa [m, KB], sb [KB, N] (rhs scales
-    expanded over N) -> acc float32 [m, N]."""
+    partials (p_hi = RN64, p_lo the exact remainder, or no remainder when p_lo has size 0:
+    p_hi exact), sa [m, KB], sb [KB, N] (rhs scales expanded over N) -> acc float32
+    [m, N] (parallel over rows, which are independent)."""
     kb_n, m, n = p_hi.shape
+    has_lo = p_lo.shape[0] != 0
     acc = np.zeros((m, n), np.float32)
-    p, old = np.empty(n, np.float32), np.empty(n, np.float32)
-    for i in range(m):
+    for i in numba.prange(m):
+        p, old = np.empty(n, np.float32), np.empty(n, np.float32)
         for kb in range(kb_n):
             for j in range(n):
-                p[j] = round_pair_f32(p_hi[kb, i, j], p_lo[kb, i, j])
+                p[j] = (round_pair_f32(p_hi[kb, i, j], p_lo[kb, i, j]) if has_lo
+                        else np.float32(p_hi[kb, i, j]))  # RN32 of the exact partial
             _accumulate_row(acc[i], p, sa[i, kb], sb[kb], code, old)
     return acc
 
@@ -451,11 +455,16 @@ def _ieee_where_nonfinite(res: np.ndarray, a64: np.ndarray, b64: np.ndarray, sa:
 
 
 def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec,
-                fused: bool, interval: int = 128):
+                fused: bool, interval: int = 128,
+                also: tuple[np.ndarray, str] | None = None):
+    """Recipe `accum` of every group into out; with accum "exact", `also` = (out2, recipe)
+    applies a second recipe to the same exact partials (`gmm_and_exact`)."""
     n = rhs.values.shape[2]
     kb = lhs.values.shape[1] // 128
     offs = group_offsets(gs)
     chunk = max(1, _CHUNK_BYTES // (8 * kb * n))
+    # One buffer for every chunk's VNNI partials (a fresh one per chunk costs page faults).
+    scratch = np.empty(kb * min(chunk, int(gs.max(initial=0))) * n)
     for g in range(gs.shape[0]):
         if gs[g] == 0:
             continue
@@ -480,10 +489,9 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
             s = sa[r0 - offs[g] : r1 - offs[g]]
             a_codes, a64 = lhs.values[r0:r1].view(np.uint8), None
             if accum == "deepgemm-hopper":
-                p_hi = _hopper_partials(a_codes, b_codes, lhs.fmt, interval)
-                p_lo = np.zeros_like(p_hi)
+                p_hi, p_lo = _hopper_partials(a_codes, b_codes, lhs.fmt, interval), _NO_REMAINDER
             elif packed is not None and not has_nan_code(a_codes):
-                p_hi, p_lo = vnni.exact_partials(a_codes, packed, n), _NO_REMAINDER
+                p_hi, p_lo = vnni.exact_partials(a_codes, packed, n, scratch=scratch), _NO_REMAINDER
             else:
                 a64, b64 = _to_f64(lhs.values[r0:r1]), _operand_f64(b64, rhs.values[g])
                 p_hi, p_lo = _partials(a64, b64, lhs.fmt)
@@ -494,6 +502,9 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
                     a64 = _operand_f64(a64, lhs.values[r0:r1])
                     b64 = _operand_f64(b64, rhs.values[g])
                     _ieee_where_nonfinite(res, a64, b64, s, sb)
+                if also is not None:
+                    second = _accumulate(p_hi, p_lo, s, sb, _ACCUM_CODE[also[1]])
+                    also[0][r0:r1] = second.astype(also[0].dtype)
             else:
                 res = _accumulate(p_hi, p_lo, s, sb, _ACCUM_CODE[accum])
             out[r0:r1] = res.astype(out.dtype)
@@ -530,6 +541,27 @@ def gmm(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray, group_sizes: Array
       ValueError: operands of mixed kinds, bad shapes or dtypes, an unknown accum, an
         interval without deepgemm-hopper, group sizes that do not fit.
     """
+    m, n, accum, dt, gs = _checked_gmm_args(lhs, rhs, group_sizes, out_dtype, accum, interval)
+    # The exact path rounds once, straight to the output format; the recipes round to
+    # float32 in the accumulator and the cast to bf16 below is the kernel's output rounding.
+    prec = precision_of(dt)
+    out = np.zeros((m, n), dt)
+    if isinstance(lhs, QTensor) and isinstance(rhs, QTensor):  # blockwise, for the checker
+        _gmm_blockwise(lhs, rhs, gs, out, accum, prec, interval)
+        return out
+    offs = group_offsets(gs)
+    a, b = np.asarray(lhs), np.asarray(rhs)
+    for gi in range(gs.shape[0]):
+        if gs[gi]:
+            r0, r1 = offs[gi], offs[gi + 1]
+            exact_matmul(a[r0:r1], b[gi], dt, out=out[r0:r1])
+    return out
+
+
+def _checked_gmm_args(lhs, rhs, group_sizes, out_dtype, accum: str | None,
+                      interval: int) -> tuple[int, int, str, np.dtype, np.ndarray]:
+    """gmm's arguments checked: (M, N, the recipe, the output dtype, group sizes int64);
+    ValueError with the reason otherwise."""
     blockwise, m, _, n, g = _check_operands(lhs, rhs)
     accum = accum or ("deepgemm" if blockwise else "exact")
     if accum not in ACCUMS:
@@ -538,22 +570,33 @@ def gmm(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray, group_sizes: Array
         raise ValueError(f"accum {accum!r} needs blockwise FP8 operands; plain ones use 'exact'")
     if interval not in (32, 64, 128) or (interval != 128 and accum != "deepgemm-hopper"):
         raise ValueError(f"interval {interval!r}: 32, 64 or 128, and only with deepgemm-hopper")
-    dt = _check_out(out_dtype, accum)
-    gs = check_group_sizes(group_sizes, g, m)
-    # The exact path rounds once, straight to the output format; the recipes round to
-    # float32 in the accumulator and the cast to bf16 below is the kernel's output rounding.
-    prec = precision_of(dt)
-    out = np.zeros((m, n), dt)
-    if isinstance(lhs, QTensor) and isinstance(rhs, QTensor):  # `blockwise`, for the checker
-        _gmm_blockwise(lhs, rhs, gs, out, accum, prec, interval)
-        return out
-    offs = group_offsets(gs)
-    a, b = np.asarray(lhs), np.asarray(rhs)
-    for gi in range(g):
-        if gs[gi]:
-            r0, r1 = offs[gi], offs[gi + 1]
-            exact_matmul(a[r0:r1], b[gi], dt, out=out[r0:r1])
-    return out
+    return m, n, accum, _check_out(out_dtype, accum), check_group_sizes(group_sizes, g, m)
+
+
+def gmm_and_exact(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
+                  out_dtype: DTypeLike = np.float32, accum: str = "deepgemm", *,
+                  interval: int = 128) -> tuple[np.ndarray, np.ndarray]:
+    """(gmm(lhs, rhs, group_sizes, out_dtype, accum, interval=interval),
+    gmm(lhs, rhs, group_sizes, np.float64, "exact")), bit for bit, for blockwise operands.
+
+    With accum "deepgemm", "cublas" or "tokamax", operands without NaN codes and finite
+    scales, both come from one computation of the exact 128-wide partials: the recipe
+    rounds each to float32 and accumulates (`_accumulate`, the float64 BLAS path's steps,
+    whose bits every faster path of gmm gives; `tests/test_partials_paths.py`).  Otherwise
+    (deepgemm-hopper, NaN codes, non-finite scales) it calls gmm twice."""
+    m, n, accum, dt, gs = _checked_gmm_args(lhs, rhs, group_sizes, out_dtype, accum, interval)
+    if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):
+        raise ValueError("gmm_and_exact: lhs and rhs must be QTensors")
+    rows = lhs.values[: int(gs.sum())].view(np.uint8)
+    if (accum not in ("deepgemm", "cublas", "tokamax") or has_nan_code(rows)
+            or has_nan_code(rhs.values.view(np.uint8))
+            or not (np.isfinite(lhs.scales).all() and np.isfinite(rhs.scales).all())):
+        return (gmm(lhs, rhs, gs, dt, accum, interval=interval),
+                gmm(lhs, rhs, gs, np.float64, "exact"))
+    exact, recipe = np.zeros((m, n), np.float64), np.zeros((m, n), dt)
+    _gmm_groups(lhs, rhs, gs, exact, "exact", precision_of(np.dtype(np.float64)), fused=False,
+                also=(recipe, accum))
+    return recipe, exact
 
 
 def _check_exact_out(out_dtype) -> np.dtype:
@@ -615,34 +658,35 @@ def dgrad(dy: np.ndarray, rhs: np.ndarray, group_sizes: ArrayLike,
     return out
 
 
-def _abs_f64(x, sl) -> np.ndarray:
+def _abs_f64(x, sl, scratch: np.ndarray) -> np.ndarray:
     """|x[sl]| in float64, exact, 2-D; x a QTensor (dequantized, fp8 x float32 needs at
-    most 28 bits: one pass over the codes) or a plain array.  `sl` picks rows of a 2-D
-    operand or one group of a 3-D one, so a group at a time is materialised, never a whole
-    operand."""
+    most 28 bits: one pass over the codes, written into the front of `scratch`, a flat
+    float64 buffer at least as large, which the result views) or a plain array (a new
+    array).  `sl` picks rows of a 2-D operand or one group of a 3-D one, so a group at a
+    time is materialised, never a whole operand."""
     if isinstance(x, QTensor):
         codes = x.values[sl]
         if codes.ndim != 2:  # a 3-D slice's scale rows would not line up with its rows
             raise ValueError(f"_abs_f64: a 2-D slice of the operand, got {codes.shape}")
-        return _abs_dequantized(codes.view(np.uint8), _LUT[codes.dtype], x.scales[sl],
-                                *x.block)
+        out = scratch[:codes.size].reshape(codes.shape)
+        _abs_dequantized(codes.view(np.uint8), _LUT[codes.dtype], x.scales[sl], *x.block,
+                         out)
+        return out
     return np.abs(_to_f64(np.asarray(x)[sl]))
 
 
 # One thread: a parallel loop would save ~0.3 ms a group and cost 1.3 s of compilation in
 # every fresh process.
 @numba.njit(cache=True)
-def _abs_dequantized(codes, lut, scales, block_rows, block_cols):
-    """|lut[codes] * scales expanded over (block_rows x block_cols) blocks| in float64:
-    codes [R, C] uint8, scales [ceil(R / block_rows), ceil(C / block_cols)] float32
-    (the product of an fp8 value and a float32 scale is exact in float64)."""
+def _abs_dequantized(codes, lut, scales, block_rows, block_cols, out):
+    """out [R, C] float64 = |lut[codes] * scales expanded over (block_rows x block_cols)
+    blocks|: codes [R, C] uint8, scales [ceil(R / block_rows), ceil(C / block_cols)]
+    float32 (the product of an fp8 value and a float32 scale is exact in float64)."""
     r, c = codes.shape
-    out = np.empty((r, c))
     for i in range(r):
         for j in range(c):
             out[i, j] = abs(lut[codes[i, j]] * np.float64(scales[i // block_rows,
                                                                   j // block_cols]))
-    return out
 
 
 def abs_product(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray,
@@ -651,15 +695,18 @@ def abs_product(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray,
 
     The float64 matmul of non-negative exact values has relative error at most
     gamma_K(2^-53); the result is scaled up by (1 + 2 (K + 2) 2^-53) so that it bounds the
-    true product.  Rows past sum(group_sizes) are zero.  Works one group at a time.
+    true product.  Rows past sum(group_sizes) are zero.  Works one group at a time, in
+    two buffers reused across groups (fresh ones per group cost page faults: ~0.5 s of
+    the production check).
     """
     _, m, k, n, g = _check_operands(lhs, rhs)
     gs = check_group_sizes(group_sizes, g, m)
     out = np.zeros((m, n), np.float64)
     offs = group_offsets(gs)
+    a_buf, b_buf = np.empty(int(gs.max(initial=0)) * k), np.empty(k * n)
     for gi in range(g):
         if gs[gi]:
             rows = slice(offs[gi], offs[gi + 1])
-            out[rows] = _abs_f64(lhs, rows) @ _abs_f64(rhs, gi)
+            np.matmul(_abs_f64(lhs, rows, a_buf), _abs_f64(rhs, gi, b_buf), out=out[rows])
     out *= 1.0 + 2.0 * (k + 2) * 2.0**-53
     return out

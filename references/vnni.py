@@ -138,15 +138,20 @@ def gmm(a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: np.ndarray
 
 
 def exact_partials(a_codes: np.ndarray, b_packed: np.ndarray, n: int,
-                   parts: int | None = None) -> np.ndarray:
+                   parts: int | None = None, scratch: np.ndarray | None = None) -> np.ndarray:
     """The exact 128-wide K-block partials sum_k a[r, k] b[k, j] of lhs e4m3fn codes
     [m, K] (uint8, no NaN codes) and one expert's rhs packed by `pack_rhs` (N columns), in
     value units -> float64 [K/128, m, N] (each exact: `vnni_gmm.c`'s header), the rows cut
     into `parts` shares (`row_shares`) computed in parallel (default numba's thread
-    count)."""
+    count).  With `scratch` (flat float64, at least K/128 m N long) the result is a view
+    of its front: a caller that reuses one buffer saves the page faults of a fresh one."""
     m, k = a_codes.shape
     a_codes = np.ascontiguousarray(a_codes, dtype=np.uint8)
-    out = np.empty((k // 128, m, n), np.float64)
+    size = (k // 128) * m * n
+    if scratch is not None and (scratch.dtype != np.float64 or scratch.ndim != 1
+                                or scratch.size < size or not scratch.flags.c_contiguous):
+        raise ValueError(f"scratch must be flat contiguous float64 of >= {size} elements")
+    out = (np.empty(size) if scratch is None else scratch[:size]).reshape(k // 128, m, n)
     cuts = row_shares(np.array([0, m]), parts or numba.get_num_threads()).tolist()
     jobs = [_pool().submit(_lib().fp8check_vnni_partials, a_codes.ctypes.data + r0 * k, k,
                            r1 - r0, k, b_packed.ctypes.data, n,

@@ -3,6 +3,8 @@ products) give the float64 BLAS path's bits on adversarial operands, for every r
 operands with NaN codes take the BLAS path.  A path this CPU lacks is skipped, saying so
 (`test_amx.py` and `test_vnni.py` require each path wherever the CPU has it)."""
 
+import importlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -69,7 +71,7 @@ def test_fast_paths_give_the_blas_bits(path, accum, shape, monkeypatch):
             _only(path, mp)
             calls = []
             real = vnni.exact_partials
-            mp.setattr(vnni, "exact_partials", lambda *a: calls.append(1) or real(*a))
+            mp.setattr(vnni, "exact_partials", lambda *a, **k: calls.append(1) or real(*a, **k))
             fast = gmm(lhs, rhs, gs, out_dtype=np.float64, accum=accum)
             assert bool(calls) == (path == "vnni")
         with monkeypatch.context() as mp:
@@ -94,3 +96,46 @@ def test_nan_input_takes_the_blas_path_and_propagates():
     rhs = quantize(rng.standard_normal((2, 256, 128), dtype=np.float32), (128, 128))
     out = gmm(lhs, rhs, np.array([20, 20], np.int32))
     assert np.isnan(out[3]).all() and np.isfinite(np.delete(out, 3, axis=0)).all()
+
+
+@pytest.mark.parametrize("path", ["blas", *sorted(PATHS)])
+@pytest.mark.parametrize("accum", ["deepgemm", "cublas", "tokamax"])
+@pytest.mark.parametrize("out_dtype", [np.float32, ml_dtypes.bfloat16])
+def test_gmm_and_exact_gives_both_gmm_results(path, accum, out_dtype, monkeypatch):
+    """One pass over the exact partials gives gmm's recipe and exact results bit for bit,
+    on every partials path, and the recipe really came from that pass (no recipe gmm)."""
+    from fp8check.references import gmm_and_exact
+
+    lhs, rhs, gs = _adversarial(np.random.default_rng(), 45, 384, 200, 3)
+    with monkeypatch.context() as mp:
+        _only(path, mp)
+        want = (gmm(lhs, rhs, gs, out_dtype, accum), gmm(lhs, rhs, gs, np.float64, "exact"))
+        mp.setattr(importlib.import_module("fp8check.references.gmm"), "_gmm_blockwise",
+                   lambda *a, **k: pytest.fail("gmm_and_exact called gmm"))
+        got = gmm_and_exact(lhs, rhs, gs, out_dtype, accum)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(_bits(g), _bits(w))
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return x.view(np.dtype(f"u{x.dtype.itemsize}"))
+
+
+@pytest.mark.parametrize("fault", ["nan-code", "inf-scale", "hopper"])
+def test_gmm_and_exact_falls_back_to_gmm(fault):
+    """Where the partials are not shared (NaN codes, a non-finite scale, the Hopper
+    recipe's own partials), gmm_and_exact gives gmm's two results, NaN and Inf included."""
+    from fp8check.references import gmm_and_exact
+
+    lhs, rhs, gs = _adversarial(np.random.default_rng(), 37, 256, 130, 3)
+    accum = "deepgemm-hopper" if fault == "hopper" else "deepgemm"
+    if fault == "nan-code":
+        lhs.values.view(np.uint8)[2, 5] = 0x7F
+    if fault == "inf-scale":
+        rhs.scales[0, 1, 0] = np.inf
+    got = gmm_and_exact(lhs, rhs, gs, np.float32, accum)
+    want = (gmm(lhs, rhs, gs, np.float32, accum), gmm(lhs, rhs, gs, np.float64, "exact"))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(_bits(g), _bits(w))
+    assert fault == "hopper" or not np.isfinite(got[1]).all()

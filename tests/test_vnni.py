@@ -113,6 +113,20 @@ def test_exact_partials_are_the_exact_dot_products(rows, parts):
                                                                       strict=True)),
                            Fraction(0))
                 assert Fraction(float(got[kb, i, j])) == want, (kb, i, j)
+    # into the front of a reused buffer (left with other values): the same bits, nothing
+    # written past the result
+    scratch = np.full(got.size + 5, np.nan)
+    again = vnni.exact_partials(a, vnni.pack_rhs(b), n, parts, scratch=scratch)
+    assert np.shares_memory(again, scratch) and np.isnan(scratch[got.size:]).all()
+    np.testing.assert_array_equal(again.view(np.uint64), got.view(np.uint64))
+
+
+@needs_vnni
+def test_exact_partials_refuse_a_short_or_wrong_scratch():
+    a, b = np.zeros((3, 128), np.uint8), vnni.pack_rhs(np.zeros((128, 20), np.uint8))
+    for bad in (np.empty(3 * 20 - 1), np.empty(3 * 20, np.float32), np.empty((3, 20))):
+        with pytest.raises(ValueError, match="scratch must be flat contiguous float64"):
+            vnni.exact_partials(a, b, 20, scratch=bad)
 
 
 @needs_vnni
