@@ -380,8 +380,12 @@ def _partials(a64: np.ndarray, b64: np.ndarray, fmt: str) -> tuple[np.ndarray, n
 
 def _vnni_fits(lhs: QTensor, rhs: QTensor, gs) -> bool:
     """Whether the VNNI path takes the whole gmm: no AMX path for it, no NaN codes."""
-    if not vnni.AVAILABLE or _amx_fits(rhs.values.shape[2]):
-        return False
+    return (vnni.AVAILABLE and not _amx_fits(rhs.values.shape[2])
+            and _no_nan_codes(lhs, rhs, gs))
+
+
+def _no_nan_codes(lhs: QTensor, rhs: QTensor, gs) -> bool:
+    """Whether lhs's rows in the groups and every rhs value hold no e4m3fn NaN code."""
     rows = lhs.values[: int(gs.sum())].view(np.uint8)
     return not (has_nan_code(rows) or has_nan_code(rhs.values.view(np.uint8)))
 
@@ -463,8 +467,7 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
     kb = lhs.values.shape[1] // 128
     offs = group_offsets(gs)
     chunk = max(1, _CHUNK_BYTES // (8 * kb * n))
-    # One buffer for every chunk's VNNI partials (a fresh one per chunk costs page faults).
-    scratch = np.empty(kb * min(chunk, int(gs.max(initial=0))) * n)
+    scratch = None  # one buffer for every chunk's VNNI partials: fresh ones cost page faults
     for g in range(gs.shape[0]):
         if gs[g] == 0:
             continue
@@ -482,6 +485,8 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
         packed = (vnni.pack_rhs(b_codes) if accum == "exact" and lhs.fmt == rhs.fmt == "e4m3fn"
                   and vnni.AVAILABLE and not has_nan_code(b_codes) else None)
         b64 = None if packed is not None else _to_f64(rhs.values[g])
+        if packed is not None and scratch is None:
+            scratch = np.empty(kb * min(chunk, int(gs.max())) * n)
         # e4m3fn has no infinity: codes without NaN are finite
         rhs_finite = bool((b64 is None or np.isfinite(b64).all()) and np.isfinite(sb).all())
         for r0 in range(offs[g], offs[g + 1], chunk):
@@ -587,9 +592,7 @@ def gmm_and_exact(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
     m, n, accum, dt, gs = _checked_gmm_args(lhs, rhs, group_sizes, out_dtype, accum, interval)
     if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):
         raise ValueError("gmm_and_exact: lhs and rhs must be QTensors")
-    rows = lhs.values[: int(gs.sum())].view(np.uint8)
-    if (accum not in ("deepgemm", "cublas", "tokamax") or has_nan_code(rows)
-            or has_nan_code(rhs.values.view(np.uint8))
+    if (accum not in ("deepgemm", "cublas", "tokamax") or not _no_nan_codes(lhs, rhs, gs)
             or not (np.isfinite(lhs.scales).all() and np.isfinite(rhs.scales).all())):
         return (gmm(lhs, rhs, gs, dt, accum, interval=interval),
                 gmm(lhs, rhs, gs, np.float64, "exact"))
@@ -658,35 +661,34 @@ def dgrad(dy: np.ndarray, rhs: np.ndarray, group_sizes: ArrayLike,
     return out
 
 
-def _abs_f64(x, sl, scratch: np.ndarray) -> np.ndarray:
+def _abs_f64(x, sl) -> np.ndarray:
     """|x[sl]| in float64, exact, 2-D; x a QTensor (dequantized, fp8 x float32 needs at
-    most 28 bits: one pass over the codes, written into the front of `scratch`, a flat
-    float64 buffer at least as large, which the result views) or a plain array (a new
-    array).  `sl` picks rows of a 2-D operand or one group of a 3-D one, so a group at a
-    time is materialised, never a whole operand."""
+    most 28 bits: one pass over the codes) or a plain array.  `sl` picks rows of a 2-D
+    operand or one group of a 3-D one, so a group at a time is materialised, never a whole
+    operand."""
     if isinstance(x, QTensor):
         codes = x.values[sl]
         if codes.ndim != 2:  # a 3-D slice's scale rows would not line up with its rows
             raise ValueError(f"_abs_f64: a 2-D slice of the operand, got {codes.shape}")
-        out = scratch[:codes.size].reshape(codes.shape)
-        _abs_dequantized(codes.view(np.uint8), _LUT[codes.dtype], x.scales[sl], *x.block,
-                         out)
-        return out
+        return _abs_dequantized(codes.view(np.uint8), _LUT[codes.dtype], x.scales[sl],
+                                *x.block)
     return np.abs(_to_f64(np.asarray(x)[sl]))
 
 
 # One thread: a parallel loop would save ~0.3 ms a group and cost 1.3 s of compilation in
 # every fresh process.
 @numba.njit(cache=True)
-def _abs_dequantized(codes, lut, scales, block_rows, block_cols, out):
-    """out [R, C] float64 = |lut[codes] * scales expanded over (block_rows x block_cols)
-    blocks|: codes [R, C] uint8, scales [ceil(R / block_rows), ceil(C / block_cols)]
-    float32 (the product of an fp8 value and a float32 scale is exact in float64)."""
+def _abs_dequantized(codes, lut, scales, block_rows, block_cols):
+    """|lut[codes] * scales expanded over (block_rows x block_cols) blocks| in float64:
+    codes [R, C] uint8, scales [ceil(R / block_rows), ceil(C / block_cols)] float32
+    (the product of an fp8 value and a float32 scale is exact in float64)."""
     r, c = codes.shape
+    out = np.empty((r, c))
     for i in range(r):
         for j in range(c):
             out[i, j] = abs(lut[codes[i, j]] * np.float64(scales[i // block_rows,
                                                                   j // block_cols]))
+    return out
 
 
 def abs_product(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray,
@@ -695,18 +697,15 @@ def abs_product(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray,
 
     The float64 matmul of non-negative exact values has relative error at most
     gamma_K(2^-53); the result is scaled up by (1 + 2 (K + 2) 2^-53) so that it bounds the
-    true product.  Rows past sum(group_sizes) are zero.  Works one group at a time, in
-    two buffers reused across groups (fresh ones per group cost page faults: ~0.5 s of
-    the production check).
+    true product.  Rows past sum(group_sizes) are zero.  Works one group at a time.
     """
     _, m, k, n, g = _check_operands(lhs, rhs)
     gs = check_group_sizes(group_sizes, g, m)
     out = np.zeros((m, n), np.float64)
     offs = group_offsets(gs)
-    a_buf, b_buf = np.empty(int(gs.max(initial=0)) * k), np.empty(k * n)
     for gi in range(g):
         if gs[gi]:
             rows = slice(offs[gi], offs[gi + 1])
-            np.matmul(_abs_f64(lhs, rows, a_buf), _abs_f64(rhs, gi, b_buf), out=out[rows])
+            out[rows] = _abs_f64(lhs, rows) @ _abs_f64(rhs, gi)
     out *= 1.0 + 2.0 * (k + 2) * 2.0**-53
     return out
