@@ -222,8 +222,9 @@ def quantize(
     Returns a QTensor whose `values` are `fmt` (ml_dtypes) and whose `scales` are the
     float32 dequantization multipliers, shape [..., ceil(R/bR), ceil(C/bC)].
     NaN or Inf in `x` raises ValueError unless nan="propagate", in which case the recipe's
-    arithmetic runs as written (a NaN block gets a NaN scale and NaN values).
-    """
+    arithmetic runs as written, with what the peer's own code gives (a NaN block gets a NaN
+    scale under deepgemm, but 2^127 under deepgemm-ue8m0, whose bit-level ceil clamps
+    the exponent field, and 1 under transformer-engine: `docs/peers.md`'s table)."""
     x = np.asarray(x)
     block = _check_args(x, block, recipe, fmt, nan)
     x32 = x.astype(np.float32)
