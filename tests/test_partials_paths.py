@@ -110,12 +110,17 @@ def test_gmm_and_exact_gives_both_gmm_results(path, accum, out_dtype, monkeypatc
     with monkeypatch.context() as mp:
         _only(path, mp)
         want = (gmm(lhs, rhs, gs, out_dtype, accum), gmm(lhs, rhs, gs, np.float64, "exact"))
-        mp.setattr(importlib.import_module("fp8check.references.gmm"), "_gmm_blockwise",
-                   lambda *a, **k: pytest.fail("gmm_and_exact called gmm"))
+        _forbid_gmm(mp)
         got = gmm_and_exact(lhs, rhs, gs, out_dtype, accum)
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(_bits(g), _bits(w))
+
+
+def _forbid_gmm(mp: pytest.MonkeyPatch) -> None:
+    """Fail the test if gmm's blockwise path runs (gmm_and_exact must not call gmm)."""
+    mp.setattr(importlib.import_module("fp8check.references.gmm"), "_gmm_blockwise",
+               lambda *a, **k: pytest.fail("gmm_and_exact called gmm"))
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -154,8 +159,7 @@ def test_gmm_and_exact_on_e5m2(accum, monkeypatch):
                    fmt="e5m2")
     gs = np.array([30, 0, 37], np.int32)
     want = (gmm(lhs, rhs, gs, ml_dtypes.bfloat16, accum), gmm(lhs, rhs, gs, np.float64, "exact"))
-    monkeypatch.setattr(importlib.import_module("fp8check.references.gmm"), "_gmm_blockwise",
-                        lambda *a, **k: pytest.fail("gmm_and_exact called gmm"))
+    _forbid_gmm(monkeypatch)
     got = gmm_and_exact(lhs, rhs, gs, ml_dtypes.bfloat16, accum)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(_bits(g), _bits(w))
