@@ -584,11 +584,14 @@ def gmm_and_exact(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
     """(gmm(lhs, rhs, group_sizes, out_dtype, accum, interval=interval),
     gmm(lhs, rhs, group_sizes, np.float64, "exact")), bit for bit, for blockwise operands.
 
-    With accum "deepgemm", "cublas" or "tokamax", operands without NaN codes and finite
-    scales, both come from one computation of the exact 128-wide partials: the recipe
-    rounds each to float32 and accumulates (`_accumulate`, the float64 BLAS path's steps,
-    whose bits every faster path of gmm gives; `tests/test_partials_paths.py`).  Otherwise
-    (deepgemm-hopper, NaN codes, non-finite scales) it calls gmm twice."""
+    With accum "deepgemm", "cublas" or "tokamax", operands without the e4m3fn NaN code
+    (`_no_nan_codes`) and finite scales, both come from one computation of the exact
+    128-wide partials: the recipe rounds each to float32 and accumulates (`_accumulate`,
+    the float64 BLAS path's steps, whose bits every faster path of gmm gives;
+    `tests/test_partials_paths.py`).  Otherwise (deepgemm-hopper, whose partials are the
+    tensor core's; e4m3 NaN codes, whose NaN partials gmm's recipe forms in other BLAS
+    calls; non-finite scales) it calls gmm twice.  On e5m2 operands the code check only
+    errs on the safe side: gmm's e5m2 recipe takes these very partials and steps."""
     m, n, accum, dt, gs = _checked_gmm_args(lhs, rhs, group_sizes, out_dtype, accum, interval)
     if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):
         raise ValueError("gmm_and_exact: lhs and rhs must be QTensors")
