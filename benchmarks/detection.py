@@ -17,7 +17,8 @@ between the kernels of one contract per (case, seed) as the gate shares them
 * false alarms / correct runs (one run: a correct variant over the suite on one seed);
   every failing (variant, seed, case) listed;
 * the closest a correct variant came to each threshold (`CLOSEST`: max bound_ratio, max
-  error_ratio, max |bias_z|, min impact SQNR margin in dB), with kernel, case and seed;
+  error_ratio, max |bias_z| and |bias_z_signed|, min impact SQNR margin in dB), with
+  kernel, case and seed;
 * wall time.
 
 Suites: those the catalog's bugs name (`--suites` restricts them); correct variants run
@@ -56,7 +57,7 @@ PROFILE = "strict"
 # criterion -> how a correct kernel's closeness to its limit is measured: "max" of the
 # value, "max_abs" of |value|, "min_margin" of value - limit (a ">=" criterion).
 CLOSEST: dict[str, str] = {"bound_ratio": "max", "error_ratio": "max", "bias_z": "max_abs",
-                           "impact_sqnr_db": "min_margin"}
+                           "bias_z_signed": "max_abs", "impact_sqnr_db": "min_margin"}
 
 # results[kernel][seed] = that kernel's layer-1 results over the suite's cases
 Results = dict[str, dict[int, list[CaseResult]]]

@@ -10,10 +10,10 @@
   against 1.81x for a bare matmul on v7x).
 * CUDA GPU, `--model-check` (also on a CPU, under the interpreter's Hopper-faithful dot,
   to exercise the script): the one measurement a GPU settles for the Hopper FP8 MMA model
-  (`references.hopper_mma`, docs/hardware-numerics.md): the shipped FP8 GEMM's output,
+  (`references.mma.HOPPER_FP8`, docs/hardware-numerics.md): the shipped FP8 GEMM's output,
   bit for bit, against `gmm(..., accum="deepgemm-hopper")` at every promotion interval,
   on data built to separate the model's readings (an outlier channel, cancellation,
-  values near 448, subnormals, one sign); then each of `hopper_mma.probe_cases` through a
+  values near 448, subnormals, one sign); then each of `mma.probe_cases` through a
   one-step `tl.dot(a, b, acc)` kernel (wgmma m64n64k32 with the accumulator as C, chained
   `chain` times), printed beside what each candidate reading of the model predicts.
 * Neither: says what it needs and exits 0.  Nothing CUDA- or TPU-only is imported then.
@@ -88,13 +88,13 @@ def _model_datasets(rng):
 
 def probe_check(device: str) -> None:
     """Each probe case on the device (element [0, 0] of a 64x64 tile; the rest zero),
-    beside the candidate readings' predictions (`hopper_mma.mma_block`)."""
+    beside the candidate readings' predictions (`mma.mma_block`)."""
     import numpy as np
     import torch
     from wgmma_probe import probe
 
     from fp8check.kernels.triton import interpret
-    from fp8check.references.hopper_mma import HOPPER_FP8, MmaModel, mma_block, probe_cases
+    from fp8check.references.mma import HOPPER_FP8, MmaModel, mma_block, probe_cases
 
     readings = {"model": HOPPER_FP8, "C after": MmaModel(c_in_alignment=False),
                 "floor": MmaModel(align_rounding="floor"), "14 bits": MmaModel(frac_bits=14),

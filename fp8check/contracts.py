@@ -6,7 +6,9 @@ error about a kernel that breaks its contract points there.
 
 A kernel under test is a `KernelSpec`.  The gate hands it numpy arrays converted into the
 kernel's framework and converts its result back to numpy (fp8 crosses as the framework's
-own fp8 dtype: ml_dtypes for numpy and jax, `torch.float8_e4m3fn` for torch).
+own fp8 dtype: ml_dtypes for numpy and jax, `torch.float8_e4m3fn` for torch).  After each
+call the arguments handed are compared bit for bit with what was passed (`run_kernel`,
+`fp8check.integrity`): a kernel must not write into its inputs.
 
 | contract   | call                                                              | returns      |
 |------------|-------------------------------------------------------------------|--------------|
@@ -40,13 +42,20 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from fp8check import integrity
+from fp8check.integrity import InputChange
+
 CONTRACTS = ("gmm-fp8", "gmm", "tgmm", "quantizer")
 FRAMEWORKS = ("numpy", "jax", "torch")
 OUT_DTYPES = ("f32", "bf16")
-ACCUMS = ("deepgemm", "cublas", "tokamax", "deepgemm-hopper")
+ACCUMS = ("deepgemm", "cublas", "tokamax", "deepgemm-hopper", "deepgemm-blackwell")
 QUANT_BLOCKS = ((1, 128), (128, 1), (128, 128))
 # The users' documentation of the contracts, relative to the repository root.
 CONTRACT_DOC = "docs/contract.md"
+# Each contract's arguments by name, as the call passes them (messages name them).
+ARG_NAMES = {"gmm-fp8": ("lhs_q", "lhs_scale", "rhs_q", "rhs_scale", "group_sizes"),
+             "gmm": ("lhs", "rhs", "group_sizes"), "tgmm": ("lhs", "dy", "group_sizes"),
+             "quantizer": ("x",)}
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
     "f32": np.dtype(np.float32),
@@ -72,10 +81,15 @@ class KernelSpec:
     deterministic: two calls on the same inputs must give the same bits.
     recipe, block, fmt, in_dtype: the quantizer contract's recipe, block shape, fp8 format
         and the dtype of x it is handed.
+    division_ulps: a quantizer whose float32 divisions are approximate (Triton's `/` is
+        `div.full.f32`, at most 2 ulps) declares N: each division within N ulps of the
+        exact quotient.  Its scales are then checked to be within that of the recipe's
+        and its values to be the recipe's from its own scales
+        (`fp8check.references.quant_approx`); 0 (the default) demands the recipe's bits.
     backend: where it actually runs ("cpu", "interpret", "native"); fidelity_fixes: the
         interpreter fixes that were active (recorded in the results).
     accum "deepgemm-hopper" declares the Hopper tensor core as the in-block accumulator
-        (`references.hopper_mma`): bit-exact to that reference on every case, the bound
+        (`references.mma.HOPPER_FP8`): bit-exact to that reference on every case, the bound
         widened by the accumulator's truncation term, bias and error_ratio measured against
         the model; `hopper_interval` is its promotion interval (Triton's
         max_num_imprecise_acc: 32, 64 or 128 K elements per tensor-core chain).
@@ -91,7 +105,7 @@ class KernelSpec:
         flush (AVX512-BF16): a torch kernel built on it declares True.  A kernel
         declaring it has the bound's flush-to-zero term (`fp8check.underflow`): outputs
         below 2^-126 are then not checked precisely, and the results say so.
-    hopper_jobs: for a Triton kernel, (m, k, n, g) -> the `fp8check.native.hopper.HopperJob`s
+    cuda_jobs: for a Triton kernel, (m, k, n, g) -> the `fp8check.native.cuda.CudaJob`s
         (its @triton.jit function, signature, constexprs, num_warps) its launch compiles at
         that problem; gate layer 0 compiles them for sm_90a.  A JAX kernel needs nothing:
         layer 0 compiles `fn` itself for the TPU chips.  Without it a torch kernel's layer 0
@@ -118,8 +132,9 @@ class KernelSpec:
     tags: tuple[str, ...] = field(default_factory=tuple)
     hopper_interval: int = 128
     native_fn: Callable[..., Any] | None = None
-    hopper_jobs: Callable[[int, int, int, int], Sequence[Any]] | None = None
+    cuda_jobs: Callable[[int, int, int, int], Sequence[Any]] | None = None
     flushes_subnormals: bool | None = None
+    division_ulps: int = 0
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -171,6 +186,15 @@ class KernelSpec:
                 )
             if self.in_dtype not in ("f32", "bf16"):
                 raise ValueError(f"quantizer {self.name!r}: in_dtype must be f32 or bf16")
+            from fp8check.references.quant_approx import check_division_ulps
+
+            try:
+                check_division_ulps(self.recipe, self.division_ulps)
+            except ValueError as e:
+                raise ValueError(f"quantizer {self.name!r}: {e}") from None
+        elif self.division_ulps != 0:
+            raise ValueError(f"kernel {self.name!r}: division_ulps is only meaningful for "
+                             f"a quantizer")
 
 
 # --- framework conversion -----------------------------------------------------------------
@@ -228,13 +252,15 @@ def _torch_to_numpy(t: Any) -> np.ndarray:
 
 
 def to_framework(a: np.ndarray, framework: str) -> Any:
-    """Convert a numpy / ml_dtypes array into `framework`'s array type, bits preserved."""
+    """Convert a numpy / ml_dtypes array into `framework`'s array type, bits preserved,
+    in memory that `a` does not share (a write into the result never reaches `a`)."""
     if framework == "numpy":
         return np.array(a, copy=True)
     if framework == "jax":
         import jax.numpy as jnp
 
-        return jnp.asarray(a)
+        # a private copy: on the CPU a jax array may alias the host buffer it came from
+        return jnp.asarray(np.array(a, copy=True))
     if framework == "torch":
         return _torch_from_numpy(a)
     raise ValueError(f"unknown framework {framework!r}")
@@ -275,17 +301,41 @@ def out_dtype_kwargs(spec: KernelSpec, out_dtype: str | None) -> dict[str, Any]:
     return {}
 
 
-def call_kernel(spec: KernelSpec, args: Sequence[np.ndarray], out_dtype: str | None = None) -> Any:
+@dataclass(frozen=True)
+class KernelCall:
+    """One call of a kernel: its output (as `call_kernel` returns it) and the arguments
+    it wrote into (`fp8check.integrity`; empty when none)."""
+
+    out: Any
+    inputs_changed: tuple[InputChange, ...]
+
+
+def run_kernel(spec: KernelSpec, args: Sequence[np.ndarray],
+               out_dtype: str | None = None) -> KernelCall:
     """Call `spec.fn` on numpy `args` converted to its framework, with `out_dtype=` the
     framework's dtype named `out_dtype` when given and the kernel takes it
     (`takes_out_dtype`); arrays come back as numpy (a quantizer's (values, scales) as a
-    tuple of them).  Whatever else the kernel returns comes back as it is.  Exceptions
-    from the kernel propagate."""
+    tuple of them).  Whatever else the kernel returns comes back as it is.  After the call
+    every argument handed is compared bit for bit with `args` (which the kernel cannot
+    reach: `to_framework` copies), named as its contract names it (`ARG_NAMES`).
+    Exceptions from the kernel propagate."""
     fargs = [to_framework(a, spec.framework) for a in args]
-    out = spec.fn(*fargs, **out_dtype_kwargs(spec, out_dtype))
+    names = ARG_NAMES[spec.contract]
+    if len(names) != len(args):
+        names = tuple(f"argument {i}" for i in range(len(args)))
+    out, changed = integrity.watched_call(
+        spec.fn, fargs, names, out_dtype_kwargs(spec, out_dtype),
+        before=[integrity.raw_bits(a, copy=False) for a in args])
     if spec.contract == "quantizer" and isinstance(out, tuple | list):
-        return tuple(_array_or_as_is(o) for o in out)
-    return _array_or_as_is(out)
+        out = tuple(_array_or_as_is(o) for o in out)
+    else:
+        out = _array_or_as_is(out)
+    return KernelCall(out, tuple(changed))
+
+
+def call_kernel(spec: KernelSpec, args: Sequence[np.ndarray], out_dtype: str | None = None) -> Any:
+    """`run_kernel(spec, args, out_dtype).out`: the output alone."""
+    return run_kernel(spec, args, out_dtype).out
 
 
 # --- plain functions as kernels -----------------------------------------------------------

@@ -21,6 +21,7 @@ BUILTIN_KERNELS: dict[str, str] = {
     "pallas-quantizer": "fp8check.kernels.pallas.quantize:quantizer_spec",
     "triton-fp8": "fp8check.kernels.triton.gmm:fp8_spec",
     "triton-fp8-hopper": "fp8check.kernels.triton.gmm:fp8_hopper_spec",
+    "triton-fp8-blackwell": "fp8check.kernels.triton.gmm:fp8_blackwell_spec",
     "triton-fp8-padded": "fp8check.kernels.triton.padding:fp8_padded_spec",
     "triton-tgmm": "fp8check.kernels.triton.backward:tgmm_spec",
     "triton-quantizer": "fp8check.kernels.triton.quantize:quantizer_spec",

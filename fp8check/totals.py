@@ -27,6 +27,7 @@ output.  `MetricTotals.merge` combines the chunks.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -59,6 +60,11 @@ class MetricTotals:
     signal: float
     noise: float
     n_ref_mismatch: int | None = None
+    # bias_z's sign-test summary (`metrics.bias_cluster_sums`, unit "sign") of the
+    # (row, 128-column tile) clusters, in row order: element counts and, per mode
+    # ("magnitude", "signed"), the sums of z; None where not computed (`metric_totals`).
+    bias_counts: np.ndarray | None = None
+    bias_sums: dict[str, np.ndarray] | None = None
 
     @property
     def sqnr_db(self) -> float:
@@ -96,7 +102,15 @@ class MetricTotals:
             signal=self.signal + other.signal,
             noise=self.noise + other.noise,
             n_ref_mismatch=mism,
+            bias_counts=_joined(self.bias_counts, other.bias_counts),
+            bias_sums=None if self.bias_sums is None or other.bias_sums is None else {
+                k: np.concatenate([v, other.bias_sums[k]]) for k, v in self.bias_sums.items()},
         )
+
+
+def _joined(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    """Two chunks' per-cluster arrays, in order (None unless both have one)."""
+    return None if a is None or b is None else np.concatenate([a, b])
 
 
 @numba.njit(cache=True, inline="always")
@@ -277,12 +291,13 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     `rows_per_chunk` rows of one group at a time (the references of consecutive small
     groups computed together, up to `rows_per_chunk` rows); `accum` (None to skip) adds the
     bit-exact count against `gmm(..., accum=accum, interval=interval)` (`interval`:
-    deepgemm-hopper's promotion interval); `u` is the accumulator's unit roundoff of the
+    a tensor-core recipe's promotion interval); `u` is the accumulator's unit roundoff of the
     bound.  Only rows below sum(group_sizes) are compared, as in the gate.  The bound's
     underflow term is the operands' (`underflow.fp8_model`), for a kernel that flushes
     subnormals when `ftz`."""
     from fp8check.references import abs_product, gmm, gmm_and_exact
-    from fp8check.references.gmm import check_group_sizes, group_offsets
+    from fp8check.references.casts import rounded
+    from fp8check.references.gmm import TENSOR_CORE_ACCUMS, check_group_sizes, group_offsets
     from fp8check.references.quant import QTensor
     from fp8check.underflow import fp8_model
 
@@ -298,6 +313,8 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     offs = group_offsets(gs)
     underflow = fp8_model(lhs, rhs, lhs.shape[1]).term(ftz=ftz, u=u)
     total = MetricTotals.empty(accum is not None)
+    total = dataclasses.replace(total, bias_counts=np.zeros(0, np.int64),
+                                bias_sums={k: np.zeros(0) for k in BIAS_MODES})
     # One row chunk of one group at a time (a large group in several), as the totals are
     # merged; the exact and recipe references of consecutive chunks that fit in one chunk's
     # rows are computed together (a call per group would pack each group's rhs for every
@@ -321,6 +338,31 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
             rows = slice(r0 - b0, r1 - b0)
             part = metric_totals(out[r0:r1], exact[rows], abs_ab[rows], lhs.shape[1], u=u,
                                  ref=None if ref is None else ref[rows], underflow=underflow)
-            total = total.merge(part, r0 * n)
+            # bias against RN(exact), or against the model a tensor-core kernel declares
+            against = (ref[rows] if accum in TENSOR_CORE_ACCUMS and ref is not None
+                       else rounded(exact[rows], out.dtype))
+            total = total.merge(_with_bias(part, out[r0:r1], against), r0 * n)
         i = j
     return total
+
+
+BIAS_MODES = ("magnitude", "signed")
+
+
+def _with_bias(part: MetricTotals, out: np.ndarray, against: np.ndarray) -> MetricTotals:
+    """`part` (the totals of rows `out` [rows, N]) with bias_z's sign-test cluster sums
+    against `against` (RN(exact) in out's dtype, or a declared model's output, as
+    `layers.op.criteria` takes them); a NaN or Inf in out leaves them out (`finite` fails
+    the output, and the criterion reports inf)."""
+    from fp8check.metrics import bias_cluster_sums
+
+    tiles = -(-out.shape[1] // 128)
+    labels = np.arange(out.shape[0])[:, None] * tiles + np.arange(out.shape[1]) // 128
+    size = out.shape[0] * tiles
+    if part.n_nonfinite:
+        counts, sums = np.zeros(size, np.int64), {k: np.zeros(size) for k in BIAS_MODES}
+    else:
+        sums = {}
+        for mode in BIAS_MODES:
+            sums[mode], counts = bias_cluster_sums(out, against, labels, size, mode=mode)
+    return dataclasses.replace(part, bias_counts=counts, bias_sums=sums)

@@ -20,8 +20,11 @@ deepgemm         acc = fma(RN(sa*sb), P, acc)
 cublas           acc = fma(RN(P*sa), sb, acc)
 tokamax          acc = RN(RN(RN(P*sa)*sb) + acc)
 deepgemm-hopper  deepgemm's step on the Hopper tensor core's P instead of the exact one:
-                 P = `hopper_mma.block_partial` (four k32 WGMMA steps from C = 0, the
+                 P = `mma.block_partial` (four k32 WGMMA steps from C = 0, the
                  e8m13 truncating accumulator), bit-exact to that model by construction
+deepgemm-        deepgemm's step on the Blackwell (sm_100a) tensor core's P: four k32
+  blackwell      steps of `mma.BLACKWELL_FP8` from C = 0 (what a tl.dot per block gives
+                 there: Triton's sm_100 dot has no promotion interval)
 exact            sum of P*sa*sb in exact arithmetic, rounded once to out_dtype (the true value)
 ===============  ==========================================
 
@@ -52,7 +55,7 @@ import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 from threadpoolctl import threadpool_limits
 
-from fp8check.references import amx, hopper_mma, vnni
+from fp8check.references import amx, mma, vnni
 from fp8check.references.casts import to_float64
 from fp8check.references.certified import round_certified, scaled_terms_exact
 from fp8check.references.exact import (
@@ -69,9 +72,12 @@ from fp8check.references.exact import (
 from fp8check.references.matmul import PLAIN_DTYPES, check_plain, exact_matmul
 from fp8check.references.quant import QTensor
 
-ACCUMS = ("deepgemm", "cublas", "tokamax", "deepgemm-hopper", "exact")
-# deepgemm-hopper is deepgemm's promotion on the tensor core's partials (`_hopper_partials`).
-_ACCUM_CODE = {"deepgemm": 0, "cublas": 1, "tokamax": 2, "deepgemm-hopper": 0}
+ACCUMS = ("deepgemm", "cublas", "tokamax", "deepgemm-hopper", "deepgemm-blackwell", "exact")
+TENSOR_CORE_ACCUMS = {"deepgemm-hopper": "sm_90a", "deepgemm-blackwell": "sm_100a"}
+"""The recipes that are deepgemm's promotion on a tensor core's block partials
+(`_tensor_core_partials`), with the CUDA target whose model (`mma.mma_model`) forms them."""
+_ACCUM_CODE = {"deepgemm": 0, "cublas": 1, "tokamax": 2, "deepgemm-hopper": 0,
+               "deepgemm-blackwell": 0}
 REFERENCE_OUT_DTYPES = (np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float64))
 # Rows of one group handled per step: keeps the float64 partials of a chunk near 8 MiB.
 _CHUNK_BYTES = 8 << 20
@@ -392,7 +398,7 @@ def _no_nan_codes(lhs: QTensor, rhs: QTensor, gs) -> bool:
 
 def _gmm_blockwise(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec,
                    interval: int = 128):
-    if accum == "deepgemm-hopper":  # the model's partials: no exact-partial fast path
+    if accum in TENSOR_CORE_ACCUMS:  # the model's partials: no exact-partial fast path
         _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=False, interval=interval)
     elif lhs.fmt == "e4m3fn" and accum != "exact" and _vnni_fits(lhs, rhs, gs):
         acc = out if out.dtype == np.float32 else np.zeros(out.shape, np.float32)
@@ -424,14 +430,17 @@ def _gmm_e4m3_group(codes, b_codes, sa, sb, accum: str) -> np.ndarray:
                      _ACCUM_CODE[accum], _FUSED_ROWS)
 
 
-def _hopper_partials(a: np.ndarray, b: np.ndarray, fmt: str, interval: int) -> np.ndarray:
-    """[KB, m, N] float64: each 128-wide K block's P as a Hopper kernel forms it from zero
-    (`hopper_mma.promoted_partial`: tensor-core chains of `interval` elements added in
-    float32).  Float32 values, exact in float64, so `_accumulate`'s round_pair_f32(P, 0)
-    hands the recipe P itself."""
+def _tensor_core_partials(a: np.ndarray, b: np.ndarray, fmt: str, interval: int,
+                          accum: str) -> np.ndarray:
+    """[KB, m, N] float64: each 128-wide K block's P as a kernel on `accum`'s tensor core
+    forms it from zero (`mma.promoted_partial`: tensor-core chains of `interval` elements
+    added in float32; 128, one chain, on Blackwell).  Float32 values, exact in float64, so
+    `_accumulate`'s round_pair_f32(P, 0) hands the recipe P itself."""
+    model = mma.mma_model(TENSOR_CORE_ACCUMS[accum])
     kb = a.shape[1] // 128
-    return np.stack([hopper_mma.promoted_partial(a[:, i * 128:(i + 1) * 128],
-                                                 b[i * 128:(i + 1) * 128], interval, fmt=fmt)
+    return np.stack([mma.promoted_partial(a[:, i * 128:(i + 1) * 128],
+                                          b[i * 128:(i + 1) * 128], interval, model=model,
+                                          fmt=fmt)
                      for i in range(kb)]).astype(np.float64)
 
 
@@ -493,8 +502,9 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
             r1 = min(r0 + chunk, offs[g + 1])
             s = sa[r0 - offs[g] : r1 - offs[g]]
             a_codes, a64 = lhs.values[r0:r1].view(np.uint8), None
-            if accum == "deepgemm-hopper":
-                p_hi, p_lo = _hopper_partials(a_codes, b_codes, lhs.fmt, interval), _NO_REMAINDER
+            if accum in TENSOR_CORE_ACCUMS:
+                p_hi = _tensor_core_partials(a_codes, b_codes, lhs.fmt, interval, accum)
+                p_lo = _NO_REMAINDER
             elif packed is not None and not has_nan_code(a_codes):
                 p_hi, p_lo = vnni.exact_partials(a_codes, packed, n, scratch=scratch), _NO_REMAINDER
             else:
@@ -533,8 +543,9 @@ def gmm(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray, group_sizes: Array
         exact value for "exact"), or float64 with "exact" (the exact value correctly
         rounded).
       accum: "deepgemm" (default for QTensors), "cublas", "tokamax", "deepgemm-hopper" (the
-        Hopper tensor core's partials, `hopper_mma`) or "exact" (the only recipe, and the
-        default, for plain operands).
+        Hopper tensor core's partials, `mma.HOPPER_FP8`), "deepgemm-blackwell" (the sm_100a
+        tensor core's, `mma.BLACKWELL_FP8`) or "exact" (the only recipe, and the default,
+        for plain operands).
       interval: deepgemm-hopper only: K elements the tensor core chains from zero before
         the chain's partial is added in float32 into the block's P (Triton's
         max_num_imprecise_acc: 32, 64 or 128; 128 is DeepGEMM's one chain per block).
@@ -588,10 +599,11 @@ def gmm_and_exact(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
     (`_no_nan_codes`) and finite scales, both come from one computation of the exact
     128-wide partials: the recipe rounds each to float32 and accumulates (`_accumulate`,
     the float64 BLAS path's steps, whose bits every faster path of gmm gives;
-    `tests/test_partials_paths.py`).  Otherwise (deepgemm-hopper, whose partials are the
-    tensor core's; e4m3 NaN codes, whose NaN partials gmm's recipe forms in other BLAS
-    calls; non-finite scales) it calls gmm twice.  On e5m2 operands the code check only
-    errs on the safe side: gmm's e5m2 recipe takes these very partials and steps."""
+    `tests/test_partials_paths.py`).  Otherwise (deepgemm-hopper and deepgemm-blackwell,
+    whose partials are the tensor core's; e4m3 NaN codes, whose NaN partials gmm's recipe
+    forms in other BLAS calls; non-finite scales) it calls gmm twice.  On e5m2 operands the
+    code check only errs on the safe side: gmm's e5m2 recipe takes these very partials and
+    steps."""
     m, n, accum, dt, gs = _checked_gmm_args(lhs, rhs, group_sizes, out_dtype, accum, interval)
     if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):
         raise ValueError("gmm_and_exact: lhs and rhs must be QTensors")

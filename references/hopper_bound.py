@@ -1,22 +1,33 @@
-"""A rigorous error bound for a kernel whose FP8 dots run on the Hopper tensor core
-(`hopper_mma`): how far the tensor core's block partial may be from the exact one.
+"""A rigorous error bound for a kernel whose FP8 dots run on a modelled tensor core
+(`mma.MmaModel`: Hopper's `HOPPER_FP8`, Blackwell's `BLACKWELL_FP8`): how far the tensor
+core's block partial may be from the exact one.
 
-The model (`hopper_mma.HOPPER_FP8`), one k32 step for one output element: the terms are
-the step's products p_k = a_k b_k and the incoming accumulator C.  E is the largest
-unnormalised product exponent e_a + e_b of the nonzero products and floor(log2 |C|) when
-C != 0; every term is cut to the grid g = 2^(E - f) (f = frac_bits) toward zero (or to
-nearest), the cut terms are summed exactly into S', and S' is cut to f_out fraction bits
-(f_out = the model's out_bits) toward zero (or to nearest): D.
+One step of the model for one output element (`mma`'s docstring, steps 1-5): the terms are
+the step's products p_k = a_k b_k and the incoming accumulator C; n is the number of
+nonzero products and c = 1 if C != 0 else 0.  E is the largest unnormalised product
+exponent e_a + e_b of the nonzero products, and floor(log2 |C|) too when C joins the
+alignment (c_in_alignment); the aligned terms are cut to the grid g = 2^(E - f)
+(f = frac_bits) toward zero or to nearest.  Let S_p = sum_k p_k and S = C + S_p.  With
+u_out = 2^-f_out for a final rounding toward zero and 2^-(f_out + 1) to nearest (f_out =
+out_bits), and likewise u_sum for the cut of the products' sum to sum_frac_bits bits
+(u_sum = 0 when the model keeps the sum exact):
 
-Theorem.  With S = C + sum_k p_k the exact value of the step's inputs, n the number of
-nonzero products and c = 1 if C != 0 else 0,
+Theorem.  C aligned with the products (Hopper):
 
-    |D - S| <= (n + c) g + 2^-f_out (sum_k |p_k| + |C| + (n + c) g).
+    |D - S| <= (n + c) g + u_out (sum_k |p_k| + |C| + (n + c) g).
+
+C added after the products (Blackwell), with A = sum_k |p_k| + n g:
+
+    |D - S| <= n g + u_sum A + u_out (A (1 + u_sum) + |C|).
 
 Proof.  Cutting a term to a multiple of g moves it by less than g (toward zero or to
-nearest alike), and zero terms do not move, so |S' - S| < (n + c) g.  Cutting S' to f_out
-fraction bits moves it by less than one unit of its binade, 2^(floor(log2|S'|) - f_out)
-<= 2^-f_out |S'|, and |S'| <= |S| + (n + c) g <= sum |p_k| + |C| + (n + c) g.  Add. QED.
+nearest alike), and zero terms do not move.  C aligned: the cut terms' exact sum S' has
+|S' - S| < (n + c) g, and D is S' rounded to f_out fraction bits, which moves it by at
+most u_out |S'| (less than one unit of its binade, 2^(floor(log2|S'|) - f_out), toward
+zero; half of it to nearest); |S'| <= sum |p_k| + |C| + (n + c) g.  C after: the cut
+products' sum S'_p has |S'_p - S_p| < n g and |S'_p| <= A; P, S'_p cut to sum_frac_bits
+bits, has |P - S'_p| <= u_sum |S'_p| <= u_sum A, so |P| <= A (1 + u_sum); D is P + C
+(exact) rounded, |D - (P + C)| <= u_out |P + C| <= u_out (A (1 + u_sum) + |C|).  Add. QED.
 
 A chain of steps from C = 0 (a 128-wide block in DeepGEMM's scheme, or each
 `max_num_imprecise_acc` elements in Triton's) adds the steps' bounds: each step's exact
@@ -31,7 +42,7 @@ output, and holds for every kernel with this accumulator and these steps.
 In a blockwise GEMM the block partial P_b is multiplied by s_a s_b, so the output's
 truncation error is at most sum_b |s_a s_b| T_b, `truncation_term`; the float32 work
 around the tensor core (the scale products, the promotion fma, the adds of Triton's
-partials) is covered by the float32 term of `metrics.bound_ratio`.  The model keeps
+partials) is covered by the float32 term of `metrics.bound_ratio`.  The models keep
 float32's exponent range; like `bound_ratio` the bound assumes no term falls below
 2^-126, which the gate's data never approaches.
 """
@@ -44,7 +55,7 @@ import ml_dtypes
 import numba
 import numpy as np
 
-from fp8check.references.hopper_mma import HOPPER_FP8, MmaModel
+from fp8check.references.mma import HOPPER_FP8, MmaModel
 
 _NONE = -(1 << 20)  # exponent of a zero operand: its products never set E
 _BIAS = {"e4m3fn": (3, 7, ml_dtypes.float8_e4m3fn), "e5m2": (2, 15, ml_dtypes.float8_e5m2)}
@@ -64,11 +75,10 @@ def _operand_tables(fmt: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 @numba.njit(parallel=True, cache=True)
-def _bounds(a, b, exp, mag, k0, width, group, frac, out_frac, out):
+def _bounds(a, b, exp, mag, k0, width, group, frac, c_in, u_sum, u_out, out):
     """out[i, j] = the chain bound (module docstring) of the K range [k0, k0 + width)."""
     m, n = out.shape
     g_unit = 2.0 ** -frac
-    n_unit = 2.0 ** -out_frac
     for i in numba.prange(m):
         for j in range(n):
             cmag = 0.0
@@ -85,14 +95,17 @@ def _bounds(a, b, exp, mag, k0, width, group, frac, out_frac, out):
                     nnz += 1
                     emax = max(emax, ea + eb)
                     sabs += mag[a[i, k]] * mag[b[k, j]]
-                c = 0
-                if cmag > 0.0:
-                    c = 1
-                    emax = max(emax, math.floor(math.log2(cmag)))
+                c = 1 if cmag > 0.0 else 0
                 if nnz + c == 0:
                     continue
-                align = (nnz + c) * g_unit * 2.0 ** emax
-                step = align + n_unit * (sabs + cmag + align)
+                if c_in:
+                    if c:
+                        emax = max(emax, math.floor(math.log2(cmag)))
+                    align = (nnz + c) * g_unit * 2.0 ** emax
+                    step = align + u_out * (sabs + cmag + align)
+                else:
+                    big_a = sabs + (nnz * g_unit * 2.0 ** emax if nnz else 0.0)
+                    step = (big_a - sabs) + u_sum * big_a + u_out * (big_a * (1 + u_sum) + cmag)
                 total += step
                 cmag += sabs + step
             out[i, j] = total
@@ -121,9 +134,18 @@ def chain_bound(a_codes: np.ndarray, b_codes: np.ndarray, *, interval: int = 128
     for blk in range(k // 128):
         for k0 in range(blk * 128, (blk + 1) * 128, interval):
             _bounds(a, b, exp, mag, k0, interval, model.group, model.frac_bits,
-                    model.out_bits, part)
+                    model.c_in_alignment, _unit(model.sum_frac_bits, model.sum_rounding),
+                    _unit(model.out_bits, model.rounding), part)
             out[blk] += part
     return out
+
+
+def _unit(bits: int | None, rounding: str) -> float:
+    """The relative error bound of a cut to `bits` fraction bits (module docstring: u_out,
+    u_sum); 0 for None (kept exact)."""
+    if bits is None:
+        return 0.0
+    return 2.0 ** -(bits + (rounding == "rne"))
 
 
 def truncation_term(lhs, rhs, group_sizes, *, interval: int = 128,

@@ -17,6 +17,8 @@ deepgemm                   s = RN(a / fmax); q = sat(x * RN(1/s))
 deepgemm-ue8m0             s = 2^e, e = ceil(log2(RN(a / fmax))) from the bits (biased
                            exponent + (mantissa != 0), clamped to [1, 254]); q = sat(x * 2^-e)
 deepgemm-legacy            s = RN(a / fmax); q = sat(x * RN(RN(1/a) * fmax))
+deepgemm-cuda              s = RN(a * RN(1/fmax)); q = sat(x * RN(1/s))
+deepgemm-legacy-cuda       s = RN(a * RN(1/fmax)); q = sat(x * RN(RN(1/a) * fmax))
 deepseek-v3                s = RN(a / fmax); q = sat(RN(x / s))
 deepseek-v3-ue8m0          s = 2^e, e = ceil(RN32(log2(RN(a / fmax)))): float32 log2, which
                            returns the integer k for 2^k(1 + n 2^-23) while n <= N(k)
@@ -26,10 +28,26 @@ transformer-engine         m = RN(fmax / amax) (eps 0); amax == 0 or non-finite 
 transformer-engine-pow2    as above, then m keeps only sign and exponent (bits & 0xFF800000)
 =========================  ===================================================
 
-`fmax` is the format's largest finite value (448 for e4m3fn, 57344 for e5m2).  For the two
-ue8m0 recipes the product x * 2^-e (or quotient x / 2^e) is exact whenever it stays a normal
-float32; if it falls below 2^-126 it is far below the smallest fp8 subnormal and rounds to
-zero either way.
+`fmax` is the format's largest finite value (448 for e4m3fn, 57344 for e5m2).
+
+The `-cuda` recipes are DeepGEMM's casts (deep_gemm/utils/math.py, `sf = x_amax / 448.0`
+and `x * (1.0 / sf)`; the legacy `x * (448.0 / x_amax)`) as torch evaluates them on a CUDA
+tensor.  A tensor divided by a Python scalar is `div_true_kernel_cuda`
+(pytorch/pytorch aten/src/ATen/native/cuda/BinaryDivTrueKernel.cu @ 0f57f050: "if the
+second operand is a CPU scalar, compute a * reciprocal(b)"): `inv_b = opmath_t(1.0) / b`
+on the host in float32, then `MulFunctor` on the device, so `x_amax / 448.0` is
+RN(a * RN(1/448)), not the CPU kernel's RN(a / 448).  A Python scalar divided by a tensor
+is `Tensor.__rtruediv__` (torch/_tensor.py: `self.reciprocal() * other`) on every device:
+`reciprocal` is `1 / a` in device code (aten/src/ATen/native/cuda/UnaryFractionKernels.cu),
+an IEEE division unless built with fast math, and the multiply by 1.0 is exact, so
+`1.0 / sf` is RN(1/s) and `448.0 / x_amax` RN(RN(1/a) * 448) as on the CPU.  `deepgemm-ue8m0`
+needs no CUDA twin: RN(a * RN(1/448)) and RN(a / 448) are never on the two sides of a
+power of two (tests/test_quant_cuda.py shows it for every float32 a of one binade, which
+covers every a: doubling a doubles both), so the bit-level ceil gives the same 2^e.
+
+For the two ue8m0 recipes the product x * 2^-e (or quotient x / 2^e) is exact whenever it
+stays a normal float32; if it falls below 2^-126 it is far below the smallest fp8 subnormal
+and rounds to zero either way.
 """
 
 from __future__ import annotations
@@ -46,6 +64,8 @@ RECIPES = (
     "deepgemm",
     "deepgemm-ue8m0",
     "deepgemm-legacy",
+    "deepgemm-cuda",
+    "deepgemm-legacy-cuda",
     "deepseek-v3",
     "deepseek-v3-ue8m0",
     "transformer-engine",
@@ -196,7 +216,8 @@ def recipe_scales(amax: np.ndarray, recipe: str, fmax: np.float32, in_dtype) -> 
                 m = (m.view(np.uint32) & np.uint32(0xFF800000)).view(np.float32)
             return (np.float32(1) / m).astype(np.float32), m
         a = np.maximum(amax, _DEEPGEMM_AMAX_FLOOR)
-        s = (a / fmax).astype(np.float32)
+        s = (a * (np.float32(1) / fmax) if recipe.endswith("-cuda") else a / fmax)
+        s = s.astype(np.float32)
         if recipe == "deepgemm-ue8m0":
             s = _ue8m0(s)
             return s, (np.float32(1) / s).astype(np.float32)  # exact: s is a power of two
@@ -204,7 +225,7 @@ def recipe_scales(amax: np.ndarray, recipe: str, fmax: np.float32, in_dtype) -> 
             return _pow2_ceil_log2_f32(s), None
         if recipe == "deepseek-v3":
             return s, None
-        if recipe == "deepgemm-legacy":  # x * (448.0 / amax): torch's __rtruediv__ is
+        if recipe.startswith("deepgemm-legacy"):  # x * (448.0 / amax): __rtruediv__ is
             # amax.reciprocal() * 448, two roundings, not one division
             return s, ((np.float32(1) / a) * fmax).astype(np.float32)
         return s, (np.float32(1) / s).astype(np.float32)

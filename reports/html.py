@@ -29,6 +29,7 @@ import jinja2
 from fp8check import cases as cases_mod
 from fp8check.coverage import Coverage, suite_coverage
 from fp8check.reports import plots
+from fp8check.targets import TARGETS, Target
 
 _TEMPLATES = Path(__file__).parent / "templates"
 # Metrics shown in the tables, in this order (the JSON has all of them).
@@ -39,8 +40,8 @@ KEY_METRICS = ("bound_ratio_max", "error_ratio", "bias_z", "bit_exact_mismatches
 LAYER2_KEY_METRICS = ("st_sqnr_db.out", "st_sqnr_db.dx", "sqnr_db.out", "sqnr_db.dx",
                       "sqnr_db.wi.min_expert", "sqnr_db.wo.min_expert")
 LAYER0_KEY_METRICS = ("target", "vmem_bytes", "mxu_formats", "llo_vmatmul", "llo_vector_alu",
-                      "shared_bytes", "registers", "spill_stores_bytes", "wgmma_shapes", "tma",
-                      "max_num_imprecise_acc")
+                      "shared_bytes", "registers", "spill_stores_bytes", "mma_shapes", "tma",
+                      "tmem_columns", "max_num_imprecise_acc")
 LAYER_ORDER = (0, 1, 2, 3, 4)
 FIGURES_PER_WORKER = 24
 LAYER_NAMES = {0: "0 · native compile", 1: "1 · single op", 2: "2 · MoE layer",
@@ -178,6 +179,13 @@ def gate_coverage(doc: dict[str, Any]) -> Coverage | None:
     return suite_coverage([c for c in cases_mod.build_suite(suite, seed) if c.id in ran])
 
 
+def layer0_targets(results: Sequence[dict[str, Any]]) -> list[Target]:
+    """The rows of `fp8check.targets` that the run's layer-0 results compiled for, in the
+    table's order (what the report says of each chip's FP8 datapath and accumulator)."""
+    seen = {r.get("metrics", {}).get("target") for r in results if r.get("layer") == 0}
+    return [t for name, t in TARGETS.items() if name in seen]
+
+
 def build_context(doc: dict[str, Any], workers: int | None = 1) -> dict[str, Any]:
     """Everything the template shows, figures rendered (the expensive part; `workers` as
     in `figures`)."""
@@ -207,6 +215,7 @@ def build_context(doc: dict[str, Any], workers: int | None = 1) -> dict[str, Any
         "failures": failures, "sections": sections,
         "impact_overview": None if overview is None else plots.to_data_uri(overview),
         "coverage": gate_coverage(doc), "tune": tune, "accepted_statuses": plots.ACCEPTED_STATUSES,
+        "targets": layer0_targets(results),
         "tune_figure": None if tune_fig is None else plots.to_data_uri(tune_fig),
     }
 

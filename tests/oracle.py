@@ -110,7 +110,8 @@ def quantize_block(xs: list[float], recipe: str, fmt: str, in_max: float):
         s = rn32(1 / F(m))
         return [_fp8(rn32(F(v) * F(m)), fmt) for v in xs], s
     a = max(amax, F(rn32(F("1e-4"))))
-    s = rn32(a / fmax)
+    # -cuda: torch's CUDA `tensor / python_scalar` multiplies by the float32 reciprocal
+    s = rn32(a * F(rn32(1 / fmax))) if recipe.endswith("-cuda") else rn32(a / fmax)
     if recipe == "deepseek-v3-ue8m0":
         # float32 log2: Python's float64 log2 (error < 2^-52 relative) rounded once more to
         # float32.  That second rounding is the float32 one except within 2^-52 of a float32
@@ -120,7 +121,7 @@ def quantize_block(xs: list[float], recipe: str, fmt: str, in_max: float):
         e = math.ceil(round_fraction(F(math.log2(s)), "f32"))
         return [_fp8(rn32(F(v) / F(2) ** e), fmt) for v in xs], \
             math.ldexp(1.0, e)
-    if recipe == "deepgemm-legacy":
+    if recipe.startswith("deepgemm-legacy"):
         m = rn32(F(rn32(1 / a)) * fmax)
         return [_fp8(rn32(F(v) * F(m)), fmt) for v in xs], s
     if recipe == "deepgemm-ue8m0":

@@ -1,10 +1,13 @@
 """Torch ports of the peers' FP8 quantizers, statement by statement (test-only).
 
-Each function mirrors its peer's code line for line in torch on the CPU (sources and commits
-in docs/peers.md), so the tests compare `references.quant.quantize` with the peer's own
-float32 arithmetic as torch evaluates it.  Two peers are GPU kernels (DeepSeek-V3's Triton
-`act_quant_kernel`, TransformerEngine's CUDA kernel): their ports follow the code as
-written, in IEEE float32; docs/peers.md says where a GPU evaluates the same code otherwise.
+Each function mirrors its peer's code line for line in torch on the CPU (sources and
+commits in docs/peers.md), so the tests compare `references.quant.quantize` with the peer's
+own float32 arithmetic as torch evaluates it.  DeepGEMM's casts take `cuda=True` for torch's
+CUDA lowering of `tensor / python_scalar` (`_div_scalar`), the one step of theirs whose
+arithmetic differs on a CUDA tensor (the `-cuda` recipes).  Two peers are GPU kernels
+(DeepSeek-V3's Triton `act_quant_kernel`, TransformerEngine's CUDA kernel): their ports
+follow the code as written, in IEEE float32; docs/peers.md says where a GPU evaluates the
+same code otherwise.
 """
 
 from __future__ import annotations
@@ -28,27 +31,38 @@ def _ceil_to_ue8m0(x: torch.Tensor) -> torch.Tensor:
     return (exp.clamp(1, 254) << 23).view(torch.float)
 
 
-def deepgemm_per_token_cast(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128):
+def _div_scalar(t: torch.Tensor, b: float, cuda: bool) -> torch.Tensor:
+    """`t / b` (b a Python float) as torch computes it on the CPU (a division) or, with
+    `cuda`, as `div_true_kernel_cuda` does (aten/src/ATen/native/cuda/BinaryDivTrueKernel.cu
+    @ 0f57f050): `inv_b = opmath_t(1.0) / b` in float32 on the host, then t * inv_b."""
+    if not cuda:
+        return t / b
+    return t * (torch.tensor(1.0, dtype=torch.float32) / torch.tensor(b, dtype=torch.float32))
+
+
+def deepgemm_per_token_cast(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128,
+                            cuda: bool = False):
     m, n = x.shape
     padded_n = _align(n, gran_k)
     x_padded = torch.empty((m, padded_n), dtype=x.dtype, device=x.device).fill_(0)
     x_padded[:, :n] = x
     x_view = x_padded.view(m, padded_n // gran_k, gran_k)
     x_amax = x_view.abs().float().amax(dim=2).view(m, padded_n // gran_k).clamp(1e-4)
-    sf = x_amax / 448.0
+    sf = _div_scalar(x_amax, 448.0, cuda)
     sf = _ceil_to_ue8m0(sf) if use_ue8m0 else sf
     x_fp8 = (x_view * (1.0 / sf.unsqueeze(2))).to(FP8).view(m, padded_n)[:, :n].contiguous()
     return x_fp8, sf
 
 
-def deepgemm_per_block_cast(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128):
+def deepgemm_per_block_cast(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128,
+                            cuda: bool = False):
     m, n = x.shape
     x_padded = torch.zeros((_align(m, gran_k), _align(n, gran_k)), dtype=x.dtype,
                            device=x.device)
     x_padded[:m, :n] = x
     x_view = x_padded.view(-1, gran_k, x_padded.size(1) // gran_k, gran_k)
     x_amax = x_view.abs().float().amax(dim=(1, 3), keepdim=True).clamp(1e-4)
-    sf = x_amax / 448.0
+    sf = _div_scalar(x_amax, 448.0, cuda)
     sf = _ceil_to_ue8m0(sf) if use_ue8m0 else sf
     x_scaled = (x_view * (1.0 / sf)).to(FP8)
     return x_scaled.view_as(x_padded)[:m, :n].contiguous(), sf.view(x_view.size(0),
@@ -57,25 +71,25 @@ def deepgemm_per_block_cast(x: torch.Tensor, use_ue8m0: bool, gran_k: int = 128)
 
 # --- DeepGEMM before 9da4a23 (2025-07-18), tests/test_core.py @ 8dfa3298 ----------------------
 
-def deepgemm_legacy_per_token_cast(x: torch.Tensor):
+def deepgemm_legacy_per_token_cast(x: torch.Tensor, cuda: bool = False):
     m, n = x.shape
     pad_size = (128 - (n % 128)) % 128
     x = torch.nn.functional.pad(x, (0, pad_size), value=0) if pad_size > 0 else x
     x_view = x.view(m, -1, 128)
     x_amax = x_view.abs().float().amax(dim=2).view(m, -1).clamp(1e-4)
     fp8_data = (x_view * (448.0 / x_amax.unsqueeze(2))).to(FP8)
-    return fp8_data.view(m, n + pad_size)[:, :n], (x_amax / 448.0).view(m, -1)
+    return fp8_data.view(m, n + pad_size)[:, :n], _div_scalar(x_amax, 448.0, cuda).view(m, -1)
 
 
-def deepgemm_legacy_per_block_cast(x: torch.Tensor):
+def deepgemm_legacy_per_block_cast(x: torch.Tensor, cuda: bool = False):
     m, n = x.shape
     x_padded = torch.zeros((_align(m, 128), _align(n, 128)), dtype=x.dtype, device=x.device)
     x_padded[:m, :n] = x
     x_view = x_padded.view(-1, 128, x_padded.size(1) // 128, 128)
     x_amax = x_view.abs().float().amax(dim=(1, 3), keepdim=True).clamp(1e-4)
     x_scaled = (x_view * (448.0 / x_amax)).to(FP8)
-    return x_scaled.view_as(x_padded)[:m, :n].contiguous(), (x_amax / 448.0).view(
-        x_view.size(0), x_view.size(2))
+    return x_scaled.view_as(x_padded)[:m, :n].contiguous(), _div_scalar(
+        x_amax, 448.0, cuda).view(x_view.size(0), x_view.size(2))
 
 
 # --- DeepSeek-V3, inference/kernel.py act_quant_kernel @ adecc0ef ---------------------------

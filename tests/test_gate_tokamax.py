@@ -11,8 +11,9 @@ from fp8check.kernels.adapters.tokamax import tokamax_fp8
 
 def test_tokamax_passes_smoke_and_compiles_for_tpu_without_fma(tmp_path, monkeypatch):
     """Layer 1: every smoke case passes, bit for bit under accum "tokamax" where the block
-    partials are exact.  Layer 0: the kernel compiles for v5e, v6e and v5p, and no LLO has
-    a fused multiply-add, which is what makes its scale step "tokamax" on the chip."""
+    partials are exact.  Layer 0: the kernel compiles for v5e, v6e, v5p and v7x (its FP8
+    dot entering v7x's MXU as e4m3), and no LLO has a fused multiply-add, which is what
+    makes its scale step "tokamax" on the chip."""
     monkeypatch.chdir(tmp_path)
     rc = main(["gate", "--kernel", "tokamax-fp8", "--suite", "smoke", "--layers", "0,1",
                "--no-progress", "--json", "t.json"])
@@ -25,9 +26,12 @@ def test_tokamax_passes_smoke_and_compiles_for_tpu_without_fma(tmp_path, monkeyp
     assert op and all(r["passed"] for r in op)
     exact = [r for r in op if r["metrics"]["exact_partials"]]
     assert exact and all(r["criteria"]["bit_exact"]["passed"] for r in exact)
-    assert {r["case"].rsplit("-", 1)[1] for r in native} == {"v5e", "v6e", "v5p"}
+    assert {r["case"].rsplit("-", 1)[1] for r in native} == {"v5e", "v6e", "v5p", "v7x"}
     assert all(r["passed"] and r["metrics"]["llo_fused_multiply_add"] is False
                for r in native)
+    v7x = [r for r in native if r["metrics"]["target"] == "v7x"]
+    assert v7x and all(r["criteria"]["fp8_mxu_native"]["passed"]
+                       and r["metrics"]["mxu_formats"] == "e4m3b" for r in v7x)
 
 
 def test_its_recipe_is_tokamax_bit_for_bit_where_the_recipes_differ():

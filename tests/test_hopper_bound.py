@@ -1,5 +1,6 @@
-"""The Hopper accumulator's error bound (`references.hopper_bound`) holds for the
-bit-accurate model (`references.hopper_mma`) on adversarial data, against exact values
+"""The tensor-core accumulators' error bound (`references.hopper_bound`) holds for the
+bit-accurate models (`references.mma`: HOPPER_FP8, C aligned with the products;
+BLACKWELL_FP8, C added after) on adversarial data, against exact values
 (Fraction for the spot checks; float64 is exact for e4m3 128-term partials, the argument in
 `references/gmm.py`), and is not vacuous."""
 
@@ -13,7 +14,7 @@ import pytest
 
 from fp8check.references import gmm, quantize
 from fp8check.references.hopper_bound import chain_bound, truncation_term
-from fp8check.references.hopper_mma import MmaModel, block_partial
+from fp8check.references.mma import BLACKWELL_FP8, HOPPER_FP8, MmaModel, block_partial
 
 F8 = ml_dtypes.float8_e4m3fn
 RNG = np.random.default_rng(20261204)
@@ -23,11 +24,14 @@ def _codes(x) -> np.ndarray:
     return np.clip(np.asarray(x, np.float64), -448, 448).astype(F8).view(np.uint8)
 
 
-def _partial(ac, bc, interval):
+MODELS = {"hopper": HOPPER_FP8, "blackwell": BLACKWELL_FP8}
+
+
+def _partial(ac, bc, interval, model=HOPPER_FP8):
     """The model's block partial with promotion every `interval` elements, summed exactly
     (the float32 adds between chains are the float32 bound's, not this one's)."""
-    return sum(block_partial(ac[:, k:k + interval], bc[k:k + interval]).astype(np.float64)
-               for k in range(0, 128, interval))
+    return sum(block_partial(ac[:, k:k + interval], bc[k:k + interval], model=model)
+               .astype(np.float64) for k in range(0, 128, interval))
 
 
 def _data(kind: str, m=48, n=40):
@@ -63,22 +67,24 @@ KINDS = ["normal", "one-large-many-small", "all-positive", "cancellation", "near
          "subnormal", "wide-exponents", "zero-steps"]
 
 
+@pytest.mark.parametrize("model", MODELS.values(), ids=MODELS.keys())
 @pytest.mark.parametrize("interval", [32, 64, 128])
 @pytest.mark.parametrize("kind", KINDS)
-def test_model_error_within_bound(kind, interval):
+def test_model_error_within_bound(kind, interval, model):
     a, b = _data(kind)
     ac, bc = _codes(a), _codes(b)
     exact = ac.view(F8).astype(np.float64) @ bc.view(F8).astype(np.float64)
-    err = np.abs(_partial(ac, bc, interval) - exact)
-    bound = chain_bound(ac, bc, interval=interval)[0]
+    err = np.abs(_partial(ac, bc, interval, model) - exact)
+    bound = chain_bound(ac, bc, interval=interval, model=model)[0]
     assert np.all(err <= bound), (kind, float((err / np.maximum(bound, 1e-300)).max()))
 
 
-def test_bound_spot_checks_with_fractions():
+@pytest.mark.parametrize("model", MODELS.values(), ids=MODELS.keys())
+def test_bound_spot_checks_with_fractions(model):
     a, b = _data("wide-exponents", 3, 3)
     ac, bc = _codes(a), _codes(b)
-    p = block_partial(ac, bc)
-    bound = chain_bound(ac, bc)[0]
+    p = block_partial(ac, bc, model=model)
+    bound = chain_bound(ac, bc, model=model)[0]
     for i in range(3):
         for j in range(3):
             exact = sum(Fraction(float(x)) * Fraction(float(y))
@@ -97,6 +103,18 @@ def test_bound_is_not_vacuous():
     err = np.abs(block_partial(ac, bc) - exact)
     assert 0.005 < (err / bound).max() < 1
     assert np.all(bound <= 4 * 34 * 2.0**-13 * abs_ab * 4)  # E_max within 2 binades of max
+    # Blackwell: 25 alignment bits, a float32 sum and one rounding to nearest per step:
+    # the bound is a small multiple of 2^-23 |A||B| per block.  These partials fit
+    # float32, so Blackwell is exact on them; on data whose partials do not, its errors
+    # (truncation to float32, then one rounding) reach a visible fraction of the bound.
+    bw = chain_bound(ac, bc, model=BLACKWELL_FP8)[0]
+    assert np.all(bw <= 4 * (33 * 2.0**-25 * 4 + 2 * 2.0**-23) * abs_ab * 4)
+    assert np.array_equal(block_partial(ac, bc, model=BLACKWELL_FP8), exact)
+    a, b = _data("wide-exponents", 64, 64)
+    ac, bc = _codes(a), _codes(b)
+    exact = ac.view(F8).astype(np.float64) @ bc.view(F8).astype(np.float64)
+    err_bw = np.abs(block_partial(ac, bc, model=BLACKWELL_FP8) - exact)
+    assert 0.005 < (err_bw / chain_bound(ac, bc, model=BLACKWELL_FP8)[0]).max() < 1
 
 
 def test_exact_model_has_zero_width_terms_only():
@@ -126,6 +144,13 @@ def test_truncation_term_bounds_the_hopper_recipe():
     slack = 8 * 2.0**-24 * (np.abs(dg[rows]) + t[rows])
     assert np.all(np.abs(hop[rows] - dg[rows]) <= t[rows] + slack)
     assert np.all(t[int(gs.sum()):] == 0)
+    # and deepgemm-blackwell within Blackwell's (much smaller) term
+    bw = gmm(lq, rq, gs, accum="deepgemm-blackwell").astype(np.float64)
+    t_bw = truncation_term(lq, rq, gs, model=BLACKWELL_FP8)
+    assert np.all(t_bw[rows] < t[rows] / 1000)
+    slack = 8 * 2.0**-24 * (np.abs(dg[rows]) + t_bw[rows])
+    assert np.all(np.abs(bw[rows] - dg[rows]) <= t_bw[rows] + slack)
+    assert not np.array_equal(bw, hop)
 
 
 def test_bad_arguments_are_value_errors():

@@ -652,3 +652,100 @@ def test_bias_z_clusters_dense_and_sparse_labels_agree():
     assert want == bias_z(out, ref, clusters=dense + 10**6)  # shifted, still dense
     assert want == bias_z(out, ref, clusters=dense * 10**9 - 7)  # sparse: np.unique
     assert want == bias_z(out, ref, clusters=dense // 3)  # no empty values
+
+
+# ------------------------------------------------ bias_z as a sign test (unit "sign")
+
+
+def _directed_f32(x: np.ndarray, up: bool) -> np.ndarray:
+    """float64 x rounded to float32 toward +inf (up) or -inf, from RN and np.nextafter
+    where RN landed on the wrong side (RN32 is within one float32 step)."""
+    r = x.astype(F32)
+    wrong = r < x if up else r > x
+    return np.where(wrong, np.nextafter(r, F32(np.inf if up else -np.inf)), r).astype(F32)
+
+
+def test_bias_z_sign_unit_depends_on_the_error_signs_only():
+    """Scaling each error by its own positive factor leaves the sign test unchanged; the
+    binade statistic moves."""
+    rng = np.random.default_rng(31)
+    ref = rng.standard_normal(4000)
+    out = ref + rng.normal(1e-9, 1e-8, ref.size)
+    scaled = ref + (out - ref) * rng.uniform(0.1, 1000, ref.size)
+    labels = np.arange(ref.size) // 10
+    for mode in ("magnitude", "signed"):
+        assert bias_z(out, ref, mode=mode, clusters=labels, unit="sign") == bias_z(
+            scaled, ref, mode=mode, clusters=labels, unit="sign")
+    assert bias_z(out, ref, mode="signed", clusters=labels) != bias_z(
+        scaled, ref, mode="signed", clusters=labels)
+
+
+def test_bias_z_sign_unit_catches_directed_rounding_past_an_outlier():
+    """Round-up of sums with cancellation: one element whose exact value nearly cancels
+    carries a relative error 10^6 times the others' and the opposite sign.  It drags the
+    binade statistic to about 1; the sign test still sees every other element lean up."""
+    rng = np.random.default_rng(32)
+    terms = rng.standard_normal((3000, 8))
+    ref = terms.sum(axis=1)
+    up = _directed_f32(ref, up=True).astype(np.float64)
+    down = _directed_f32(ref, up=False).astype(np.float64)
+    up[7] = ref[7] - abs(ref[7]) * 2.0**-4  # the outlier
+    labels = np.arange(ref.size) // 3
+    assert abs(bias_z(up, ref, mode="signed", clusters=labels)) < 2.0
+    assert bias_z(up, ref, mode="signed", clusters=labels, unit="sign") > 30.0
+    assert bias_z(down, ref, mode="signed", clusters=labels, unit="sign") < -30.0
+    # rounding up is away from zero for half the elements, toward it for the others
+    assert abs(bias_z(down, ref, mode="magnitude", clusters=labels, unit="sign")) < 6.0
+
+
+def test_bias_z_sign_unit_false_alarm_rate_of_round_to_nearest():
+    """Round-to-nearest outputs of random sums, 300 draws of 512 clusters: the sign test
+    is calibrated (about 5% of draws beyond 1.96, as the normal scale promises) and none
+    comes near the gate's limit of 6."""
+    rng = np.random.default_rng(33)
+    zs = []
+    for _ in range(300):
+        ref = rng.standard_normal((512, 8)).sum(axis=1) * np.exp2(rng.integers(-20, 20, 512))
+        ref = np.repeat(ref, 4) * rng.uniform(0.5, 2, 2048)
+        out = ref.astype(F32)
+        zs.append(bias_z(out, ref, mode="signed", clusters=np.arange(ref.size) // 4,
+                         unit="sign"))
+    zs = np.abs(np.array(zs))
+    assert 0.02 <= np.mean(zs > 1.96) <= 0.09
+    assert zs.max() < 5.0
+
+
+def test_bias_cluster_sums_of_chunks_give_bias_z():
+    """The streamed path's reduction: cluster sums of row chunks concatenated give the
+    whole output's statistic, bit for bit, in both modes."""
+    from fp8check.layers.op.criteria import bias_clusters as _bias_clusters
+    from fp8check.metrics import bias_cluster_sums, bias_z_of_clusters
+
+    rng = np.random.default_rng(34)
+    ref = rng.standard_normal((37, 300))
+    out = _directed_f32(ref, up=True).astype(np.float64)
+    rn = rng.random(ref.shape) < 0.6  # a mix of round-up and round-to-nearest
+    out[rn] = ref.astype(F32)[rn]
+    labels, count = _bias_clusters(out)
+    for mode in ("magnitude", "signed"):
+        parts = [bias_cluster_sums(out[r0:r0 + 5], ref[r0:r0 + 5],
+                                   _bias_clusters(out[r0:r0 + 5])[0],
+                                   _bias_clusters(out[r0:r0 + 5])[1], mode=mode)
+                 for r0 in range(0, 37, 5)]
+        sums = np.concatenate([p[0] for p in parts])
+        counts = np.concatenate([p[1] for p in parts])
+        assert bias_z_of_clusters(sums, counts) == bias_z(out, ref, mode=mode,
+                                                          clusters=labels, unit="sign")
+    with pytest.raises(ValueError, match="labels 0"):
+        bias_cluster_sums(out, ref, labels, count - 1, mode="signed")
+    with pytest.raises(ValueError, match="at least 2 clusters"):
+        bias_z_of_clusters(np.array([1.0]), np.array([3]))
+    with pytest.raises(ValueError, match="unit"):
+        bias_z(out, ref, unit="ulp")
+
+
+def test_bias_z_errors_cancelling_within_every_cluster_is_zero():
+    """One element up and one down in every cluster: no lean, 0 (not inf)."""
+    ref = np.array([1.0, 2.0, 3.0, 4.0])
+    out = ref + np.array([1e-3, -1e-3, 1e-3, -1e-3])
+    assert bias_z(out, ref, mode="signed", clusters=np.array([0, 0, 1, 1]), unit="sign") == 0

@@ -1,9 +1,9 @@
 """Gate layer 0 for the Pallas family: deviceless compiles for real TPU chips (libtpu).
 
-Every Pallas kernel compiles for one chip with its figures; a kernel with a real TPU bug
-(the old dynamic lane index of the scales; an FP8 kernel that upcasts to bf16 before the
-dot) fails; the VMEM estimate the tilings use is Mosaic's own figure; the kernel body
-compiled for TPU is the one interpret mode runs.
+Every Pallas kernel compiles for v5e and v7x with its figures; a kernel with a real TPU
+bug (the old dynamic lane index of the scales; on v7x, whose MXU takes FP8, an FP8 kernel
+that upcasts to bf16 before the dot) fails; the VMEM estimate the tilings use is Mosaic's
+own figure; the kernel body compiled for TPU is the one interpret mode runs.
 """
 
 from __future__ import annotations
@@ -23,15 +23,23 @@ from jax.experimental.pallas import tpu as pltpu
 from fp8check.kernels.pallas import gmm as pallas_gmm
 from fp8check.kernels.pallas.native import native_builds, offered_tilings
 from fp8check.kernels.pallas.tiling import VMEM_BUDGET_BYTES, Tiling, vmem_bytes
-from fp8check.layers.native import NativeShape, iter_layer0, parse_targets, tpu_criteria
-from fp8check.native.tpu import compile_for_tpu, llo_figures, mosaic_vmem_bytes
+from fp8check.layers.native import NativeShape, iter_layer0, native_fp8_format, tpu_criteria
+from fp8check.native.tpu import (
+    TpuBuild,
+    compile_for_tpu,
+    llo_figures,
+    mosaic_vmem_bytes,
+    tpu_info_vmem_bytes,
+)
+from fp8check.targets import TARGETS, parse_targets, target, tpu_targets
 
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
 SMALL = NativeShape("small", 256, 512, 256, 4)
 
 
 @pytest.fixture(scope="module")
-def small_results():
+def small_by_chip():
+    """Layer 0 of the Pallas family at a small shape on v5e and v7x: chip -> results."""
     import fp8check.layers.native as native
 
     shapes = native.layer0_shapes
@@ -41,21 +49,48 @@ def small_results():
 
     native.layer0_shapes = only_small
     try:
-        return list(iter_layer0(["pallas"], "smoke", ("v5e",)))
+        results = list(iter_layer0(["pallas"], "smoke", ("v5e", "v7x")))
     finally:
         native.layer0_shapes = shapes
+    return {chip: [r for r in results if r.metrics["target"] == chip] for chip in ("v5e", "v7x")}
 
 
-def test_every_pallas_kernel_compiles_for_v5e_with_its_figures(small_results):
-    kernels = {r.kernel for r in small_results}
+@pytest.fixture(scope="module")
+def small_results(small_by_chip):
+    return small_by_chip["v5e"]
+
+
+@pytest.mark.parametrize("chip", ["v5e", "v7x"])
+def test_every_pallas_kernel_compiles_with_its_figures(small_by_chip, chip):
+    results = small_by_chip[chip]
+    kernels = {r.kernel for r in results}
     assert kernels == {"pallas-fp8", "pallas-bf16", "pallas-dgrad", "pallas-tgmm",
                        "pallas-fp8-train", "pallas-quantizer"}
-    for r in small_results:
+    for r in results:
         assert r.passed, (r.case, r.failed_criteria, r.error)
-        assert r.metrics["target"] == "v5e"
+        assert r.metrics["target"] == chip
         if r.kernel != "pallas-quantizer":  # plain jnp: no Mosaic kernel
             assert 0 < r.metrics["vmem_bytes"] <= VMEM_BUDGET_BYTES
             assert r.metrics["llo_vmatmul"] > 0
+
+
+def test_v7x_mxu_takes_the_fp8_operands_natively(small_by_chip):
+    """On v7x the shipped FP8 GEMM's dot enters the MXU as e4m3 (`fp8_mxu_native` judged
+    and passed); the training step holds the FP8 forward beside bf16 backward kernels; the
+    bf16 kernels are not judged on it.  On v5e the same kernel enters converted."""
+    v7x = {r.case: r for r in small_by_chip["v7x"]}
+    fwd = [r for r in v7x.values() if r.kernel == "pallas-fp8"]
+    assert fwd and all(r.metrics["mxu_formats"] == "e4m3b" for r in fwd)
+    assert all("fp8_mxu_native" in {c.name for c in r.criteria} for r in fwd)
+    [train] = [r for r in v7x.values() if r.kernel == "pallas-fp8-train"]
+    assert set(train.metrics["mxu_formats"].split(",")) == {"bf16", "e4m3b"}
+    assert "fp8_mxu_native" in {c.name for c in train.criteria}
+    assert all("fp8_mxu_native" not in {c.name for c in r.criteria} for r in v7x.values()
+               if r.kernel in ("pallas-bf16", "pallas-dgrad", "pallas-tgmm"))
+    assert all(r.metrics["vmem_capacity_bytes"] == 64 * 2**20 for r in fwd)
+    v5e = [r for r in small_by_chip["v5e"] if r.kernel == "pallas-fp8"]
+    assert all(r.metrics["mxu_formats"] == "e4m3b_to_bf16" for r in v5e)
+    assert all("fp8_mxu_native" not in {c.name for c in r.criteria} for r in small_by_chip["v5e"])
 
 
 def test_fp8_kernels_feed_fp8_to_the_mxu(small_results):
@@ -103,11 +138,13 @@ def _scaled_dot(a, b, s, *, upcast: bool, dynamic_lane: bool):
 ARGS = [((128, 128), FP8), ((128, 128), FP8), ((128, 16), np.dtype(np.float32))]
 
 
-def test_correct_probe_kernel_passes():
+@pytest.mark.parametrize("chip", ["v6e", "v7x"])
+def test_correct_probe_kernel_passes(chip):
     b = compile_for_tpu("probe", functools.partial(_scaled_dot, upcast=False,
-                                                   dynamic_lane=False), ARGS, "v6e")
+                                                   dynamic_lane=False), ARGS, chip)
     crit = tpu_criteria(b, fp8_feed="all", mosaic=True, budget=VMEM_BUDGET_BYTES)
     assert all(c.passed for c in crit), [(c.name, c.value) for c in crit]
+    assert ("fp8_mxu_native" in {c.name for c in crit}) == target(chip).fp8_mxu
 
 
 def test_dynamic_lane_index_fails_with_the_compilers_message():
@@ -119,12 +156,31 @@ def test_dynamic_lane_index_fails_with_the_compilers_message():
     assert [c.name for c in crit if not c.passed] == ["compiles"]
 
 
-def test_fp8_upcast_before_the_dot_fails_fp8_mxu_feed():
-    b = compile_for_tpu("probe", functools.partial(_scaled_dot, upcast=True,
-                                                   dynamic_lane=False), ARGS, "v5e")
-    assert b.ok and b.llo is not None and b.llo.matmul_formats == ("bf16",)
-    crit = {c.name: c for c in tpu_criteria(b, fp8_feed="all", mosaic=True, budget=None)}
-    assert not crit["fp8_mxu_feed"].passed and crit["compiles"].passed
+def test_fp8_upcast_before_the_dot_fails_on_v7x_and_passes_on_v6e():
+    """An FP8 kernel that converts its operands to bf16 before the dot: on v7x the MXU would
+    have taken FP8 (the correct probe's LLO says `e4m3b`), so it fails `fp8_mxu_native` with
+    a message saying so; on v6e there is no FP8 MXU to lose, and it passes."""
+    upcast = functools.partial(_scaled_dot, upcast=True, dynamic_lane=False)
+    v7x = compile_for_tpu("probe", upcast, ARGS, "v7x")
+    assert v7x.ok and v7x.llo is not None and v7x.llo.matmul_formats == ("bf16",)
+    crit = {c.name: c for c in tpu_criteria(v7x, fp8_feed="all", mosaic=True, budget=None)}
+    assert crit["compiles"].passed and not crit["fp8_mxu_native"].passed
+    assert "converts its operands before the dot" in crit["fp8_mxu_native"].meaning
+    v6e = compile_for_tpu("probe", upcast, ARGS, "v6e")
+    assert v6e.ok and v6e.llo is not None and v6e.llo.matmul_formats == ("bf16",)
+    assert all(c.passed for c in tpu_criteria(v6e, fp8_feed="all", mosaic=True, budget=None))
+
+
+def test_native_fp8_formats():
+    assert native_fp8_format("e4m3b") and native_fp8_format("e5m2b")
+    assert not any(map(native_fp8_format, ("e4m3b_to_bf16", "bf16", "f32", "")))
+
+
+@pytest.mark.parametrize("chip", [t.name for t in tpu_targets()])
+def test_target_table_vmem_is_jaxs(chip):
+    """Each TPU row's VMEM limit is what jax's own TPU table gives for the device libtpu
+    describes under the row's topology name."""
+    assert target(chip).limit("vmem_bytes") == tpu_info_vmem_bytes(chip)
 
 
 def test_a_tiling_over_the_chip_vmem_fails():
@@ -147,13 +203,11 @@ def test_a_tiling_over_the_chip_vmem_fails():
 
 
 def test_missing_figures_fail_never_pass():
-    from fp8check.native.tpu import TpuBuild
-
-    b = TpuBuild(kernel="k", target="v5e", ok=True, vmem_capacity_bytes=2**27)
+    b = TpuBuild(kernel="k", target="v7x", ok=True, vmem_capacity_bytes=2**26)
     crit = {c.name: c.passed for c in tpu_criteria(b, fp8_feed="all", mosaic=True,
                                                     budget=VMEM_BUDGET_BYTES)}
     assert crit == {"compiles": True, "vmem_within_chip": False,
-                    "vmem_within_budget": False, "fp8_mxu_feed": False}
+                    "vmem_within_budget": False, "fp8_mxu_native": False}
 
 
 def test_interpret_and_native_trace_one_kernel_body():
@@ -196,9 +250,14 @@ def test_offered_tilings_are_resolved_and_distinct():
 
 
 def test_unknown_target_is_one_line_error():
-    with pytest.raises(ValueError, match="unknown target v9x"):
+    with pytest.raises(ValueError, match="unknown target v9x") as info:
         parse_targets("v5e,v9x")
+    assert all(name in str(info.value) for name in TARGETS) and "\n" not in str(info.value)
     assert parse_targets("sm_90a,v6e") == ("sm_90a", "v6e")
+    assert parse_targets("tpu7x,v7x,sm_100a") == ("v7x", "sm_100a")  # libtpu's alias
+    assert parse_targets(None) == tuple(TARGETS)
+    with pytest.raises(ValueError):
+        parse_targets(" , ")
 
 
 def test_parsers_on_handmade_dumps():
@@ -232,22 +291,46 @@ def test_libtpu_missing_is_a_one_line_usage_error(tmp_path):
     assert not out.exists()
 
 
-def test_parallel_workers_read_back_their_own_compiles(tmp_path):
-    """`--jobs 2`: two workers compile for v5e at once, each reading back the Mosaic dumps
-    its own compiles add.  With one dump directory for both (the parent's, inherited),
-    a third of the results lost their VMEM and LLO figures and failed; every one must pass,
-    the Mosaic kernels' with their figures."""
-    out = tmp_path / "g.json"
+def test_parallel_workers_compile_for_v7x_and_sm_100a(tmp_path):
+    """`fp8check gate --layers 0 --suite smoke --targets v7x,sm_100a --jobs 2`, as a user
+    runs it, on the shipped FP8 GEMMs and a bf16 Pallas kernel: everything passes, with the
+    chip's FP8 datapath in the JSON and the HTML report (pallas-fp8 on v7x: `e4m3b`;
+    triton-fp8 on sm_100a: `tcgen05`), and the seed's production tilings among the v7x
+    builds.  Two workers compile for TPU at once, each reading back the Mosaic dumps its
+    own compiles add: with one dump directory for both (the parent's, inherited), a third
+    of the results lost their VMEM and LLO figures and failed."""
+    import html as html_mod
+    import json
+
+    out, html = tmp_path / "g.json", tmp_path / "g.html"
     proc = subprocess.run(
         [sys.executable, "-m", "fp8check", "gate", "--kernel", "pallas-fp8", "--kernel",
-         "pallas-tgmm", "--layers", "0", "--suite", "smoke", "--targets", "v5e", "--jobs",
-         "2", "--json", str(out), "--no-progress"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600)
+         "pallas-tgmm", "--kernel", "triton-fp8", "--layers", "0", "--suite", "smoke",
+         "--targets", "v7x,sm_100a", "--jobs", "2", "--json", str(out), "--report",
+         str(html), "--no-progress"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = __import__("json").loads(out.read_text())["results"]
-    assert len(results) > 20 and all(r["passed"] for r in results)
-    mosaic = [r for r in results if not r["case"].startswith("quantize-")]  # XLA, no Mosaic
+    results = json.loads(out.read_text())["results"]
+    assert len(results) > 20 and all(r["passed"] and r["layer"] == 0 for r in results)
+    tpu = [r for r in results if r["kernel"].startswith("pallas")]
+    assert {r["metrics"]["target"] for r in tpu} == {"v7x"}
+    mosaic = [r for r in tpu if not r["case"].startswith("quantize-")]  # XLA, no Mosaic
     assert mosaic and all("llo_missing" not in r["metrics"] for r in mosaic)
+    pallas = [r for r in mosaic if r["kernel"] == "pallas-fp8"]
+    assert all(r["metrics"]["mxu_formats"] == "e4m3b" and "fp8_mxu_native" in r["criteria"]
+               for r in pallas)
+    triton = [r for r in results if r["kernel"] == "triton-fp8"]
+    assert triton and {r["metrics"]["target"] for r in triton} == {"sm_100a"}
+    assert all(r["metrics"]["mma_shapes"].startswith("tcgen05 kind::f8f6f4 ")
+               and r["criteria"]["fp8_tensor_core"]["passed"]
+               and r["criteria"]["tmem_within_limit"]["passed"] for r in triton)
+    # the seed's production tilings: wi (256, 2048, .) with 16 subchannels, wo (256, 512, 2048)
+    cases = {r["case"] for r in pallas}
+    assert any(c.startswith("fwd-256x2048x512-wi-prod") for c in cases), cases
+    assert any(c.startswith("fwd-256x512x2048-wo-prod") for c in cases), cases
+    page = html.read_text()
+    for name in ("v7x", "sm_100a"):
+        assert html_mod.escape(TARGETS[name].datapath) in page
 
 
 FWD_TILINGS = [Tiling(tm, tk, tn) for tm in (32, 256) for tk in (128, 512, 2048)

@@ -2,7 +2,7 @@
 --layers 0` from the user's own directory.
 
 A JAX kernel is compiled for the TPU chips from its contract's arguments; a torch kernel is
-compiled for sm_90a when its KernelSpec declares `hopper_jobs`, and skipped (saying why,
+compiled for sm_90a when its KernelSpec declares `cuda_jobs`, and skipped (saying why,
 never passed) when it does not; a kernel that is not an FP8 kernel on the chip fails.
 """
 
@@ -52,7 +52,7 @@ TRITON_SPEC = """
         return [b.job() for b in native_builds(m, k, n, g) if b.kernel == "triton-fp8"]
 
     SPEC = KernelSpec(name="my-triton-fp8", contract="gmm-fp8", framework="torch",
-                      fn=gmm_fp8, out_dtypes=("bf16",), hopper_jobs=jobs)
+                      fn=gmm_fp8, out_dtypes=("bf16",), cuda_jobs=jobs)
 """
 
 
@@ -76,16 +76,17 @@ def test_user_pallas_kernel_compiles_for_tpu(tmp_path):
     for r in res:
         assert r["metrics"]["target"] == "v6e"
         assert r["metrics"]["mxu_formats"] == "e4m3b_to_bf16"
-        assert set(r["criteria"]) == {"compiles", "vmem_within_chip", "fp8_mxu_feed"}
+        # v6e's MXU has no FP8 mode: how FP8 enters it is reported, not judged
+        assert set(r["criteria"]) == {"compiles", "vmem_within_chip"}
 
 
-def test_user_kernel_without_fp8_on_the_mxu_fails_with_repro(tmp_path):
+def test_user_kernel_without_fp8_on_the_mxu_fails_on_v7x_with_repro(tmp_path):
     rc, err, doc = _gate(tmp_path, DEQUANTIZING, "gmm_fp8", "--contract", "gmm-fp8",
-                         "--framework", "jax", "--targets", "v5e")
+                         "--framework", "jax", "--targets", "v7x")
     assert rc == 1
-    assert all(r["failed"] == ["fp8_mxu_feed"] for r in doc["results"])
+    assert all(r["failed"] == ["fp8_mxu_native"] for r in doc["results"])
     repro = [ln for ln in err.splitlines() if "repro:" in ln]
-    assert len(repro) == 5 and all("--layers 0 " in ln and ln.endswith("--targets v5e")
+    assert len(repro) == 5 and all("--layers 0 " in ln and ln.endswith("--targets v7x")
                                    for ln in repro)
 
 
@@ -93,15 +94,23 @@ def test_torch_kernel_without_hopper_jobs_is_skipped_not_passed(tmp_path):
     rc, err, doc = _gate(tmp_path, TORCH_PLAIN, "gmm_fp8", "--contract", "gmm-fp8",
                          "--framework", "torch", "--targets", "sm_90a")
     [r] = doc["results"]
-    assert r["passed"] is None and "hopper_jobs" in r["skipped"]
+    assert r["passed"] is None and "cuda_jobs" in r["skipped"]
     assert doc["summary"]["n_passed"] == 0
-    assert "SKIP" in err and "hopper_jobs" in err
+    assert "SKIP" in err and "cuda_jobs" in err
     assert rc == 1 and doc["summary"]["passed"] is False  # nothing was checked
 
 
-def test_torch_kernel_with_hopper_jobs_compiles_for_sm90a(tmp_path):
-    rc, err, doc = _gate(tmp_path, TRITON_SPEC, "SPEC", "--targets", "sm_90a")
+def test_torch_kernel_with_cuda_jobs_compiles_for_each_gpu(tmp_path):
+    """A user's cuda_jobs are compiled for every GPU target asked for, each at its own
+    capability: wgmma on sm_90a, tcgen05 with tensor memory on sm_100a."""
+    rc, err, doc = _gate(tmp_path, TRITON_SPEC, "SPEC", "--targets", "sm_90a,sm_100a")
     assert rc == 0, err
     res = doc["results"]
-    assert len(res) == 5 and all(r["passed"] for r in res)
-    assert all("m64n128k32.f32.e4m3.e4m3" in r["metrics"]["wgmma_shapes"] for r in res)
+    assert len(res) == 10 and all(r["passed"] for r in res)
+    by = {t: [r for r in res if r["metrics"]["target"] == t] for t in ("sm_90a", "sm_100a")}
+    assert all(len(v) == 5 for v in by.values())
+    assert all("wgmma m64n128k32.f32.e4m3.e4m3" in r["metrics"]["mma_shapes"]
+               for r in by["sm_90a"])
+    assert all(r["metrics"]["mma_shapes"].startswith("tcgen05 kind::f8f6f4 ")
+               and r["metrics"]["mma_shapes"].endswith(".f32.e4m3.e4m3")
+               and "tmem_within_limit" in r["criteria"] for r in by["sm_100a"])

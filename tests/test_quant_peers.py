@@ -22,6 +22,19 @@ PORTS = {
     ("deepgemm-ue8m0", (128, 128), "per_block"): lambda t: P.deepgemm_per_block_cast(t, True),
     ("deepgemm-legacy", (1, 128), "per_token"): P.deepgemm_legacy_per_token_cast,
     ("deepgemm-legacy", (128, 128), "per_block"): P.deepgemm_legacy_per_block_cast,
+    # the same code as torch computes it on a CUDA tensor (peer_ports._div_scalar)
+    ("deepgemm-cuda", (1, 128), "per_token"):
+        lambda t: P.deepgemm_per_token_cast(t, False, cuda=True),
+    ("deepgemm-cuda", (128, 128), "per_block"):
+        lambda t: P.deepgemm_per_block_cast(t, False, cuda=True),
+    ("deepgemm-ue8m0", (1, 128), "per_token_cuda"):
+        lambda t: P.deepgemm_per_token_cast(t, True, cuda=True),
+    ("deepgemm-ue8m0", (128, 128), "per_block_cuda"):
+        lambda t: P.deepgemm_per_block_cast(t, True, cuda=True),
+    ("deepgemm-legacy-cuda", (1, 128), "per_token"):
+        lambda t: P.deepgemm_legacy_per_token_cast(t, cuda=True),
+    ("deepgemm-legacy-cuda", (128, 128), "per_block"):
+        lambda t: P.deepgemm_legacy_per_block_cast(t, cuda=True),
     ("deepseek-v3", (1, 128), "act_quant"): P.deepseek_v3_act_quant,
     ("deepseek-v3-ue8m0", (1, 128), "act_quant"):
         lambda t: P.deepseek_v3_act_quant(t, scale_fmt="ue8m0"),
@@ -159,7 +172,9 @@ def test_propagate_matches_the_torch_ports_on_non_finite_blocks():
     DeepSeek-V3 recipes that is what their torch ports do on NaN and inf blocks too."""
     x = _special_rows()
     for recipe, port in (("deepgemm", "per_token"), ("deepgemm-ue8m0", "per_token"),
-                         ("deepgemm-legacy", "per_token"), ("deepseek-v3", "act_quant"),
+                         ("deepgemm-legacy", "per_token"), ("deepgemm-cuda", "per_token"),
+                         ("deepgemm-ue8m0", "per_token_cuda"),
+                         ("deepgemm-legacy-cuda", "per_token"), ("deepseek-v3", "act_quant"),
                          ("deepseek-v3-ue8m0", "act_quant")):
         _assert_port_equal(recipe, (1, 128), x, port)
 
@@ -187,10 +202,13 @@ def test_transformer_engine_non_finite_blocks_kernel_vs_reference():
 
 
 _FLOOR_SCALE = float(np.float32(np.float32(1e-4) / np.float32(448)))
+_FLOOR_SCALE_CUDA = float(np.float32(np.float32(1e-4) * (np.float32(1) / np.float32(448))))
 # recipe -> block scale of (all-zero, one-NaN, one-inf) rows under nan="propagate"
 _SPECIAL_SCALES = {
     "deepgemm": (_FLOOR_SCALE, np.nan, np.inf),
     "deepgemm-legacy": (_FLOOR_SCALE, np.nan, np.inf),
+    "deepgemm-cuda": (_FLOOR_SCALE_CUDA, np.nan, np.inf),
+    "deepgemm-legacy-cuda": (_FLOOR_SCALE_CUDA, np.nan, np.inf),
     "deepseek-v3": (_FLOOR_SCALE, np.nan, np.inf),
     "deepgemm-ue8m0": (2.0**-22, 2.0**127, 2.0**127),  # exponent field clamped to 254
     "deepseek-v3-ue8m0": (2.0**-22, np.nan, np.inf),

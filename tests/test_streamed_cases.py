@@ -87,7 +87,7 @@ def test_streamed_criteria_equal_in_memory(pattern, out_dtype, exact, damage):
     # a small chunk: many chunks, groups cut in the middle
     c_str = _by_name(streamed_output_criteria(out, stream, PROFILE, m_str, accum="deepgemm",
                                               rows_per_chunk=7))
-    for name in ("finite", "bound_ratio"):
+    for name in ("finite", "bound_ratio", "bias_z", "bias_z_signed"):
         assert c_str[name].value == c_mem[name].value, name  # bit for bit
         assert c_str[name].passed == c_mem[name].passed, name
         assert c_str[name].n_bad == c_mem[name].n_bad, name
@@ -101,7 +101,7 @@ def test_streamed_criteria_equal_in_memory(pattern, out_dtype, exact, damage):
         assert c_str["bit_exact"].value == c_mem["bit_exact"].value
     assert c_str["finite"].passed is (not damage)
     assert c_str["bound_ratio"].passed is (not damage)
-    assert set(m_str["streamed_not_evaluated"]) >= {"error_ratio", "bias_z"}
+    assert set(m_str["streamed_not_evaluated"]) >= {"error_ratio"}
 
 
 def test_streamed_hopper_bit_exact_equals_in_memory():
@@ -115,6 +115,8 @@ def test_streamed_hopper_bit_exact_equals_in_memory():
     c_mem = _by_name(output_criteria(out, mem, PROFILE, m_mem, **kw))
     c_str = _by_name(streamed_output_criteria(out, stream, PROFILE, m_str, **kw))
     assert c_str["bit_exact"].value == c_mem["bit_exact"].value == 1
+    for name in ("bias_z", "bias_z_signed"):  # against the model, as in memory
+        assert c_str[name].value == c_mem[name].value, name
     assert "bound_ratio" not in c_str and "bound_ratio" in m_str["streamed_not_evaluated"]
 
 
@@ -122,7 +124,8 @@ def test_streamed_validate_case_is_a_normal_result():
     case = dataclasses.replace(_ci_case("random1", "bf16"), streamed=True)
     res = validate_case(BUGS["bug-int16-group-offsets"].spec, case, PROFILE)
     assert res.error is None and res.passed is True
-    assert [c.name for c in res.criteria] == ["finite", "bound_ratio", "deterministic"]
+    assert [c.name for c in res.criteria] == ["inputs_unchanged", "finite", "bound_ratio",
+                                             "bias_z", "bias_z_signed", "deterministic"]
     assert "plots" not in res.metrics and "plots_note" in res.metrics
 
 

@@ -165,6 +165,20 @@ def test_tune_command_writes_json_report_and_usable_tilings(tmp_path):
                               in_dtype=jnp.bfloat16, out_dtype=jnp.bfloat16) == tuple(t)
 
 
+def test_tune_command_compiles_candidates_for_v7x(tmp_path):
+    """`--chip v7x`: every candidate is compiled for v7x (libtpu's `tpu7x`) before it is
+    judged, and the finalists carry v7x's compiled figures within its 64 MiB of VMEM."""
+    out = tmp_path / "t.json"
+    rc = main(["tune", "--shape", "M=512,K=256,N=256,G=2", "--rounds", "1",
+               "--population", "1", "--finalists", "1", "--phases", "fwd",
+               "--backend", "interpret", "--chip", "v7x", "--json", str(out)])
+    assert rc == 0
+    tune = json.loads(out.read_text())["tune"]
+    compiled = [c["native"] for r in tune["rounds"] for c in r["candidates"] if c["native"]]
+    assert compiled and all(n["chip"] == "v7x" for n in compiled)
+    assert all(0 < n["vmem_bytes"] <= 64 * 2**20 and n["llo_vmatmul"] > 0 for n in compiled)
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--shape", "huge"], "expected one of"),
     (["--kernel", "triton-fp8"], "supports pallas-fp8"),
@@ -172,6 +186,7 @@ def test_tune_command_writes_json_report_and_usable_tilings(tmp_path):
     (["--start", "fwd=256x1024"], "PHASE=TMxTKxTN"),
     (["--population", "0", "--phases", "fwd"], "population >= 1"),
     (["--phases", "fwd,bwd"], "subset of"),
+    (["--chip", "sm_90a"], "expected one of v5e, v6e, v5p, v7x"),
 ])
 def test_tune_command_bad_usage_is_one_line_exit_2(argv, words, capsys):
     assert main(["tune", *argv]) == 2

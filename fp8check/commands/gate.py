@@ -13,6 +13,7 @@ from fp8check.gate.plan import GateOptions
 from fp8check.gate.repro import PlainDeclarations
 from fp8check.profiles import PROFILES
 from fp8check.references.quant import RECIPES
+from fp8check.targets import TARGETS
 
 DESCRIPTION = f"""Run the accuracy gate on kernels: the built-in ones (by name or family, see
 `fp8check list`) or your own, named FILE.py:NAME or module:NAME.  NAME is a KernelSpec, or
@@ -44,6 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "(default 1x128)")
     g.add_argument("--fmt", help="a plain quantizer's fp8 format: e4m3fn or e5m2 "
                                  "(default e4m3fn)")
+    g.add_argument("--division-ulps", type=int, metavar="N",
+                   help="a plain quantizer divides approximately (Triton's `/`): each "
+                        "division within N float32 ulps of the exact quotient; its scales "
+                        "are then checked within that of the recipe's and its values "
+                        "against its own scales (default 0: the recipe's bits; "
+                        "docs/contract.md)")
     g.add_argument("--ftz", action=argparse.BooleanOptionalAction, default=None,
                    help="a plain function flushes float32 subnormals to zero (FTZ/DAZ): the "
                         "bound gains the flush term and outputs below 2^-126 are not checked "
@@ -60,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--layers", help="comma list of layers to run (e.g. 1,2)")
     g.add_argument("--seed", type=int)
     g.add_argument("--backend", choices=registry.BACKENDS)
-    g.add_argument("--targets", help="layer 0: comma list of v5e, v6e, v5p, sm_90a "
+    g.add_argument("--targets", help=f"layer 0: comma list of {', '.join(TARGETS)} "
                                      "(default: all)")
     g.add_argument("--case", action="append", default=None, help="run only this case id")
     g.add_argument("--json", help="write the JSON results document here")
@@ -93,7 +100,8 @@ def options(args: argparse.Namespace) -> GateOptions:
         kernels=tuple(args.kernel or ()),
         plain=PlainDeclarations(args.contract, args.framework, args.accum, args.out_dtypes,
                                 args.m_align, args.recipe, args.block, args.fmt,
-                                args.tgmm, args.dgrad, ftz=args.ftz),
+                                args.tgmm, args.dgrad, ftz=args.ftz,
+                                division_ulps=args.division_ulps),
         suite=args.suite, profile=args.profile, layers=args.layers, seed=args.seed,
         backend=args.backend, targets=args.targets, cases=tuple(args.case or ()),
         json=args.json, jsonl=args.jsonl, junit=args.junit, report=args.report,

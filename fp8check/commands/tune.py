@@ -25,6 +25,7 @@ from fp8check import registry
 from fp8check.errors import UsageError, usage_errors
 from fp8check.kernels.pallas.tiling import PHASES, Tiling
 from fp8check.results import documents
+from fp8check.targets import tpu_targets
 from fp8check.tune.accuracy import AccuracyChecker, PallasKernels, proxy_note
 from fp8check.tune.cost_model import FITNESS_LABEL
 from fp8check.tune.measure import (
@@ -60,7 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=registry.BACKENDS, default="auto",
                    help="where the accuracy checks run")
     p.add_argument("--chip", default="v5e", help="TPU chip every candidate must compile for "
-                   "(deviceless, libtpu): v5e, v6e or v5p (default v5e)")
+                   f"(deviceless, libtpu): {', '.join(t.name for t in tpu_targets())} "
+                   "(default v5e)")
     p.add_argument("--start", action="append", default=[], metavar="PHASE=TMxTKxTN",
                    help="extra round-0 tiling (repeatable)")
     p.add_argument("--json", help="write the results document here")

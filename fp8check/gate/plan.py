@@ -15,6 +15,7 @@ from fp8check.errors import UsageError, usage_errors
 from fp8check.gate.repro import PlainDeclarations, parse_block
 from fp8check.profiles import get_profile
 from fp8check.references.quant import FP8_FORMATS, RECIPES
+from fp8check.references.quant_approx import check_division_ulps
 from fp8check.userfiles import check_output
 
 # Where the gate writes what no option places: the working directory's fp8check-out/.
@@ -123,14 +124,22 @@ def check_kernel_names(kernels: tuple[str, ...]) -> None:
 
 def check_plain(plain: PlainDeclarations) -> None:
     """UsageError (one line, listing the valid values) for a plain function's declaration
-    that is none; `--recipe`, `--block` and `--fmt` declare a quantizer only."""
+    that is none; `--recipe`, `--block`, `--fmt` and `--division-ulps` declare a quantizer
+    only."""
     quantizer = [flag for flag, value in (("--recipe", plain.recipe), ("--block", plain.block),
-                                          ("--fmt", plain.fmt)) if value is not None]
+                                          ("--fmt", plain.fmt),
+                                          ("--division-ulps", plain.division_ulps))
+                 if value is not None]
     if quantizer and plain.contract != "quantizer":
         raise UsageError(f"{', '.join(quantizer)} declare a quantizer: they need "
                          f"--contract quantizer")
     if plain.recipe is not None and plain.recipe not in RECIPES:
         raise UsageError(f"--recipe {plain.recipe!r}: expected one of {', '.join(RECIPES)}")
+    if plain.division_ulps is not None:
+        try:
+            check_division_ulps(plain.recipe, plain.division_ulps)
+        except ValueError as e:
+            raise UsageError(f"--division-ulps {plain.division_ulps}: {e}") from e
     if plain.fmt is not None and plain.fmt not in FP8_FORMATS:
         raise UsageError(f"--fmt {plain.fmt!r}: expected one of {', '.join(FP8_FORMATS)}")
     if plain.block is not None:
@@ -203,7 +212,7 @@ def jsonl_path(cfg: GateConfig) -> Path:
 def make_plan(opts: GateOptions, cfg: GateConfig) -> tuple[GatePlan, str | None]:
     """The plan of `opts` over `cfg`, and a notice for stderr (None: nothing to say).
     UsageError for bad usage or input."""
-    from fp8check.layers.native import parse_targets
+    from fp8check.targets import parse_targets
 
     cfg = _merged(opts, cfg)
     check_kernel_names(cfg.kernels)

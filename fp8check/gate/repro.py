@@ -25,7 +25,8 @@ class PlainDeclarations:
     (not a KernelSpec's) `--contract`, `--framework`, `--accum`, `--out-dtypes` (comma
     list), `--m-align`, for a quantizer `--recipe`, `--block` ("1x128") and `--fmt`, and
     the backward kernels (`--tgmm`, `--dgrad`: file.py:attr or module:attr) layers 2 and 3
-    build its MoE layer with, and `--ftz` / `--no-ftz` (flushes_subnormals).  Checked by
+    build its MoE layer with, `--ftz` / `--no-ftz` (flushes_subnormals) and a quantizer's
+    `--division-ulps` (its divisions approximate, within that many ulps).  Checked by
     the gate's plan; `declared` turns the first ones
     into KernelSpec fields."""
 
@@ -40,6 +41,7 @@ class PlainDeclarations:
     tgmm: str | None = None
     dgrad: str | None = None
     ftz: bool | None = None
+    division_ulps: int | None = None
 
     def for_layer(self, layer: int) -> PlainDeclarations:
         """The declarations a rerun of a `layer` result repeats: the backward kernels only
@@ -52,7 +54,8 @@ class PlainDeclarations:
         for flag, value in (("--contract", self.contract), ("--framework", self.framework),
                             ("--accum", self.accum), ("--out-dtypes", self.out_dtypes),
                             ("--m-align", self.m_align), ("--recipe", self.recipe),
-                            ("--block", self.block), ("--fmt", self.fmt), ("--tgmm", self.tgmm),
+                            ("--block", self.block), ("--fmt", self.fmt),
+                            ("--division-ulps", self.division_ulps), ("--tgmm", self.tgmm),
                             ("--dgrad", self.dgrad)):
             if value is not None:
                 parts += [flag, str(value)]
@@ -78,6 +81,8 @@ class PlainDeclarations:
             fields["fmt"] = self.fmt
         if self.ftz is not None:
             fields["flushes_subnormals"] = self.ftz
+        if self.division_ulps is not None:
+            fields["division_ulps"] = self.division_ulps
         return fields
 
 

@@ -1,17 +1,21 @@
 """Layer 0 (native compile): every kernel compiled for real targets, no hardware needed.
 
-TPU v5e, v6e and v5p through libtpu's deviceless AOT compiler (`fp8check.native.tpu`);
-Hopper sm_90a through Triton's AOT compiler and the ptxas in its wheel
-(`fp8check.native.hopper`).  One result per kernel x phase (x tiling) x shape x target.
-Criteria (limits in `fp8check.profiles.NATIVE_LIMITS`):
+The targets are the rows of `fp8check.targets.TARGETS`: TPU chips through libtpu's
+deviceless AOT compiler (`fp8check.native.tpu`), NVIDIA GPUs through Triton's AOT compiler
+and the ptxas in its wheel (`fp8check.native.cuda`).  One result per kernel x phase
+(x tiling) x shape x target.  Criteria (limits: the target's row):
 
 * `compiles`: the compiler accepts the kernel (its own message when not);
 * TPU: `vmem_within_chip` (Mosaic's VMEM need against the chip's VMEM per core),
-  `vmem_within_budget` (the project's 16 MiB), `fp8_mxu_feed` for FP8 kernels (the MXU
-  takes e4m3/e5m2 operands: the kernel did not upcast to bf16 on the VPU first);
-* Hopper: `smem_within_limit`, `registers_within_limit`, `no_spills`, for FP8 kernels
-  `wgmma_fp8` (`wgmma.mma_async` with e4m3/e5m2 operands) and `no_mma_sync`, and `tma`
-  where the kernel claims tensor descriptors.
+  `vmem_within_budget` (the project's 16 MiB), and on a chip whose MXU takes FP8 (v7x)
+  `fp8_mxu_native` for FP8 kernels: the dot enters the MXU as FP8 (`e4m3b`), not
+  converted to bf16 first.  On chips without an FP8 MXU (v5e, v6e, v5p) the MXU runs bf16
+  whatever the kernel hands it, so the formats are reported, not judged;
+* GPU: `smem_within_limit`, `registers_within_limit`, `no_spills`, for FP8 kernels
+  `fp8_tensor_core` (an MMA of the target's family with e4m3/e5m2 operands: `wgmma` on
+  sm_90a, `tcgen05.mma .kind::f8f6f4` on sm_100a) and `no_mma_sync`; `tmem_within_limit`
+  where the target has tensor memory and the kernel allocates it; `tma` where the kernel
+  claims tensor descriptors.
 
 A figure a criterion needs that the compile did not produce fails the criterion: nothing
 missing passes.  Compiling is not running: a pass here says the kernel is valid for the
@@ -21,7 +25,9 @@ hardware says that).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,14 +36,12 @@ import numpy as np
 
 from fp8check.cases import SUITE_SHAPES
 from fp8check.contracts import NUMPY_DTYPES, KernelSpec, framework_dtype, takes_out_dtype
-from fp8check.native.hopper import HopperBuild
-from fp8check.native.tpu import TPU_TARGETS, TpuBuild
-from fp8check.profiles import NATIVE_LIMITS
+from fp8check.native.cuda import CudaBuild
+from fp8check.native.tpu import TpuBuild
 from fp8check.results.model import CaseResult, Criterion
+from fp8check.targets import TARGETS, gpu_targets, target, tpu_targets
 
 LAYER = 0
-HOPPER_TARGETS = ("sm_90a",)  # Triton's name for capability 9.0 (wgmma, TMA)
-TARGETS = (*TPU_TARGETS, *HOPPER_TARGETS)
 
 
 @dataclass(frozen=True)
@@ -66,18 +70,6 @@ def layer0_shapes(suite: str) -> list[NativeShape]:
     return own + list(PRODUCTION)
 
 
-def parse_targets(text: str | None) -> tuple[str, ...]:
-    """"v5e,sm_90a" -> ("v5e", "sm_90a"); None -> every target.  ValueError if unknown."""
-    if text is None:
-        return TARGETS
-    names = tuple(t.strip() for t in text.split(",") if t.strip())
-    bad = [t for t in names if t not in TARGETS]
-    if bad or not names:
-        raise ValueError(f"unknown target {', '.join(bad) or repr(text)}; expected a comma "
-                         f"list of {', '.join(TARGETS)}")
-    return names
-
-
 def _holds(name: str, value: Any, meaning: str) -> Criterion:
     """A yes/no fact of the build that must hold."""
     return Criterion.check(name, "native", bool(value), "==", True, meaning=meaning)
@@ -88,12 +80,20 @@ def _at_most(name: str, value: int | None, limit: int, meaning: str) -> Criterio
     return Criterion.check(name, "native", value, "<=", limit, meaning=meaning)
 
 
+def native_fp8_format(fmt: str) -> bool:
+    """An LLO MXU data format that is FP8 into the MXU itself (`e4m3b`), not one converted
+    on the way in (`e4m3b_to_bf16`) or a wider type."""
+    return fmt.startswith(("e4m3", "e5m2")) and "_to_" not in fmt
+
+
 def tpu_criteria(b: TpuBuild, *, fp8_feed: str | None, mosaic: bool,
                  budget: int | None) -> list[Criterion]:
-    """Layer 0's criteria for one TPU build (module docstring).  `fp8_feed`: "all" (every
-    MXU data format must be e4m3/e5m2), "any" (at least one: a program that also holds
-    bf16 kernels) or None; `budget` the project's VMEM budget for its own kernels (None: a
-    user kernel, only the chip's VMEM applies)."""
+    """Layer 0's criteria for one TPU build (module docstring).  `fp8_feed`, judged only on
+    a chip whose MXU takes FP8: "all" (every MXU data format of the program must be a
+    native FP8 one), "any" (at least one: a program that also holds bf16 kernels) or None;
+    `budget` the project's VMEM budget for its own kernels (None: a user kernel, only the
+    chip's VMEM applies)."""
+    chip = target(b.target)
     crit = [_holds("compiles", b.ok, f"the program compiles for {b.target}")]
     if not b.ok or not mosaic:
         return crit
@@ -102,12 +102,15 @@ def tpu_criteria(b: TpuBuild, *, fp8_feed: str | None, mosaic: bool,
     if budget is not None:
         crit.append(_at_most("vmem_within_budget", b.vmem_bytes, budget,
                              "VMEM bytes Mosaic allocates, against the project's budget"))
-    if fp8_feed is not None:
+    if fp8_feed is not None and chip.fp8_mxu:
         formats = b.llo.matmul_formats if b.llo else ()
-        fp8 = [f.startswith(("e4m3", "e5m2")) for f in formats]
+        fp8 = [native_fp8_format(f) for f in formats]
         ok = bool(fp8) and (all(fp8) if fp8_feed == "all" else any(fp8))
-        crit.append(_holds("fp8_mxu_feed", ok, f"{fp8_feed} of the MXU data formats "
-                           f"({','.join(formats) or 'none'}) e4m3*/e5m2*"))
+        why = ("" if ok else f": the dot reaches {chip.name}'s FP8 MXU as "
+               f"{','.join(formats) or 'no MXU op'}; an FP8 kernel that converts its "
+               f"operands before the dot loses the FP8 MXU rate it exists for")
+        crit.append(_holds("fp8_mxu_native", ok, f"{fp8_feed} of the MXU data formats "
+                           f"({','.join(formats) or 'none'}) native FP8 (e4m3b/e5m2b){why}"))
     return crit
 
 
@@ -153,50 +156,59 @@ def _pallas(builds: Sequence[Any], shape: NativeShape,
                           {"phase": build.phase, **tpu_metrics(b)}, b.error, b.seconds)
 
 
-def hopper_criteria(b: HopperBuild, *, fp8: bool, claims_tma: bool) -> list[Criterion]:
-    """Layer 0's criteria for one Hopper build (module docstring)."""
+def gpu_criteria(b: CudaBuild, *, fp8: bool, claims_tma: bool) -> list[Criterion]:
+    """Layer 0's criteria for one GPU build (module docstring), limits from its target."""
+    gpu = target(b.target)
     crit = [_holds("compiles", b.ok, f"the kernel compiles for {b.target}")]
     if not b.ok:
         return crit
-    lim = NATIVE_LIMITS
     spills = (None if b.spill_stores_bytes is None or b.spill_loads_bytes is None
               else b.spill_stores_bytes + b.spill_loads_bytes)
-    crit += [_at_most("smem_within_limit", b.shared_bytes, lim.smem_bytes,
+    crit += [_at_most("smem_within_limit", b.shared_bytes, gpu.limit("smem_bytes"),
                       "shared-memory bytes per block"),
-             _at_most("registers_within_limit", b.registers, lim.registers,
+             _at_most("registers_within_limit", b.registers, gpu.limit("registers"),
                       "registers per thread"),
-             _at_most("no_spills", spills, lim.spill_bytes, "spill store + load bytes")]
+             _at_most("no_spills", spills, gpu.limit("spill_bytes"),
+                      "spill store + load bytes")]
+    family = gpu.fp8_instruction or ""
+    ours = [s for s in b.mma_shapes if s.startswith(f"{family} ")]
     if fp8:
-        crit += [_holds("wgmma_fp8", b.wgmma_fp8, "the FP8 dot is wgmma.mma_async e4m3/e5m2 "
-                        f"({','.join(b.wgmma_shapes) or 'no wgmma'})"),
-                 _holds("no_mma_sync", not b.mma_sync, "no mma.sync fallback in the SASS")]
+        fp8_ours = [s for s in ours if re.search(r"\.e(4m3|5m2)\b", s)]
+        crit += [_holds("fp8_tensor_core", bool(fp8_ours),
+                        f"the FP8 dot is {family} with e4m3/e5m2 operands "
+                        f"({','.join(b.mma_shapes) or 'no tensor-core MMA'})"),
+                 _holds("no_mma_sync", not b.mma_sync, "no mma.sync fallback in the PTX")]
+    if "tmem_columns" in gpu.limits and any(s.startswith("tcgen05 ") for s in b.mma_shapes):
+        crit.append(_at_most("tmem_within_limit", b.tmem_columns, gpu.limit("tmem_columns"),
+                             "tensor-memory columns tcgen05.alloc asks for"))
     if claims_tma:
         crit.append(_holds("tma", b.tma, "the kernel loads through TMA, as it claims"))
     return crit
 
 
-def hopper_metrics(b: HopperBuild) -> dict[str, Any]:
-    """A Hopper build's figures as flat scalars."""
+def gpu_metrics(b: CudaBuild) -> dict[str, Any]:
+    """A GPU build's figures as flat scalars."""
     keys = ("target", "shared_bytes", "registers", "spill_stores_bytes", "spill_loads_bytes",
-            "global_scratch_bytes", "wgmma", "wgmma_fp8", "mma_sync", "tma",
+            "global_scratch_bytes", "mma_fp8", "mma_sync", "tma", "tmem_columns",
             "max_num_imprecise_acc")
     m = {k: getattr(b, k) for k in keys}
-    m["wgmma_shapes"] = ",".join(b.wgmma_shapes)
+    m["mma_shapes"] = ",".join(b.mma_shapes)
     m["compile_seconds"] = round(b.seconds, 3)
     return m
 
 
-def _triton(builds: Sequence[Any], shape: NativeShape, target: str) -> Iterator[CaseResult]:
-    """One shape's Triton builds (`kernels.triton.native`) compiled for `target` in one
-    compile process."""
-    from fp8check.native.hopper import compile_many
+def _triton(builds: Sequence[Any], shape: NativeShape, gpu: str) -> Iterator[CaseResult]:
+    """One shape's Triton builds (`kernels.triton.native`) compiled for the GPU target
+    `gpu` in one compile process."""
+    from fp8check.native.cuda import compile_many
 
-    capability = {"sm_90a": 90}[target]
+    capability = target(gpu).capability
+    assert capability is not None  # a CUDA row
     for build, b in zip(builds, compile_many(b.job(capability) for b in builds), strict=True):
-        crit = hopper_criteria(b, fp8=build.fp8, claims_tma=build.claims_tma)
+        crit = gpu_criteria(b, fp8=build.fp8, claims_tma=build.claims_tma)
         phase = build.phase + (f"-{build.variant.split()[0]}" if build.variant else "")
-        yield _result(build.kernel, f"{phase}-{shape.name}-{target}", crit,
-                      {"phase": build.phase, **hopper_metrics(b)}, b.error, b.seconds)
+        yield _result(build.kernel, f"{phase}-{shape.name}-{gpu}", crit,
+                      {"phase": build.phase, **gpu_metrics(b)}, b.error, b.seconds)
 
 
 def contract_args(spec: KernelSpec, shape: NativeShape) -> list[tuple[tuple[int, ...], Any]]:
@@ -229,14 +241,17 @@ def _user_tpu(spec: KernelSpec, shape: NativeShape,
                       tpu_metrics(b), b.error, b.seconds)
 
 
-def _user_hopper(spec: KernelSpec, jobs: Sequence[Any], shape: NativeShape,
-                 target: str) -> Iterator[CaseResult]:
-    from fp8check.native.hopper import compile_many
+def _user_gpu(spec: KernelSpec, jobs: Sequence[Any], shape: NativeShape,
+              gpu: str) -> Iterator[CaseResult]:
+    """A torch kernel's `cuda_jobs` at one shape, compiled for the GPU target `gpu` (the
+    jobs' own capability is replaced by the target's)."""
+    from fp8check.native.cuda import compile_many
 
+    jobs = [dataclasses.replace(job, capability=target(gpu).capability) for job in jobs]
     for job, b in zip(jobs, compile_many(jobs), strict=True):
-        crit = hopper_criteria(b, fp8=spec.contract == "gmm-fp8", claims_tma=False)
-        yield _result(spec.name, f"{job.name}-{shape.name}-{target}", crit,
-                      hopper_metrics(b), b.error, b.seconds)
+        crit = gpu_criteria(b, fp8=spec.contract == "gmm-fp8", claims_tma=False)
+        yield _result(spec.name, f"{job.name}-{shape.name}-{gpu}", crit,
+                      gpu_metrics(b), b.error, b.seconds)
 
 
 def _skipped(spec: KernelSpec, why: str) -> Iterator[CaseResult]:
@@ -247,17 +262,18 @@ def check_toolchains(families: Sequence[str], targets: Sequence[str],
                      specs: Sequence[KernelSpec] = ()) -> None:
     """Raise ToolchainMissing (one line, exit 2) if a compiler the run needs is absent:
     libtpu for the Pallas family or a JAX user kernel with a TPU target, Triton's ptxas for
-    the Triton family or a user kernel with `hopper_jobs` with sm_90a."""
-    chips = any(t in TPU_TARGETS for t in targets)
-    gpus = any(t in HOPPER_TARGETS for t in targets)
+    the Triton family or a user kernel with `cuda_jobs` with a GPU target."""
+    chips, gpus = tpu_targets(targets), gpu_targets(targets)
     if chips and ("pallas" in families or any(s.framework == "jax" for s in specs)):
         from fp8check.native import tpu
 
         tpu.check_toolchain()
-    if gpus and ("triton" in families or any(s.hopper_jobs is not None for s in specs)):
-        from fp8check.native import hopper
+    if gpus and ("triton" in families or any(s.cuda_jobs is not None for s in specs)):
+        from fp8check.native import cuda
 
-        hopper.check_toolchain()
+        for gpu in gpus:
+            assert gpu.capability is not None  # a CUDA row
+            cuda.check_toolchain(gpu.capability)
 
 
 @dataclass(frozen=True)
@@ -270,7 +286,7 @@ class Batch:
     owner: str
 
 
-def plan_layer0(families: Sequence[str], suite: str, targets: Sequence[str] = TARGETS,
+def plan_layer0(families: Sequence[str], suite: str, targets: Sequence[str] = tuple(TARGETS),
                 specs: Sequence[KernelSpec] = ()) -> list[Batch]:
     """Layer 0 of the named kernel families and of other kernels `specs` (a user's, an
     adapter), as batches whose sizes are known before anything compiles (the progress
@@ -278,12 +294,12 @@ def plan_layer0(families: Sequence[str], suite: str, targets: Sequence[str] = TA
     compiler the plan needs is absent.
 
     Other kernels: a JAX kernel is compiled for the TPU chips from its contract's
-    arguments at each shape; a torch kernel that declares `hopper_jobs` for sm_90a; any
-    other gives one skipped result saying why (skipped is never passed)."""
+    arguments at each shape; a torch kernel that declares `cuda_jobs` for each GPU target;
+    any other gives one skipped result saying why (skipped is never passed)."""
     check_toolchains(families, targets, specs)
     shapes = layer0_shapes(suite)
-    chips = [t for t in targets if t in TPU_TARGETS]
-    gpus = [t for t in targets if t in HOPPER_TARGETS]
+    chips = [t.name for t in tpu_targets(targets)]
+    gpus = [t.name for t in gpu_targets(targets)]
     plan: list[Batch] = []
     for shape in shapes:
         if "pallas" in families and chips:
@@ -302,15 +318,16 @@ def plan_layer0(families: Sequence[str], suite: str, targets: Sequence[str] = TA
         if spec.framework == "jax" and chips:
             plan += [Batch(len(chips), functools.partial(_user_tpu, spec, shape, chips),
                            spec.name) for shape in shapes]
-        elif spec.framework == "torch" and gpus and spec.hopper_jobs is not None:
+        elif spec.framework == "torch" and gpus and spec.cuda_jobs is not None:
             for shape in shapes:
-                jobs = list(spec.hopper_jobs(shape.m, shape.k, shape.n, shape.g))
-                plan += [Batch(len(jobs), functools.partial(_user_hopper, spec, jobs, shape, t),
+                jobs = list(spec.cuda_jobs(shape.m, shape.k, shape.n, shape.g))
+                plan += [Batch(len(jobs), functools.partial(_user_gpu, spec, jobs, shape, t),
                                spec.name) for t in gpus]
         elif spec.framework == "torch" and gpus:
             plan.append(Batch(1, functools.partial(
-                _skipped, spec, "layer 0: a torch kernel compiles for sm_90a only when its "
-                                "KernelSpec declares hopper_jobs (docs/native.md)"), spec.name))
+                _skipped, spec, f"layer 0: a torch kernel compiles for {', '.join(gpus)} only "
+                                f"when its KernelSpec declares cuda_jobs (docs/native.md)"),
+                spec.name))
         else:
             plan.append(Batch(1, functools.partial(
                 _skipped, spec, f"layer 0: no native target among {', '.join(targets)} for "
@@ -318,7 +335,7 @@ def plan_layer0(families: Sequence[str], suite: str, targets: Sequence[str] = TA
     return plan
 
 
-def iter_layer0(families: Sequence[str], suite: str, targets: Sequence[str] = TARGETS,
+def iter_layer0(families: Sequence[str], suite: str, targets: Sequence[str] = tuple(TARGETS),
                 specs: Sequence[KernelSpec] = ()) -> Iterator[CaseResult]:
     """Every result of `plan_layer0`, yielded as each compile finishes."""
     for batch in plan_layer0(families, suite, targets, specs):

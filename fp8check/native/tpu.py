@@ -45,9 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8check.native import ToolchainMissing
-
-# Chip name -> the smallest topology libtpu describes for it.
-TPU_TARGETS: dict[str, str] = {"v5e": "v5e:2x2", "v6e": "v6e:2x2", "v5p": "v5p:2x2x1"}
+from fp8check.targets import target
 
 _DUMP_FLAG = "--xla_mosaic_dump_to"
 _DUMP_OWNER = "FP8CHECK_MOSAIC_DUMP_PID"  # the process whose dump directory the flag names
@@ -133,22 +131,25 @@ def check_toolchain() -> None:
 
 @functools.cache
 def device(chip: str):
-    """A device of `chip` from libtpu's topology description (no hardware needed)."""
-    if chip not in TPU_TARGETS:
-        raise ValueError(f"unknown TPU target {chip!r}; expected one of "
-                         f"{', '.join(TPU_TARGETS)}")
+    """A device of the TPU target `chip` (a row of `fp8check.targets`) from libtpu's
+    topology description of its `compile_for` name (no hardware needed)."""
+    row = target(chip)
+    if row.platform != "tpu":
+        raise ValueError(f"{chip!r} is not a TPU target")
     _libtpu_loaded()
     from jax.experimental import topologies
 
     try:
-        return topologies.get_topology_desc(TPU_TARGETS[chip], "tpu").devices[0]
+        return topologies.get_topology_desc(row.compile_for, "tpu").devices[0]
     except Exception as e:  # libtpu present but unusable: say so in one line
         raise ToolchainMissing(f"libtpu could not describe {chip}: "
                                f"{_first_line(str(e))}") from e
 
 
-def vmem_capacity_bytes(chip: str) -> int:
-    """VMEM per TensorCore of `chip`, from jax's own TPU table (`tpu_info`)."""
+def tpu_info_vmem_bytes(chip: str) -> int:
+    """VMEM per TensorCore of `chip` as jax's own TPU table (`tpu_info`) gives it for the
+    device libtpu describes: the source of the target table's `vmem_bytes` (a test holds
+    the two equal)."""
     from jax._src.pallas.mosaic import tpu_info
 
     dev = device(chip)
@@ -244,7 +245,7 @@ def compile_for_tpu(name: str, fn: Callable, args: Sequence[tuple[tuple[int, ...
             "argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
             "generated_code_size_in_bytes") if hasattr(mem, k)}
     build.seconds = time.perf_counter() - t
-    build.vmem_capacity_bytes = vmem_capacity_bytes(chip)
+    build.vmem_capacity_bytes = target(chip).limit("vmem_bytes")
     if dump is None or not dump.is_dir():
         build.llo_missing = "libtpu was loaded before fp8check could name a Mosaic dump"
         return build

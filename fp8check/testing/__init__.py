@@ -26,13 +26,18 @@ Bad input (shapes, dtypes, unknown names) raises ValueError, not AssertionError.
 pytest shows a failure as the test's line and the message: fp8check's own frames are
 hidden (`__tracebackhide__`).
 
+A kernel must not write into its inputs: `GateCase.assert_matches` checks the arguments
+it handed (`args`, `args_as`) bit for bit (`inputs_unchanged`), and
+`out = assert_inputs_unchanged(kernel, *args)` calls a kernel and asserts the same of its
+arguments, naming each one written.
+
 Layers 2 and 3 around a user's kernels (the MoE layer and training built around its
 forward and backward kernels): `assert_layers_pass(forward, framework=..., tgmm=...,
 dgrad=...)` (`layers`).
 
 Modules: `asserts` (the public asserts and `replay`), `gate_case` (`GateCase`),
 `engine` (the one path from criteria to the AssertionError), `message` (its text),
-`replay_record` (`ReplayRecord`, its .npz),
+`replay_record` (`ReplayRecord`, its .npz), `unchanged` (`assert_inputs_unchanged`),
 `recording` (listeners, the assertion scope, the failure directory: the pytest plugin's
 API), `inputs` (array coercion and checks), `exactness` (`partials_exact_in_f32`).
 Where an element lies comes from `fp8check.layers.op.locations` (the gate's FAIL lines
@@ -51,12 +56,14 @@ from fp8check.testing.gate_case import GateCase
 from fp8check.testing.layers import assert_layers_pass
 from fp8check.testing.recording import FAILURE_DIR_ENV as FAILURE_DIR_ENV
 from fp8check.testing.recording import add_listener, remove_listener
+from fp8check.testing.unchanged import assert_inputs_unchanged
 
 __all__ = [
     "GateCase",
     "add_listener",
     "assert_bitexact",
     "assert_gmm_matches",
+    "assert_inputs_unchanged",
     "assert_layers_pass",
     "assert_quantizer_matches",
     "assert_tgmm_matches",

@@ -145,21 +145,27 @@ def assert_tgmm_matches(
 
 def assert_quantizer_matches(
     values: Any, scales: Any, x: Any, block: tuple[int, int], recipe: str,
-    fmt: str = "e4m3fn",
+    fmt: str = "e4m3fn", *, division_ulps: int = 0,
 ) -> CaseResult:
     """Assert that (values, scales) are bit for bit quantize(x, block, recipe, fmt).
 
     x is float32 or bf16 (the recipe rounds from x's dtype: f32 -> bf16 -> fp8 is not
-    f32 -> fp8); block is (1,128), (128,1) or (128,128)."""
+    f32 -> fp8); block is (1,128), (128,1) or (128,128).  `division_ulps` N > 0 declares
+    the quantizer's float32 divisions approximate (Triton's `/`), each within N ulps of
+    the exact quotient: then its scales must be ones the recipe gives from such divisions
+    and its values the recipe's from its own scales (`fp8check.references.quant_approx`)."""
     __tracebackhide__ = True
+    from fp8check.references.quant_approx import check_division_ulps
+
+    check_division_ulps(recipe, division_ulps)
     v, s, xx = as_array(values, "values"), as_array(scales, "scales"), as_array(x, "x")
     dtype_name(xx, "x", ("f32", "bf16"))
     block = (int(block[0]), int(block[1]))
     m: dict[str, Any] = {"recipe": recipe, "block": list(block), "fmt": fmt,
                          "n_compared": int(v.size + s.size)}
-    crit = quantizer_output_criteria(v, s, xx, block, recipe, fmt, m)
+    crit = quantizer_output_criteria(v, s, xx, block, recipe, fmt, m, division_ulps)
     record = ReplayRecord("quantizer", {"values": v, "scales": s, "x": xx}, block=block,
-                          recipe=recipe, fmt=fmt)
+                          recipe=recipe, fmt=fmt, division_ulps=division_ulps)
     return conclude(record, crit, m, in_quantized(block))
 
 
@@ -222,5 +228,6 @@ def replay(path: str | Path) -> CaseResult:
                                    flushes_subnormals=bool(r.flushes_subnormals))
     if r.kind == "quantizer":
         return assert_quantizer_matches(a["values"], a["scales"], a["x"], r.need("block"),
-                                        r.need("recipe"), r.need("fmt"))
+                                        r.need("recipe"), r.need("fmt"),
+                                        division_ulps=r.division_ulps or 0)
     return assert_bitexact(a["a"], a["b"])

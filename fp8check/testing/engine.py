@@ -4,6 +4,7 @@ shows the user's test line and the message, not fp8check's internals."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,9 +18,11 @@ from fp8check.testing.message import failure_message
 from fp8check.testing.replay_record import ReplayRecord, replay_command
 
 
-def check_matmul(out: np.ndarray, prob: Problem, record: ReplayRecord) -> CaseResult:
+def check_matmul(out: np.ndarray, prob: Problem, record: ReplayRecord,
+                 first: Sequence[Criterion] = ()) -> CaseResult:
     """Apply the gate's output criteria to `out` on `prob` (a "gmm" or "tgmm" `record`,
-    whose arrays include `out` and the group sizes) and conclude."""
+    whose arrays include `out` and the group sizes) after the criteria `first` (the
+    kernel's `inputs_unchanged`, where it was handed its inputs) and conclude."""
     __tracebackhide__ = True
     from fp8check.reports.plotdata import plot_data
 
@@ -28,9 +31,10 @@ def check_matmul(out: np.ndarray, prob: Problem, record: ReplayRecord) -> CaseRe
     m: dict[str, Any] = {"group_sizes": gs.tolist(), "out_dtype": prob.out_dtype,
                          "exact_partials": prob.exact_partials,
                          "n_compared": int(out[:prob.rows].size)}
-    crit = output_criteria(out, prob, prof, m, plots=plot_data, accum=record.accum,
-                           acc_unit_roundoff=record.need("acc_unit_roundoff"),
-                           flushes_subnormals=bool(record.flushes_subnormals))
+    crit = [*first, *output_criteria(
+        out, prob, prof, m, plots=plot_data, accum=record.accum,
+        acc_unit_roundoff=record.need("acc_unit_roundoff"),
+        flushes_subnormals=bool(record.flushes_subnormals))]
     if record.accum is not None and not prob.exact_partials:
         m["bit_exact_note"] = ("partials not provably exact in float32 on this data: "
                                "bit_exact not checked (the error bound still is)")

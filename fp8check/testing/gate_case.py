@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 
 from fp8check.cases import Case, CaseInputs, case_inputs, supported
-from fp8check.contracts import NUMPY_DTYPES, framework_dtype, to_framework
+from fp8check.contracts import ARG_NAMES, NUMPY_DTYPES, framework_dtype, to_framework
 from fp8check.gate.repro import PlainDeclarations, gate_command
+from fp8check.integrity import changes, inputs_criterion, merged, raw_bits
 from fp8check.layers.op import LAYER, Problem, ProblemCache
 from fp8check.profiles import get_profile
-from fp8check.results import CaseResult
+from fp8check.results import CaseResult, Criterion
 from fp8check.testing import recording
 from fp8check.testing.asserts import F32_UNIT_ROUNDOFF
 from fp8check.testing.engine import check_matmul
@@ -32,7 +33,10 @@ class GateCase:
     passes them (numpy; `args_as("torch")` / `"jax"` converts them bit for bit) and
     `assert_matches(out)` applies the gate's criteria to the kernel's output on the
     gate's own Problem, so the verdict is the gate's (determinism aside: call the kernel
-    twice and `assert_bitexact`)."""
+    twice and `assert_bitexact`).  Like the gate, it checks that the kernel left its
+    inputs as handed: every `args` / `args_as` hands fresh copies, and `assert_matches`
+    compares each one handed since the last assertion bit for bit with the case's
+    arguments (`inputs_unchanged`, naming each argument written)."""
 
     case: Case
     contract: str = "gmm-fp8"
@@ -47,6 +51,8 @@ class GateCase:
     m_align: int = 1
     _problems: ProblemCache = field(default_factory=lambda: ProblemCache(capacity=1),
                                     repr=False)
+    # the argument tuples handed out since the last assert_matches
+    _handed: list[tuple[Any, ...]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         if self.contract not in _ARG_NAMES:
@@ -69,7 +75,8 @@ class GateCase:
 
     @property
     def args(self) -> tuple[np.ndarray, ...]:
-        return self.problem.args
+        """The kernel's arguments as numpy arrays: fresh copies, as `args_as("numpy")`."""
+        return self.args_as("numpy")
 
     @property
     def inputs(self) -> CaseInputs:
@@ -81,8 +88,11 @@ class GateCase:
         return self.case.out_dtype
 
     def args_as(self, framework: str) -> tuple[Any, ...]:
-        """`args` as "numpy", "jax" or "torch" arrays (fp8 as the framework's fp8 dtype)."""
-        return tuple(to_framework(a, framework) for a in self.args)
+        """The kernel's arguments as "numpy", "jax" or "torch" arrays (fp8 as the
+        framework's fp8 dtype), fresh copies on each call; `assert_matches` checks them."""
+        handed = tuple(to_framework(a, framework) for a in self.problem.args)
+        self._handed.append(handed)
+        return handed
 
     def out_dtype_as(self, framework: str) -> Any:
         """The case's output dtype as `framework`'s dtype object (np.float32, torch.bfloat16)."""
@@ -129,4 +139,14 @@ class GateCase:
         in_own_scope = scope is not None and scope.gate_case is self
         with nullcontext() if in_own_scope else recording.assertion_context(
                 label=recording.current_label(), gate_case=self):
-            return check_matmul(o, prob, record)
+            return check_matmul(o, prob, record, first=self._inputs_criteria(prob))
+
+    def _inputs_criteria(self, prob: Problem) -> list[Criterion]:
+        """`inputs_unchanged` over the arguments handed since the last assertion (none
+        handed: nothing to say), which it forgets."""
+        if not self._handed:
+            return []
+        before = [raw_bits(a, copy=False) for a in prob.args]
+        found = merged(*(changes(ARG_NAMES[self.contract], h, before) for h in self._handed))
+        self._handed.clear()
+        return [inputs_criterion(found)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fp8check.integrity import INPUTS_UNCHANGED
 from fp8check.layers.op.locations import Locate
 from fp8check.results import CaseResult
 
@@ -23,7 +24,9 @@ def failure_message(kind: str, result: CaseResult, locate: Locate, profile: str 
     for c in failed:
         lines.append("")
         lines.append(f"{c.name}: {c.verdict()}  [{c.meaning or c.question}]")
-        if c.n_bad is not None:
+        if c.name == INPUTS_UNCHANGED:  # its n_bad counts input elements, not outputs
+            lines.append(f"  {c.bad_means}")
+        elif c.n_bad is not None:
             pct = f" ({100.0 * c.n_bad / total:.3g}%)" if total else ""
             lines.append(f"  {c.bad_means or 'mismatched elements'}: {c.n_bad} / {total}{pct}")
         w = c.worst

@@ -26,7 +26,8 @@ class ReplayRecord:
 
     The options an assert does not take stay None: `accum`, `profile` and
     `acc_unit_roundoff` (the accumulator's unit roundoff, 2^-24 for float32) for gmm and
-    tgmm; `block` (rows, columns), `recipe` and `fmt` for the quantizer."""
+    tgmm; `block` (rows, columns), `recipe`, `fmt` and `division_ulps` for the
+    quantizer."""
 
     kind: str
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
@@ -37,6 +38,7 @@ class ReplayRecord:
     recipe: str | None = None
     fmt: str | None = None
     flushes_subnormals: bool | None = None  # gmm, tgmm; None in files older than it: False
+    division_ulps: int | None = None  # quantizer; None in files older than it: 0
 
     def need(self, name: str) -> Any:
         """Option `name`, which this record's kind must have; ValueError (a damaged or

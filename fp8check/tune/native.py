@@ -11,7 +11,8 @@ from fp8check.kernels.pallas.gmm import dgrad, gmm_fp8
 from fp8check.kernels.pallas.native import BF16, F32, FP8, I32
 from fp8check.kernels.pallas.tgmm import tgmm
 from fp8check.kernels.pallas.tiling import LANES, Tiling
-from fp8check.native.tpu import TPU_TARGETS, compile_for_tpu
+from fp8check.native.tpu import compile_for_tpu
+from fp8check.targets import tpu_targets
 from fp8check.tune.shapes import GmmShape
 from fp8check.tune.space import PHASE_DTYPES
 
@@ -20,8 +21,9 @@ class NativeCheck:
     """`check(phase, tiling)` -> (reason or None, figures) for one shape and chip."""
 
     def __init__(self, shape: GmmShape, chip: str) -> None:
-        if chip not in TPU_TARGETS:
-            raise ValueError(f"--chip {chip!r}: expected one of {', '.join(TPU_TARGETS)}")
+        chips = [t.name for t in tpu_targets()]
+        if chip not in chips:
+            raise ValueError(f"--chip {chip!r}: expected one of {', '.join(chips)}")
         self.shape, self.chip = shape, chip
 
     def _call(self, phase: str, tiling: Tiling):

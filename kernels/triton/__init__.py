@@ -1,7 +1,7 @@
-"""Hopper FP8 grouped-GEMM Triton kernels (padding-free and padded), quantizer, backward,
-and their autograd compositions.  Each gate kernel's KernelSpec factory sits beside it
-(`gmm.fp8_spec`, `gmm.fp8_hopper_spec`, `padding.fp8_padded_spec`, `backward.tgmm_spec`,
-`quantize.quantizer_spec`).
+"""FP8 grouped-GEMM Triton kernels for Hopper and Blackwell (padding-free and padded),
+quantizer, backward, and their autograd compositions.  Each gate kernel's KernelSpec
+factory sits beside it (`gmm.fp8_spec`, `gmm.fp8_hopper_spec`, `gmm.fp8_blackwell_spec`,
+`padding.fp8_padded_spec`, `backward.tgmm_spec`, `quantize.quantizer_spec`).
 
 Backend selection happens here, before anything imports triton: when torch has no CUDA
 device and the caller has not chosen, ``TRITON_INTERPRET=1`` is set so the kernels run in

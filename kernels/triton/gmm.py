@@ -203,6 +203,15 @@ def fp8_spec(backend: str) -> KernelSpec:
                        description="padding-free FP8 grouped GEMM")
 
 
+def fp8_blackwell_spec(backend: str) -> KernelSpec:
+    """KernelSpec of `gmm_fp8` with the interpreter's Blackwell tensor-core dot
+    ("triton-fp8-blackwell", accum "deepgemm-blackwell"); compiled, the same as
+    `fp8_spec`."""
+    return triton_spec("triton-fp8-blackwell", "gmm-fp8", gmm_fp8, backend, dot="blackwell",
+                       build="triton-fp8",
+                       description="padding-free FP8 grouped GEMM (Blackwell tensor-core dot)")
+
+
 def fp8_hopper_spec(backend: str) -> KernelSpec:
     """KernelSpec of `gmm_fp8` with the interpreter's Hopper tensor-core dot
     ("triton-fp8-hopper", accum "deepgemm-hopper"); compiled, the same as `fp8_spec`."""

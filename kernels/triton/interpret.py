@@ -35,12 +35,18 @@ own name:
 
 * ``dot_hopper_mma`` (a second model choice, selected per call with `dot_model("hopper")`):
   ``tl.dot`` with fp8 operands computes what the Hopper tensor core computes, by the
-  bit-accurate model `fp8check.references.hopper_mma` (k32 WGMMA steps into the e8m13
+  bit-accurate model `fp8check.references.mma.HOPPER_FP8` (k32 WGMMA steps into the e8m13
   truncating accumulator, the dot's ``acc`` operand aligned with the products), honouring
   ``max_num_imprecise_acc`` as Triton lowers it on sm_90: every that many K elements the
   tensor core's partial (started from zero) is added in float32 (RNE) into the separate
   accumulator that starts as ``acc``; the sm_90 default (None here) is 2**30, never.
   Under it the FP8 GEMM is bit-exact to ``references.gmm(..., accum="deepgemm-hopper")``.
+  `dot_model("blackwell")` is the same with the sm_100a model
+  (`fp8check.references.mma.BLACKWELL_FP8`: k32 steps chained through ``acc``, each adding
+  it to the step's truncated float32 product sum with one rounding to nearest): Triton's
+  sm_100 dot ignores ``max_num_imprecise_acc`` (triton/language/semantic.py: it "only
+  applies to fp8 -> fp32 dot on sm_90"), so the whole dot is one chain from ``acc``.
+  Under it the FP8 GEMM is bit-exact to ``references.gmm(..., accum="deepgemm-blackwell")``.
 
 `fidelity.probe_fidelity()` checks each of these on the interpreter before and after
 the fix and records them for the gate's results.
@@ -61,7 +67,8 @@ import numpy as np
 
 FIDELITY_FIXES = ("fp8_downcast", "fp8_upcast", "dot_operands", "bf16_downcast")
 MODEL_CHOICES = ("dot_exact_partial",)
-DOT_MODELS = ("exact", "hopper")  # the exact partial (default) or the Hopper tensor core
+DOT_MODELS = ("exact", "hopper", "blackwell")  # the exact partial (default) or a tensor core
+_DOT_TARGETS = {"hopper": "sm_90a", "blackwell": "sm_100a"}  # its `references.mma` target
 # sm_90's default max_num_imprecise_acc for fp8 dots (Triton): the tensor core never promotes.
 SM90_DEFAULT_IMPRECISE_ACC = 2**30
 _DOT_MODEL = ["exact"]
@@ -140,7 +147,8 @@ def _fixed_cast_impl(self, src, dst_type):
 @contextlib.contextmanager
 def dot_model(name: str) -> Iterator[None]:
     """Within the block, fp8 ``tl.dot`` in the interpreter follows `name` ("exact": the
-    exact partial rounded once; "hopper": the Hopper tensor-core model, module docstring)."""
+    exact partial rounded once; "hopper" / "blackwell": the sm_90a / sm_100a tensor-core
+    model, module docstring)."""
     if name not in DOT_MODELS:
         raise ValueError(f"unknown dot model {name!r}; expected one of {DOT_MODELS}")
     old, _DOT_MODEL[0] = _DOT_MODEL[0], name
@@ -155,12 +163,15 @@ def _fixed_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
     a_t, b_t = a.dtype.scalar, b.dtype.scalar
     narrow = {"fp8e4nv", "fp8e5", "bf16"}
     fp8 = {"fp8e4nv": "e4m3fn", "fp8e5": "e5m2"}
-    if _DOT_MODEL[0] == "hopper" and a_t.name in fp8 and a_t.name == b_t.name:
-        from fp8check.references.hopper_mma import promoted_partial
+    if _DOT_MODEL[0] in _DOT_TARGETS and a_t.name in fp8 and a_t.name == b_t.name:
+        from fp8check.references.mma import mma_model, promoted_partial
 
-        every = max_num_imprecise_acc or SM90_DEFAULT_IMPRECISE_ACC
+        every = SM90_DEFAULT_IMPRECISE_ACC  # never promote (sm_100: always so)
+        if _DOT_MODEL[0] == "hopper" and max_num_imprecise_acc:
+            every = max_num_imprecise_acc
         out = promoted_partial(a.data.view(np.uint8), b.data.view(np.uint8), every,
-                               d.data.astype(np.float32), fmt=fp8[a_t.name])
+                               d.data.astype(np.float32),
+                               model=mma_model(_DOT_TARGETS[_DOT_MODEL[0]]), fmt=fp8[a_t.name])
         return handle_cls(out.astype(d.data.dtype), d.dtype.scalar)
     if a_t.name in narrow or b_t.name in narrow:
         a64, b64 = _decode(a.data, a_t), _decode(b.data, b_t)

@@ -18,7 +18,7 @@ kernel passes to ``tl.dot`` (None: it passes none, so Triton's default for the t
 applies, ``2**30`` on sm_90: an FP8 WGMMA chain never promotes inside one tl.dot; the
 FP8 GEMM promotes itself, one tl.dot per 128-wide K block, see `gmm`).
 
-Compile them with `compile_native_builds` (or ``fp8check.native.hopper.compile_many`` on
+Compile them with `compile_native_builds` (or ``fp8check.native.cuda.compile_many`` on
 ``[b.job() for b in builds]``).  Compiling is not running.
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import triton
 
-from fp8check.native.hopper import HopperBuild, HopperJob, compile_many
+from fp8check.native.cuda import CudaBuild, CudaJob, compile_many
 
 from ._common import QBLOCK
 from .backward import _dgrad_kernel, _tgmm_kernel, dgrad, dgrad_launch, tgmm, tgmm_launch
@@ -63,9 +63,9 @@ class TritonBuild:
     def label(self) -> str:
         return f"{self.kernel} ({self.variant})" if self.variant else self.kernel
 
-    def job(self, capability: int = 90) -> HopperJob:
-        """This build as a `fp8check.native.hopper.HopperJob`."""
-        return HopperJob(self.label, self.fn, self.signature, self.constexprs, self.attrs,
+    def job(self, capability: int = 90) -> CudaJob:
+        """This build as a `fp8check.native.cuda.CudaJob`."""
+        return CudaJob(self.label, self.fn, self.signature, self.constexprs, self.attrs,
                          self.num_warps, self.num_stages, capability)
 
 
@@ -132,7 +132,7 @@ def native_builds(m: int, k: int, n: int, g: int, *,
 
 
 def compile_native_builds(m: int, k: int, n: int, g: int, *, capability: int = 90,
-                          **kwargs: Any) -> list[tuple[TritonBuild, HopperBuild]]:
+                          **kwargs: Any) -> list[tuple[TritonBuild, CudaBuild]]:
     """`native_builds` compiled for `capability` (one compile process for all)."""
     builds = native_builds(m, k, n, g, **kwargs)
     return list(zip(builds, compile_many(b.job(capability) for b in builds), strict=True))

@@ -1,12 +1,14 @@
 """What the Triton kernels' KernelSpec factories share (each kernel module defines its
-own: `gmm.fp8_spec`, `gmm.fp8_hopper_spec`, `padding.fp8_padded_spec`,
-`backward.tgmm_spec`, `quantize.quantizer_spec`).
+own: `gmm.fp8_spec`, `gmm.fp8_hopper_spec`, `gmm.fp8_blackwell_spec`,
+`padding.fp8_padded_spec`, `backward.tgmm_spec`, `quantize.quantizer_spec`).
 
 accum: the accumulation recipe an FP8 GEMM computes bit-exactly *under the interpreter*
-(with `interpret`'s exact partial dot active).  Compiled for sm_90 the FP8 GEMM's partial
-is the tensor core's: the spec declares accum "deepgemm-hopper" with the promotion
-interval read from the kernel's own compiled TTGIR (`native.hopper_interval`), and the
-interpreter reproduces it under `interpret.dot_model("hopper")` (the "hopper" dot).
+(with `interpret`'s exact partial dot active).  Compiled, the FP8 GEMM's partial is the
+tensor core's (`TENSOR_CORE_RECIPES`): on sm_90 the spec declares accum
+"deepgemm-hopper" with the promotion interval read from the kernel's own compiled TTGIR
+(`native.hopper_interval`); on sm_100 "deepgemm-blackwell" (Triton's sm_100 dot has no
+promotion interval: the kernel promotes every 128-wide block).  The interpreter
+reproduces either under `interpret.dot_model("hopper" | "blackwell")`.
 m_align is 1 for every kernel: the padded baseline pads internally and takes any M_g;
 every kernel is deterministic (fixed K order, no atomics or split-K).
 """
@@ -35,6 +37,23 @@ def _with_dot_model(fn: Callable, model: str) -> Callable:
     return run
 
 
+# The interpreter's dot model -> the recipe of the tensor core it models.
+TENSOR_CORE_RECIPES = {"hopper": "deepgemm-hopper", "blackwell": "deepgemm-blackwell"}
+
+
+def _native_dot() -> str:
+    """The tensor-core dot model of the GPU this process compiles for: "hopper" on compute
+    capability 9.x, "blackwell" on 10.x; ValueError on any other GPU (no model)."""
+    import torch
+
+    major = torch.cuda.get_device_capability()[0]
+    dots = {9: "hopper", 10: "blackwell"}
+    if major not in dots:
+        raise ValueError(f"no FP8 tensor-core model for compute capability {major}.x "
+                         "(fp8check models sm_90 and sm_100)")
+    return dots[major]
+
+
 def triton_spec(name: str, contract: str, fn: Callable, backend: str, *,
                 description: str, accum: str | None = None, recipe: str | None = None,
                 dot: str = "exact", build: str | None = None) -> KernelSpec:
@@ -43,9 +62,10 @@ def triton_spec(name: str, contract: str, fn: Callable, backend: str, *,
 
     Quantizers declare `recipe` with 1x128 blocks; GEMMs declare both output dtypes and
     `accum` in interpret mode with the exact partial dot.  An FP8 GEMM compiled, or
-    interpreted with `dot="hopper"`, declares "deepgemm-hopper" instead: compiled with the
-    promotion interval of its native build `build` (default `name`), interpreted with
-    the 128-wide block's.  The interpreter's fidelity fixes are recorded."""
+    interpreted with `dot="hopper"` or `"blackwell"`, declares that tensor core's recipe
+    instead (`TENSOR_CORE_RECIPES`; compiled: the GPU's own): Hopper with the promotion
+    interval of its native build `build` (default `name`) when compiled, the 128-wide
+    block's when interpreted.  The interpreter's fidelity fixes are recorded."""
     resolved = "interpret" if interpret_mode() else "native"
     if backend != "auto" and backend != resolved:
         raise ValueError(f"Triton runs {resolved} in this process (TRITON_INTERPRET is read "
@@ -54,15 +74,17 @@ def triton_spec(name: str, contract: str, fn: Callable, backend: str, *,
     extra: dict[str, Any]
     if contract == "quantizer":
         extra = {"recipe": recipe, "block": (1, 128)}
-    elif resolved == "native" or dot == "hopper":
+    elif resolved == "native" or dot in TENSOR_CORE_RECIPES:
+        interval = QBLOCK  # the dot never promotes; the kernel does, every block
         if resolved == "native":
-            from .native import hopper_interval
+            dot = _native_dot()
+            if dot == "hopper":
+                from .native import hopper_interval
 
-            interval = hopper_interval(build or name)
+                interval = hopper_interval(build or name)
         else:
-            interval = QBLOCK  # the dot never promotes; the kernel does, every block
-            fn, fixes = _with_dot_model(fn, "hopper"), fixes + ("dot_hopper_mma",)
-        extra = {"out_dtypes": OUT_DTYPES, "accum": "deepgemm-hopper",
+            fn, fixes = _with_dot_model(fn, dot), fixes + (f"dot_{dot}_mma",)
+        extra = {"out_dtypes": OUT_DTYPES, "accum": TENSOR_CORE_RECIPES[dot],
                  "hopper_interval": interval}
     else:
         extra = {"out_dtypes": OUT_DTYPES, "accum": accum}

@@ -8,10 +8,18 @@ Each module of seeded bugs exports `BUGS` (name -> `SeededBug`) and may export `
 from __future__ import annotations
 
 from fp8check.contracts import KernelSpec
-from seeded_bugs import kernels, nonfinite, production, shapes, underflow
+from seeded_bugs import (
+    input_writes,
+    kernels,
+    nonfinite,
+    production,
+    rounding,
+    shapes,
+    underflow,
+)
 from seeded_bugs.catch import SeededBug
 
-_MODULES = (kernels, shapes, underflow, nonfinite, production)
+_MODULES = (kernels, shapes, underflow, nonfinite, production, input_writes, rounding)
 
 BUGS: dict[str, SeededBug] = {
     name: bug for module in _MODULES for name, bug in module.BUGS.items()

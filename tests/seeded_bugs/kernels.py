@@ -17,7 +17,7 @@ import numpy as np
 
 from fp8check.contracts import KernelSpec
 from fp8check.references.exact import fma_f32
-from fp8check.references.hopper_mma import block_partial
+from fp8check.references.mma import block_partial
 from seeded_bugs.catch import Catch, named, seeded
 
 TM = 128  # rows per M tile
@@ -46,7 +46,7 @@ class BlockwiseGmm:
                     p = self.partial(a[self.lhs_rows(rows, g)][:, cols], b[g, cols])
                     s = self.scale(lhs_scale, rhs_scale, self.lhs_rows(rows, g), g, kb)
                     acc = self.accumulate(acc, s, p)
-                out[rows] = acc
+                out[rows] = self.finish(acc)
         return self.cast(out, np.dtype(out_dtype))
 
     # -- stages ------------------------------------------------------------------------
@@ -83,6 +83,10 @@ class BlockwiseGmm:
 
     def accumulate(self, acc, s, p):
         return fma_f32(s, p, acc)
+
+    def finish(self, acc):
+        """A tile's accumulator as stored in the acc_dtype output."""
+        return acc
 
     def cast(self, out, dtype):
         return out.astype(dtype)
@@ -130,7 +134,7 @@ class Float64Accumulator(BlockwiseGmm):
 
 class HopperTensorCore(BlockwiseGmm):
     """Correct when it declares accum "deepgemm-hopper": each block's P is what the Hopper
-    tensor core leaves (`hopper_mma`, chains of `interval` K elements from zero, the chains
+    tensor core leaves (`mma.HOPPER_FP8`, chains of `interval` K elements from zero, the chains
     added in float32), then DeepGEMM's fma promotion, as DeepGEMM and the Triton kernel
     compute on sm_90."""
 

@@ -17,7 +17,10 @@ and the training model of the kernels' framework, built around them.
 A gmm-fp8 kernel's layer-3 training is compared with a bf16 run of fp8check's own bf16
 grouped matmul (`bf16_forward`, the reference backward): the baseline, whose results are
 not reported.  Every output of the user's kernels is checked for its shape and dtype (a
-ValueError naming the kernel is the result's error).
+ValueError naming the kernel is the result's error), and after every call of a user's
+kernel on concrete arrays its arguments are compared bit for bit with what it was handed
+(`fp8check.integrity`: a traced jax value is not, it has no buffer): a kernel that wrote
+into one fails its result with the error `inputs_unchanged failed: ...` naming it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from fp8check.contracts import KernelSpec, out_dtype_kwargs, takes_out_dtype
+from fp8check.contracts import ARG_NAMES, KernelSpec, out_dtype_kwargs, takes_out_dtype
+from fp8check.integrity import raise_if_changed, watched_call
 from fp8check.layers.moe.matmuls import LAYER_FRAMEWORKS, ExpertMatmuls
 
 # The forward contracts layers 2 and 3 can build around -> the variant their kernel is.
@@ -108,10 +112,11 @@ def _forward(spec: KernelSpec, ops: ModuleType) -> tuple[Callable[..., Any], str
             args = (*ops.quantize(x, (1, 128)), *ops.quantize(w, (128, 128)), group_sizes)
         else:
             args = (ops.to_bf16(x), ops.to_bf16(w), group_sizes)
-        out = spec.fn(*args, **kwargs)
+        who = f"forward kernel {spec.name}"
+        out, written = watched_call(spec.fn, args, ARG_NAMES[spec.contract], kwargs)
+        raise_if_changed(written, who)
         shape = (x.shape[0], w.shape[2])
-        out = _checked(ops, out, shape, f"forward kernel {spec.name}",
-                       tuple(seen) or wanted)
+        out = _checked(ops, out, shape, who, tuple(seen) or wanted)
         seen[:] = [ops.dtype_name(out)]
         return ops.to_bf16(out)
 
@@ -122,14 +127,16 @@ def _forward(spec: KernelSpec, ops: ModuleType) -> tuple[Callable[..., Any], str
 
 
 def _backward(fn: Callable[..., Any] | None, reference: Callable[..., Any], name: str,
-              ops: ModuleType, shape_of: Callable[[Any, Any, Any], tuple[int, ...]]
-              ) -> Callable[..., Any]:
-    """The user's backward kernel `fn` with its output checked, or the reference."""
+              ops: ModuleType, shape_of: Callable[[Any, Any, Any], tuple[int, ...]],
+              arg_names: tuple[str, ...]) -> Callable[..., Any]:
+    """The user's backward kernel `fn` (its arguments named `arg_names`) with its inputs
+    and output checked, or the reference."""
     if fn is None:
         return reference
 
     def backward(a: Any, b: Any, group_sizes: Any) -> Any:
-        out = fn(a, b, group_sizes)
+        out, written = watched_call(fn, (a, b, group_sizes), arg_names)
+        raise_if_changed(written, name)
         return _checked(ops, out, shape_of(a, b, group_sizes), name, ("f32", "bf16"))
 
     return backward
@@ -153,9 +160,11 @@ def user_matmuls(k: UserKernels) -> ExpertMatmuls:
     ops = _ops(spec.framework)
     forward, output = _forward(spec, ops)
     dgrad = _backward(k.dgrad, ops.bf16_dgrad, f"dgrad kernel {k.dgrad_name}", ops,
-                      lambda dy, w, gs: (dy.shape[0], w.shape[1]))
+                      lambda dy, w, gs: (dy.shape[0], w.shape[1]),
+                      ("dy", "rhs", "group_sizes"))
     tgmm = _backward(k.tgmm, ops.bf16_tgmm, f"tgmm kernel {k.tgmm_name}", ops,
-                     lambda x, dy, gs: (gs.shape[0], x.shape[1], dy.shape[1]))
+                     lambda x, dy, gs: (gs.shape[0], x.shape[1], dy.shape[1]),
+                     ARG_NAMES["tgmm"])
     variant = tested_variant(spec.contract)
     variants = {variant: ops.differentiable(forward, dgrad, tgmm)}
     if variant == "fp8":

@@ -8,10 +8,14 @@ Two questions, never mixed (see `fp8check.profiles`):
   - `error_ratio` <= 2 against a naive same-precision implementation (dequantized
     operands, a float32 sum in K order per group, `naive_matmul`, rounded to the output
     dtype);
-  - `bias_z` within the profile's limit (truncation instead of rounding is one-signed);
+  - `bias_z` and `bias_z_signed` within the profile's limits: a sign test of the side of
+    RN(exact) the outputs land on, toward or away from zero (truncation) and toward
+    -inf or +inf (a directed rounding mode);
   - `deterministic`: two calls give the same bits (kernels that declare it);
   - `bit_exact` against `gmm(..., accum=<declared>)` on `exact_partials` cases;
-  - `quantizer_bit_exact`: values and scales bit for bit equal to the recipe.
+  - `quantizer_bit_exact`: values and scales bit for bit equal to the recipe, or, for
+    a quantizer declaring `division_ulps`, `quantizer_approx_division`: what the recipe
+    allows from divisions within that many ulps (`references.quant_approx`).
 * quantization impact, FP8 (or bf16) result vs the unquantized float64 reference:
   SQNR (dB), calc_diff and allclose(atol, rtol) against the profile's thresholds.
 

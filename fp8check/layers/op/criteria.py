@@ -16,6 +16,7 @@ from fp8check.contracts import NUMPY_DTYPES
 from fp8check.layers.op.problem import Problem
 from fp8check.profiles import Profile, sqnr_band
 from fp8check.references.casts import rounded, to_float64
+from fp8check.references.gmm import TENSOR_CORE_ACCUMS
 from fp8check.results.model import Criterion
 
 # A strict per-element check of an FP8 kernel against its FP8 CPU reference (only the
@@ -30,10 +31,16 @@ MEANINGS = {
               "NaN, +Inf, -Inf other than the reference's",
     "bound_ratio": "|out - exact| over Higham's bound for any valid float32 summation order",
     "error_ratio": "rms error over that of a naive same-precision implementation",
-    "bias_z": "t-statistic of the signed error (truncation instead of rounding is one-signed)",
+    "bias_z": "t-statistic of the error toward (-) or away from (+) zero (truncation "
+              "instead of rounding is one-signed)",
+    "bias_z_signed": "t-statistic of the error toward -inf (-) or +inf (+) (a directed "
+                     "rounding mode is one-signed)",
     "bit_exact": "bit-for-bit equal to the declared accumulation recipe",
     "deterministic": "two runs give the same bits",
     "quantizer_bit_exact": "values and scales bit-for-bit equal to the recipe",
+    "quantizer_approx_division": "scales within the declared division ulps of the "
+                                 "recipe's; values the recipe's from the kernel's own "
+                                 "scales, any quotient within those ulps",
     "impact_sqnr_db": "SQNR (dB) vs the unquantized float64 reference, row-normalised",
     "impact_calc_diff": "calc_diff vs the unquantized float64 reference, row-normalised",
     "impact_allclose": "fraction outside allclose vs the unquantized reference",
@@ -151,16 +158,17 @@ def _correctness(
     neutralised to zero in every array here, see `_neutralised`, and bias_z takes only
     the kept ones).
 
-    `model_ref`: the declared hardware accumulator's result (deepgemm-hopper), when the
-    kernel declares one.  Its truncation is the hardware's, not a bug: error_ratio then
-    compares the kernel's error with the model's own (the naive computation on that
-    hardware), and bias_z measures the kernel's error against the model, not against
-    the exact value.  Why that is the right expectation: a kernel that computes the
-    declared accumulator has error (out - exact) = (model - exact) + (out - model), the
-    first term the declared truncation (one-signed by construction) and the second zero
-    (bit-exact) or the zero-mean float32 rounding of a different promotion order; any
-    further truncation (a narrower accumulator, a truncating cast) is a one-signed part
-    of (out - model) and shows in the statistic as it would against exact."""
+    `model_ref`: the declared hardware accumulator's result (a tensor-core recipe of
+    `references.gmm.TENSOR_CORE_ACCUMS`), when the kernel declares one.  Its truncation
+    is the hardware's, not a bug: error_ratio then compares the kernel's error with the
+    model's own (the naive computation on that hardware), and bias_z measures the
+    kernel's error against the model, not against the exact value.  Why that is the
+    right expectation: a kernel that computes the declared accumulator has error
+    (out - exact) = (model - exact) + (out - model), the first term the declared
+    truncation (one-signed by construction) and the second zero (bit-exact) or the
+    zero-mean float32 rounding of a different promotion order; any further truncation (a
+    narrower accumulator, a truncating cast) is a one-signed part of (out - model) and
+    shows in the statistic as it would against exact."""
     out_np = NUMPY_DTYPES[prob.out_dtype]
     n_off = int(np.count_nonzero(ulps))  # elements not correctly rounded
     worst_off = _worst_ulp(o, exact, ulps)
@@ -196,14 +204,18 @@ def _correctness(
         # itself shows a data-determined bias when the data has few distinct values
         # (near-max blocks, M_g = 1 outer products).  Clustered by (row, N tile): those
         # elements share their scales' roundings (see metrics.bias_z).
-        ref = exact_rounded if model_ref is None else model_ref
-        if kept is None:
-            z = float(metrics.bias_z(o, ref, clusters=clusters))
-        else:  # excluded elements are no samples: not even zero-error ones
-            z = float(metrics.bias_z(o[kept], ref[kept], clusters=clusters[kept]))
-        m["bias_z"] = z
-        crit.append(criterion("bias_z", z, "|x|<=", profile.max_abs_bias_z, n_bad=n_off,
-                              bad_means=_NOT_ROUNDED, worst=worst_off))
+        # Both signs: "magnitude" (toward or away from zero: truncation) and "signed"
+        # (toward -inf or +inf: a directed rounding mode, whose errors cancel in the
+        # magnitude statistic on mixed-sign data).
+        sample, ref = o, exact_rounded if model_ref is None else model_ref
+        if kept is not None:  # excluded elements are no samples: not even zero-error ones
+            sample, ref, clusters = o[kept], ref[kept], clusters[kept]
+        for name, mode, limit in (("bias_z", "magnitude", profile.max_abs_bias_z),
+                                  ("bias_z_signed", "signed", profile.max_abs_bias_z_signed)):
+            z = float(metrics.bias_z(sample, ref, mode=mode, clusters=clusters, unit="sign"))
+            m[name] = z
+            crit.append(criterion(name, z, "|x|<=", limit, n_bad=n_off,
+                                  bad_means=_NOT_ROUNDED, worst=worst_off))
 
     m["ulp_max_vs_exact"] = int(ulps.max(initial=0))
     m["ulp_histogram_vs_exact"] = _ulp_histogram(ulps)
@@ -291,52 +303,67 @@ def _impact(prob: Problem, out: np.ndarray, profile: Profile, m: dict[str, Any])
 
 def quantizer_output_criteria(
     values: np.ndarray, scales: np.ndarray, x: np.ndarray, block: tuple[int, int],
-    recipe: str, fmt: str, m: dict[str, Any],
+    recipe: str, fmt: str, m: dict[str, Any], division_ulps: int = 0,
 ) -> list[Criterion]:
     """`quantizer_bit_exact`: (values, scales) bit for bit equal to quantize(x, block,
     recipe, fmt, nan="propagate"), a NaN equal to any NaN (IEEE leaves a NaN's sign and
     payload to the implementation: a kernel's max, multiply and cast may return another
-    NaN than numpy's, and no consumer can tell them apart), infinities by sign.  Records
-    value/scale mismatch counts in `m`; the criterion's `worst` is the first mismatching
-    value (index into x) or, with every value right, scale (index into the block grid,
-    with "what": "scale")."""
-    from fp8check.references import quantize
+    NaN than numpy's, and no consumer can tell them apart), infinities by sign.  With
+    `division_ulps` N > 0 (the kernel divides approximately, within N float32 ulps) the
+    criterion is `quantizer_approx_division` instead: each scale one the recipe gives from
+    a division within N ulps, each value the recipe's from the kernel's own scale
+    (`fp8check.references.quant_approx`).  Records value/scale mismatch counts in `m`;
+    the criterion's `worst` is the first mismatching value (index into x) or, with every
+    value right, scale (index into the block grid, with "what": "scale"), its ulp
+    distance to the recipe's own bits."""
+    from fp8check.references import quant_approx, quantize
 
     ref = quantize(x, (block[0], block[1]), recipe, fmt, nan="propagate")
     if not np.isfinite(np.asarray(x, np.float32)).all():
         m["nonfinite_inputs"] = int(np.count_nonzero(~np.isfinite(np.asarray(x, np.float32))))
     values, scales = np.asarray(values), np.asarray(scales)
-    val_ok = same_bits(values, ref.values) or (
-        values.shape == ref.values.shape and values.dtype == ref.values.dtype
-        and not np.count_nonzero(_bits_differ(values, ref.values, np.uint8)))
-    scale_ok = scales.dtype == np.float32 and scales.shape == ref.scales.shape and not (
-        np.count_nonzero(_bits_differ(scales, ref.scales, np.uint32)))
+    scales_shaped = scales.shape == ref.scales.shape
+    values_shaped = values.shape == ref.values.shape and values.dtype == ref.values.dtype
+    s32 = np.asarray(scales, np.float32) if scales_shaped else scales
+    scale_bad = value_bad = None
+    if division_ulps:
+        m["division_ulps"] = division_ulps
+        if scales_shaped:
+            scale_bad = quant_approx.scale_mismatches(s32, x, block, recipe, fmt,
+                                                      division_ulps)
+            if values_shaped:  # the codes are judged from the kernel's own scales
+                value_bad = quant_approx.value_mismatches(values, s32, x, block, recipe,
+                                                          fmt, division_ulps)
+    else:
+        if scales_shaped:
+            scale_bad = _bits_differ(s32, ref.scales, np.uint32)
+        if values_shaped:
+            value_bad = _bits_differ(values, ref.values, np.uint8)
+    ok = (scales.dtype == np.float32 and scale_bad is not None and value_bad is not None
+          and not scale_bad.any() and not value_bad.any())
     n_bad, worst = 0, None
-    if not scale_ok and scales.shape == ref.scales.shape:
-        s32 = np.asarray(scales, np.float32)
-        diff = _bits_differ(s32, ref.scales, np.uint32)
-        m["scale_mismatches"] = n_scales = int(np.count_nonzero(diff))
+    if not ok and scale_bad is not None:
+        m["scale_mismatches"] = n_scales = int(np.count_nonzero(scale_bad))
         n_bad += n_scales
         if n_scales:
-            worst = _element(np.argwhere(diff)[0], s32, ref.scales,
+            worst = _element(np.argwhere(scale_bad)[0], s32, ref.scales,
                              metrics.ulp_distance(s32, ref.scales, np.float32))
             worst["what"] = "scale"
-    if not val_ok and values.shape == ref.values.shape and values.dtype == ref.values.dtype:
-        diff = _bits_differ(values, ref.values, np.uint8)
-        m["value_mismatches"] = n_values = int(np.count_nonzero(diff))
+    if not ok and value_bad is not None:
+        m["value_mismatches"] = n_values = int(np.count_nonzero(value_bad))
         n_bad += n_values
         if n_values:
-            worst = _element(np.argwhere(diff)[0], values.astype(np.float32),
+            worst = _element(np.argwhere(value_bad)[0], values.astype(np.float32),
                              ref.values.astype(np.float32),
                              metrics.ulp_distance(values, ref.values, ref.values.dtype))
             worst["what"] = "value"
-    ok = val_ok and scale_ok
     if not ok and worst is None:  # wrong shape or dtype: say which
         m["quantizer_layout"] = (f"returned values {values.dtype}{list(values.shape)}, "
                                  f"scales {scales.dtype}{list(scales.shape)}; expected "
                                  f"{ref.values.dtype}{list(ref.values.shape)}, "
                                  f"float32{list(ref.scales.shape)}")
-    return [criterion("quantizer_bit_exact", ok, "==", True, n_bad=None if ok else n_bad,
+    name = "quantizer_approx_division" if division_ulps else "quantizer_bit_exact"
+    return [criterion(name, ok, "==", True, n_bad=None if ok else n_bad,
                       bad_means="values and scales that differ", worst=worst)]
 
 
@@ -379,8 +406,9 @@ def output_criteria(
 
     `out` must be a numpy array of the problem's output shape and dtype (BadOutput
     otherwise); `accum` is the accumulation recipe the kernel claims, `acc_unit_roundoff`
-    its accumulator's unit roundoff (the error bound's u).  accum "deepgemm-hopper"
-    declares the Hopper tensor core with promotion every `hopper_interval` K elements: the
+    its accumulator's unit roundoff (the error bound's u).  A tensor-core accum
+    ("deepgemm-hopper" with promotion every `hopper_interval` K elements,
+    "deepgemm-blackwell" promoting every 128-wide block) declares that tensor core: the
     bound gains its truncation term and the criteria compare with the model
     (`_correctness`).  The bound's underflow term is the problem's (`fp8check.underflow`),
     the flush-to-zero one when the kernel declares `flushes_subnormals`: then outputs
@@ -406,8 +434,8 @@ def output_criteria(
     exact_rounded = rounded(exact, out_np)
     ulps = metrics.ulp_distance(o, exact_rounded, out_np)
     extra = model_ref = None
-    if accum == "deepgemm-hopper":
-        extra = _neutralised(prob.hopper_term(hopper_interval)[sl], kept)
+    if accum in TENSOR_CORE_ACCUMS:
+        extra = _neutralised(prob.tensor_core_term(accum, hopper_interval)[sl], kept)
         model_ref = _neutralised(prob.accum_ref(accum, prob.out_dtype, hopper_interval)[sl],
                                  kept)
         m["hopper_interval"] = hopper_interval

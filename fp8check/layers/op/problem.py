@@ -47,7 +47,7 @@ class Problem:
     impact_not_gated: str | None = None
     quantized: tuple[Any, Any] | None = None  # (lhs QTensor, rhs QTensor) for gmm-fp8
     _accum_refs: dict[tuple[str, str, int], np.ndarray] = field(default_factory=dict)
-    _hopper_terms: dict[int, np.ndarray] = field(default_factory=dict)
+    _tensor_core_terms: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
 
     def _operands(self) -> tuple[Any, Any]:
         if self.quantized is None:
@@ -56,7 +56,7 @@ class Problem:
 
     def accum_ref(self, accum: str, out_dtype: str, interval: int = 128) -> np.ndarray:
         """gmm(..., accum=accum, interval=interval) on the quantized operands, rounded to
-        out_dtype (`interval`: deepgemm-hopper's promotion interval)."""
+        out_dtype (`interval`: a tensor-core recipe's promotion interval)."""
         from fp8check.references import gmm
 
         key = (accum, out_dtype, interval)
@@ -66,15 +66,20 @@ class Problem:
                                         accum=accum, interval=interval)
         return self._accum_refs[key]
 
-    def hopper_term(self, interval: int) -> np.ndarray:
-        """The Hopper tensor core's truncation term [M, N] (`references.hopper_bound`)."""
+    def tensor_core_term(self, accum: str, interval: int) -> np.ndarray:
+        """The truncation term [M, N] of the tensor core a recipe of
+        `references.gmm.TENSOR_CORE_ACCUMS` models (`references.hopper_bound`)."""
+        from fp8check.references.gmm import TENSOR_CORE_ACCUMS
         from fp8check.references.hopper_bound import truncation_term
+        from fp8check.references.mma import mma_model
 
-        if interval not in self._hopper_terms:
+        key = (accum, interval)
+        if key not in self._tensor_core_terms:
             lq, rq = self._operands()
-            self._hopper_terms[interval] = truncation_term(lq, rq, self.args[-1],
-                                                           interval=interval)
-        return self._hopper_terms[interval]
+            self._tensor_core_terms[key] = truncation_term(
+                lq, rq, self.args[-1], interval=interval,
+                model=mma_model(TENSOR_CORE_ACCUMS[accum]))
+        return self._tensor_core_terms[key]
 
 
 @dataclass

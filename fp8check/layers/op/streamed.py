@@ -8,20 +8,23 @@ Evaluated, with the same values as `criteria.output_criteria` gives on the same 
   finite, so this is the in-memory path's one-sided count);
 * `bound_ratio`: its max, first argmax and count over the bound, bit for bit;
 * `bit_exact` where it applies: a declared accumulation recipe on an `exact_partials`
-  case, or the deepgemm-hopper model, counted against the recipe reference streamed
-  chunk by chunk;
+  case, or a tensor-core model (deepgemm-hopper, deepgemm-blackwell), counted against the
+  recipe reference streamed chunk by chunk;
+* `bias_z` and `bias_z_signed`: the sign test of the error against RN(exact) (against
+  the model for a tensor-core recipe) per (row, N tile) cluster, reduced chunk by chunk
+  (`totals.MetricTotals.bias_sums`);
 * reported, not gated: ULP max and count vs RN(exact), SQNR (dB) vs exact.
 
 Not evaluated (each needs whole [M, N] float64 arrays or the unquantized operands' float64
-product): `error_ratio` (the naive float32 implementation), `bias_z` (per-cluster
-statistics of the error against RN(exact)), and the impact criteria.  The result says so
-in `metrics["streamed_not_evaluated"]`.  A deepgemm-hopper kernel's bound needs the
-Tensor Core's truncation term, which is not streamed: on it `bound_ratio` is not
-evaluated and `bit_exact` against the model (a stronger check) decides.
+product): `error_ratio` (the naive float32 implementation) and the impact criteria.  The
+result says so in `metrics["streamed_not_evaluated"]`.  A tensor-core kernel's bound
+needs the tensor core's truncation term, which is not streamed: on it `bound_ratio` is
+not evaluated and `bit_exact` against the model (a stronger check) decides.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -31,12 +34,11 @@ from fp8check.contracts import NUMPY_DTYPES
 from fp8check.layers.op.criteria import BadOutput, criterion, shape_error
 from fp8check.layers.op.problem import StreamedProblem
 from fp8check.profiles import Profile
+from fp8check.references.gmm import TENSOR_CORE_ACCUMS
 from fp8check.results.model import Criterion
 from fp8check.totals import MetricTotals, gmm_metric_totals
 
-HOPPER = "deepgemm-hopper"
-NOT_EVALUATED = ("error_ratio", "bias_z", "impact_sqnr_db", "impact_calc_diff",
-                 "impact_allclose")
+NOT_EVALUATED = ("error_ratio", "impact_sqnr_db", "impact_calc_diff", "impact_allclose")
 
 
 def _exact_element(prob: StreamedProblem, row: int, col: int) -> float:
@@ -63,6 +65,27 @@ def _worst_element(prob: StreamedProblem, o: np.ndarray, t: MetricTotals) -> dic
             "bound": err / worst if np.isfinite(worst) and worst > 0 else None}
 
 
+def _bias_criteria(t: MetricTotals, profile: Profile, m: dict[str, Any]) -> list[Criterion]:
+    """`bias_z` and `bias_z_signed` from the totals' per-cluster sign sums, the values
+    `criteria.output_criteria` gives (inf where the output has NaN or Inf, as
+    `metrics.bias_z`)."""
+    assert t.bias_counts is not None and t.bias_sums is not None  # gmm_metric_totals
+    crit = []
+    for name, mode, limit in (("bias_z", "magnitude", profile.max_abs_bias_z),
+                              ("bias_z_signed", "signed", profile.max_abs_bias_z_signed)):
+        if t.n_nonfinite:
+            z = math.inf
+        elif np.count_nonzero(t.bias_counts) < 2:
+            m["bias_z_note"] = "fewer than 2 (row, N tile) clusters: bias not testable"
+            return []
+        else:
+            z = metrics.bias_z_of_clusters(t.bias_sums[mode], t.bias_counts)
+        m[name] = z
+        crit.append(criterion(name, z, "|x|<=", limit, n_bad=t.n_ulp_off,
+                              bad_means="elements not correctly rounded"))
+    return crit
+
+
 def streamed_output_criteria(
     out: np.ndarray, prob: StreamedProblem, profile: Profile, m: dict[str, Any], *,
     accum: str | None = None, acc_unit_roundoff: float = 2.0**-24, hopper_interval: int = 128,
@@ -76,7 +99,7 @@ def streamed_output_criteria(
     why = shape_error(out, prob.out_shape, prob.out_dtype)
     if why is not None:
         raise BadOutput(why)
-    bit_exact = accum is not None and (prob.exact_partials or accum == HOPPER)
+    bit_exact = accum is not None and (prob.exact_partials or accum in TENSOR_CORE_ACCUMS)
     lq, rq = prob.quantized
     t = gmm_metric_totals(out, lq, rq, prob.args[-1], accum=accum if bit_exact else None,
                           rows_per_chunk=rows_per_chunk, u=acc_unit_roundoff,
@@ -86,7 +109,7 @@ def streamed_output_criteria(
     m["nonfinite_mismatches"] = t.n_nonfinite
     crit = [criterion("finite", t.n_nonfinite, "==", 0, n_bad=t.n_nonfinite,
                       bad_means="elements non-finite on one side only")]
-    if accum == HOPPER:
+    if accum in TENSOR_CORE_ACCUMS:
         m["hopper_interval"] = hopper_interval
         not_evaluated.insert(0, "bound_ratio")
     else:
@@ -98,6 +121,7 @@ def streamed_output_criteria(
         crit.append(criterion("bound_ratio", t.bound_ratio_max, "<=", profile.max_bound_ratio,
                               n_bad=n_over, bad_means="elements over the bound",
                               worst=_worst_element(prob, o, t)))
+    crit += _bias_criteria(t, profile, m)
     m["ulp_max_vs_exact"] = t.ulp_max
     m["ulp_off_vs_exact"] = t.n_ulp_off
     m["sqnr_db_vs_exact"] = t.sqnr_db

@@ -12,9 +12,10 @@ from fp8check.contracts import (
     CONTRACT_DOC,
     NUMPY_DTYPES,
     KernelSpec,
-    call_kernel,
+    run_kernel,
     takes_out_dtype,
 )
+from fp8check.integrity import InputChange, describe, inputs_criterion, merged
 from fp8check.layers.op.criteria import (
     BadOutput,
     PlotHook,
@@ -89,15 +90,18 @@ def _matmul_criteria(
     spec: KernelSpec, case: Case, prob: AnyProblem, profile: Profile, m: dict[str, Any],
     timing: dict[str, float], plots: PlotHook | None,
 ) -> list[Criterion]:
-    outs = []
+    outs, written = [], []
     shape = prob.out_shape if isinstance(prob, StreamedProblem) else prob.exact.shape
     t = time.perf_counter()
     for _ in range(2 if spec.deterministic else 1):
-        out = call_kernel(spec, prob.args, case.out_dtype)
+        call = run_kernel(spec, prob.args, case.out_dtype)
+        out = call.out
+        written.append(call.inputs_changed)
         why = shape_error(out, shape, case.out_dtype)
         if why is not None:
             wrong_dtype_only = isinstance(out, np.ndarray) and out.shape == shape
-            raise BadOutput(why + (_dtype_hint(spec, case.out_dtype) if wrong_dtype_only else ""))
+            raise BadOutput(why + (_dtype_hint(spec, case.out_dtype) if wrong_dtype_only else "")
+                            + _written_note(merged(*written)))
         outs.append(out)
     timing["kernel"] = time.perf_counter() - t
     ftz = bool(spec.flushes_subnormals)
@@ -118,7 +122,14 @@ def _matmul_criteria(
         # listed with the correctness criteria, before impact, as the gate always has
         crit.insert(sum(c.question == "correctness" for c in crit),
                     criterion("deterministic", same, "==", True))
+    # first: every other criterion judges an output computed from inputs it overwrote
+    crit.insert(0, inputs_criterion(merged(*written)))
     return crit
+
+
+def _written_note(written: list[InputChange]) -> str:
+    """What a bad-output message adds about the inputs the kernel wrote, if any."""
+    return f"; it also wrote into its inputs: {describe(written)}" if written else ""
 
 
 def _dtype_hint(spec: KernelSpec, out_dtype: str) -> str:
@@ -133,14 +144,18 @@ def _dtype_hint(spec: KernelSpec, out_dtype: str) -> str:
 def _quantizer_criteria(spec: KernelSpec, inp: CaseInputs, m: dict[str, Any]) -> list[Criterion]:
     x = inp.w if tuple(spec.block) == (128, 128) else inp.x
     x = x.astype(NUMPY_DTYPES[spec.in_dtype])
-    runs = [call_kernel(spec, (x,)) for _ in range(2 if spec.deterministic else 1)]
+    calls = [run_kernel(spec, (x,)) for _ in range(2 if spec.deterministic else 1)]
+    runs = [c.out for c in calls]
+    written = merged(*(c.inputs_changed for c in calls))
     if not (isinstance(runs[0], tuple) and len(runs[0]) == 2):
-        raise BadOutput(f"returned {returned(runs[0])}, expected a tuple (values, scales)")
+        raise BadOutput(f"returned {returned(runs[0])}, expected a tuple (values, scales)"
+                        + _written_note(written))
     values, scales = runs[0]
     if spec.recipe is None:
         raise ValueError(f"quantizer {spec.name} declares no recipe")
-    crit = quantizer_output_criteria(values, scales, x, (spec.block[0], spec.block[1]),
-                                     spec.recipe, spec.fmt, m)
+    crit = [inputs_criterion(written)]
+    crit += quantizer_output_criteria(values, scales, x, (spec.block[0], spec.block[1]),
+                                      spec.recipe, spec.fmt, m, spec.division_ulps)
     if spec.deterministic:
         same = all(same_bits(np.asarray(a), np.asarray(b)) for a, b in zip(*runs, strict=True))
         crit.append(criterion("deterministic", same, "==", True))

@@ -1,17 +1,25 @@
-"""Deviceless native compilation of Triton kernels for Hopper (sm_90a), no GPU needed.
+"""Deviceless native compilation of Triton kernels for NVIDIA GPUs (the CUDA rows of
+`fp8check.targets`: Hopper sm_90a, Blackwell sm_100a), no GPU needed.
 
-`compile_for_hopper` runs Triton's own AOT pipeline (``triton.compile(ASTSource(fn,
-signature, constexprs), target=GPUTarget("cuda", 90, 32))``) down to a cubin with the
-ptxas shipped in the triton wheel, and reads back what the compiler produced: shared
+`compile_for_cuda` runs Triton's own AOT pipeline (``triton.compile(ASTSource(fn,
+signature, constexprs), target=GPUTarget("cuda", capability, 32))``) down to a cubin with
+the ptxas shipped in the triton wheel, and reads back what the compiler produced: shared
 memory and global scratch (bytes, from Triton's metadata), registers per thread (from the
 cubin, ``cuobjdump --dump-resource-usage``), spill stores/loads (bytes, from ptxas's own
-``-v`` report), and what the PTX uses: WGMMA (with its operand types), ``mma.sync``, TMA
-(``cp.async.bulk.tensor``), plus the ``maxNumImpreciseAcc`` of the TTGIR's
-``warp_group_dot`` (how many K products an FP8 WGMMA may add in its reduced-precision
-accumulator before promoting to fp32; Triton's sm_90 default 2**30 means never).
+``-v`` report), and what the PTX uses:
+
+* the tensor-core MMAs, each as ``<family> <shape>.<accumulator>.<a>.<b>``: Hopper's
+  ``wgmma.mma_async`` (shape and types from the instruction's own suffix), Blackwell's
+  ``tcgen05.mma`` (kind from the suffix; M, N, accumulator and operand types decoded from
+  its 32-bit instruction descriptor, PTX ISA "Instruction descriptor" table for
+  ``.kind::f8f6f4`` / ``.kind::f16``), and any ``mma.sync`` (the pre-Hopper fallback);
+* TMA (``cp.async.bulk.tensor``) and tensor memory: the columns ``tcgen05.alloc`` asks for;
+* the ``maxNumImpreciseAcc`` of the TTGIR's ``warp_group_dot`` (sm_90: how many K products
+  an FP8 WGMMA may add in its reduced-precision accumulator before promoting to fp32;
+  Triton's default 2**30 means never).
 
 Compiling is not running: a build that compiles says what the compiler emitted, not what
-the hardware computes; a native run on an H100/H200 is still the last word.
+the hardware computes; a native run on the GPU is still the last word.
 
 Each batch compiles in a fresh Python subprocess with ``TRITON_INTERPRET=0`` and an empty
 Triton cache.  That is necessary, not cosmetic: in interpret mode (which
@@ -38,20 +46,25 @@ from typing import Any
 
 from fp8check.native import ToolchainMissing
 
-SM90_MAX_SHARED_BYTES = 227 * 1024  # opt-in shared memory per block on H100/H200, bytes
-_ERROR_LINES = 12  # lines of a compiler message kept in HopperBuild.error
+_ERROR_LINES = 12  # lines of a compiler message kept in CudaBuild.error
 
 
 @dataclass(frozen=True)
-class HopperBuild:
-    """What the sm_90a compile of one kernel produced (None: not known, e.g. ok=False).
+class CudaBuild:
+    """What the compile of one kernel for one GPU target produced (None: not known, e.g.
+    ok=False).
 
     shared_bytes: dynamic shared memory per block (Triton's ``metadata.shared``), bytes.
     registers: per thread, from the cubin.  spill_*_bytes: ptxas's spill traffic, bytes
     per thread.  global_scratch_bytes: per-program global scratch Triton asks the runtime
     allocator for (tensor descriptors built in the kernel live there), bytes.
-    wgmma_shapes: the distinct WGMMA instructions after ``wgmma.mma_async.sync.aligned.``,
-    e.g. ``m64n128k32.f32.e4m3.e4m3``.  max_num_imprecise_acc: the largest
+    mma_shapes: the distinct tensor-core MMAs (module docstring), e.g.
+    ``wgmma m64n128k32.f32.e4m3.e4m3`` or ``tcgen05 kind::f8f6f4 m128n128.f32.e4m3.e4m3``
+    (``?`` for a field of a tcgen05 descriptor that is not a constant in the PTX).
+    mma_fp8: some tensor-core MMA has e4m3/e5m2 operands.  mma_sync: the PTX has
+    an ``mma.sync`` (Ampere-style, not the target's FP8 tensor-core path).
+    tmem_columns: the most tensor-memory columns one ``tcgen05.alloc`` asks for (None: no
+    allocation, or not a constant).  max_num_imprecise_acc: the largest
     ``maxNumImpreciseAcc`` on a TTGIR ``warp_group_dot`` (None: no such op or attribute).
     seconds: wall time of ``triton.compile`` (source to cubin, ptxas included); the first
     compile in a process also pays the compiler's one-off start (about 0.5 s here).
@@ -66,23 +79,23 @@ class HopperBuild:
     spill_stores_bytes: int | None = None
     spill_loads_bytes: int | None = None
     global_scratch_bytes: int | None = None
-    wgmma_fp8: bool = False
-    wgmma: bool = False
+    mma_fp8: bool = False
     mma_sync: bool = False
     tma: bool = False
-    wgmma_shapes: tuple[str, ...] = ()
+    mma_shapes: tuple[str, ...] = ()
+    tmem_columns: int | None = None
     max_num_imprecise_acc: int | None = None
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["wgmma_shapes"] = list(self.wgmma_shapes)
+        d["mma_shapes"] = list(self.mma_shapes)
         return d
 
 
 @dataclass(frozen=True)
-class HopperJob:
-    """One kernel to compile: what `compile_for_hopper` takes, for `compile_many`.
+class CudaJob:
+    """One kernel to compile: what `compile_for_cuda` takes, for `compile_many`.
 
     signature: argument name -> Triton type (``"*fp8e4nv"``, ``"i32"``, ``"constexpr"``);
     a constexpr missing from it is added.  constexprs: name -> value (int, float, bool, str,
@@ -106,30 +119,30 @@ def target_name(capability: int) -> str:
     return f"sm_{capability}{'a' if capability >= 90 else ''}"
 
 
-def compile_for_hopper(name: str, fn: Any, signature: dict, constexprs: dict, *,
+def compile_for_cuda(name: str, fn: Any, signature: dict, constexprs: dict, *,
                        attrs: dict | None = None, num_warps: int = 4, num_stages: int = 3,
-                       capability: int = 90) -> HopperBuild:
-    """Compile one @triton.jit kernel for sm_90a (see `HopperJob` for the arguments).
+                       capability: int = 90) -> CudaBuild:
+    """Compile one @triton.jit kernel for sm_90a (see `CudaJob` for the arguments).
 
     Never raises for a kernel that does not compile: that is ok=False with the compiler's
     message.  Raises ToolchainMissing when triton's ptxas or cuobjdump cannot be run.
     """
-    return compile_many([HopperJob(name, fn, signature, constexprs, attrs, num_warps,
+    return compile_many([CudaJob(name, fn, signature, constexprs, attrs, num_warps,
                                    num_stages, capability)])[0]
 
 
-def compile_many(jobs: Iterable[HopperJob], *, timeout_s: float = 900.0) -> list[HopperBuild]:
+def compile_many(jobs: Iterable[CudaJob], *, timeout_s: float = 900.0) -> list[CudaBuild]:
     """Compile every job in one subprocess (one start-up, identical jobs compiled once);
     results in job order.  A compiler crash fails only the job being compiled (ok=False)
     and the rest go on in a new process.  `timeout_s` bounds each process, seconds."""
     jobs = list(jobs)
     payloads: list[tuple[int, dict]] = []
-    results: list[HopperBuild | None] = [None] * len(jobs)
+    results: list[CudaBuild | None] = [None] * len(jobs)
     first: dict[str, int] = {}  # payload key -> index of the job that compiles it
     for i, job in enumerate(jobs):
         payload = _payload(job)
         if "error" in payload:
-            results[i] = HopperBuild(job.name, target_name(job.capability), False,
+            results[i] = CudaBuild(job.name, target_name(job.capability), False,
                                      payload["error"])
             continue
         key = json.dumps({k: v for k, v in payload.items() if k != "name"}, sort_keys=True)
@@ -145,12 +158,12 @@ def compile_many(jobs: Iterable[HopperJob], *, timeout_s: float = 900.0) -> list
         if len(done) == len(pending):
             break
         i, payload = pending[len(done)]
-        results[i] = HopperBuild(payload["name"], target_name(payload["capability"]), False,
+        results[i] = CudaBuild(payload["name"], target_name(payload["capability"]), False,
                                  crash)
         pending = pending[len(done) + 1:]
         if crash.startswith("compile process timed out"):
             for j, p in pending:
-                results[j] = HopperBuild(p["name"], target_name(p["capability"]), False,
+                results[j] = CudaBuild(p["name"], target_name(p["capability"]), False,
                                          "not compiled: an earlier job timed out")
             break
     builds = []
@@ -212,7 +225,7 @@ def _json_value(value: Any) -> Any:
                     f"tl.dtype")
 
 
-def _payload(job: HopperJob) -> dict[str, Any]:
+def _payload(job: CudaJob) -> dict[str, Any]:
     """The JSON the compile process gets for `job` ({"error": ...} if it cannot)."""
     ref = _fn_ref(job.fn)
     if isinstance(ref, str):
@@ -230,10 +243,10 @@ def _payload(job: HopperJob) -> dict[str, Any]:
             "num_stages": job.num_stages, "capability": job.capability}
 
 
-def _build(rec: dict[str, Any]) -> HopperBuild:
+def _build(rec: dict[str, Any]) -> CudaBuild:
     rec = dict(rec)
-    rec["wgmma_shapes"] = tuple(rec.get("wgmma_shapes", ()))
-    return HopperBuild(**rec)
+    rec["mma_shapes"] = tuple(rec.get("mma_shapes", ()))
+    return CudaBuild(**rec)
 
 
 def _run_worker(payloads: list[dict], timeout_s: float,
@@ -244,13 +257,13 @@ def _run_worker(payloads: list[dict], timeout_s: float,
     a capability of the payloads."""
     caps = sorted({p["capability"] for p in payloads} or {capability})
     paths = [p or os.getcwd() for p in sys.path]
-    with tempfile.TemporaryDirectory(prefix="fp8check-hopper-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fp8check-cuda-") as tmp:
         env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=os.path.join(tmp, "cache"),
                    TRITON_DUMP_PTXAS_LOG="1",
                    PYTHONPATH=os.pathsep.join(paths + [os.environ.get("PYTHONPATH", "")]))
         out = os.path.join(tmp, "out.jsonl")
         request = json.dumps({"capabilities": caps, "jobs": payloads, "tmp": tmp})
-        code = "import sys; from fp8check.native.hopper import _worker; _worker(sys.argv[1])"
+        code = "import sys; from fp8check.native.cuda import _worker; _worker(sys.argv[1])"
         why = ""
         try:
             proc = subprocess.run([sys.executable, "-c", code, out], input=request, env=env,
@@ -265,7 +278,7 @@ def _run_worker(payloads: list[dict], timeout_s: float,
             with open(out) as f:
                 records = [json.loads(line) for line in f if line.strip()]
     if not records:
-        raise RuntimeError(f"fp8check.native.hopper: the compile process did not start: {why}")
+        raise RuntimeError(f"fp8check.native.cuda: the compile process did not start: {why}")
     tools = records.pop(0)
     if not payloads:
         return [tools], why
@@ -363,6 +376,15 @@ def _error_text(exc: BaseException, diagnostics: str) -> str:
 
 
 _WGMMA = re.compile(r"\bwgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+\.[\w.]+)")
+# tcgen05.mma[.cta_group::N].kind::K [d-tmem], a-desc, b-desc, idesc, enable-input-d;
+_TCGEN05 = re.compile(r"\btcgen05\.mma(?:\.cta_group::\d)?\.(kind::\w+)\s+\[[^\]]*\],"
+                      r"\s*[^,]+,\s*[^,]+,\s*([^,;\s]+)")
+_TMEM_ALLOC = re.compile(r"\btcgen05\.alloc\.[\w:.]+\s+\[[^\]]*\],\s*([^;\s]+);")
+# The instruction descriptor's operand types (PTX ISA, tcgen05 instruction descriptor):
+# .kind::f8f6f4 codes 0 E4M3, 1 E5M2, 3 E2M3, 4 E3M2, 5 E2M1; .kind::f16 0 F16, 1 BF16.
+_IDESC_TYPES = {"kind::f8f6f4": {0: "e4m3", 1: "e5m2", 3: "e2m3", 4: "e3m2", 5: "e2m1"},
+                "kind::f16": {0: "f16", 1: "bf16"}}
+_IDESC_ACC = {0: "f16", 1: "f32", 2: "s32"}
 _SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
 _IMPRECISE = re.compile(r"maxNumImpreciseAcc\s*=\s*(\d+)")
@@ -382,10 +404,49 @@ def _cubin_registers(cubin: bytes, kernel: str, tmp: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _constant(ptx: str, operand: str) -> int | None:
+    """The value of a PTX operand: an integer literal, or a register whose every
+    ``mov.b32``/``mov.u32`` in the PTX sets it to one and the same literal (None
+    otherwise)."""
+    if re.fullmatch(r"\d+", operand):
+        return int(operand)
+    values = set(re.findall(rf"\bmov\.[bu]32\s+{re.escape(operand)},\s*(-?\d+);", ptx))
+    return int(values.pop()) & 0xFFFFFFFF if len(values) == 1 else None
+
+
+def _tcgen05_shape(kind: str, idesc: int | None) -> str:
+    """``kind::f8f6f4 m128n128.f32.e4m3.e4m3`` from a tcgen05.mma's kind and instruction
+    descriptor: bits 4-5 the accumulator type, 7-9 and 10-12 A's and B's types, 17-22
+    N >> 3, 24-28 M >> 4 (PTX ISA, tcgen05 instruction descriptor)."""
+    if idesc is None:
+        return f"{kind} ?"
+    types = _IDESC_TYPES.get(kind, {})
+    acc = _IDESC_ACC.get((idesc >> 4) & 3, "?")
+    a, b = (types.get((idesc >> lo) & 7, "?") for lo in (7, 10))
+    n, m = ((idesc >> 17) & 0x3F) << 3, ((idesc >> 24) & 0x1F) << 4
+    return f"{kind} m{m}n{n}.{acc}.{a}.{b}"
+
+
+def mma_facts(ptx: str) -> dict[str, Any]:
+    """The tensor-core facts of a kernel's PTX (comments removed first): `mma_shapes`,
+    `mma_fp8`, `mma_sync`, `tma`, `tmem_columns` (see `CudaBuild`)."""
+    ptx = re.sub(r"//[^\n]*", "", ptx)
+    shapes = {f"wgmma {s}" for s in _WGMMA.findall(ptx)}
+    shapes |= {f"tcgen05 {_tcgen05_shape(kind, _constant(ptx, idesc))}"
+               for kind, idesc in _TCGEN05.findall(ptx)}
+    allocs = [_constant(ptx, c) for c in _TMEM_ALLOC.findall(ptx)]
+    return {
+        "mma_shapes": sorted(shapes),
+        "mma_fp8": any(re.search(r"\.e(4m3|5m2)\b", s) for s in shapes),
+        "mma_sync": bool(re.search(r"\bmma\.sync\.", ptx)),
+        "tma": "cp.async.bulk.tensor" in ptx,
+        "tmem_columns": (None if not allocs or None in allocs
+                         else max(c for c in allocs if c is not None)),
+    }
+
+
 def _analyse(name: str, kernel, ptxas_log: str, seconds: float, tmp: str,
              capability: int) -> dict[str, Any]:
-    ptx = re.sub(r"//[^\n]*", "", kernel.asm["ptx"])
-    shapes = tuple(sorted(set(_WGMMA.findall(ptx))))
     imprecise = [int(v) for line in kernel.asm["ttgir"].splitlines() if "warp_group_dot" in line
                  for v in _IMPRECISE.findall(line)]
     spills = _SPILLS.search(ptxas_log)
@@ -399,11 +460,7 @@ def _analyse(name: str, kernel, ptxas_log: str, seconds: float, tmp: str,
         "spill_stores_bytes": int(spills.group(1)) if spills else None,
         "spill_loads_bytes": int(spills.group(2)) if spills else None,
         "global_scratch_bytes": int(getattr(kernel.metadata, "global_scratch_size", 0) or 0),
-        "wgmma_fp8": any(re.search(r"\.e(4m3|5m2)\b", s) for s in shapes),
-        "wgmma": bool(re.search(r"\bwgmma\.mma_async\b", ptx)),
-        "mma_sync": bool(re.search(r"\bmma\.sync\.", ptx)),
-        "tma": "cp.async.bulk.tensor" in ptx,
-        "wgmma_shapes": list(shapes),
+        **mma_facts(kernel.asm["ptx"]),
         "max_num_imprecise_acc": max(imprecise) if imprecise else None,
         "seconds": round(seconds, 3),
     }

@@ -1,53 +1,67 @@
-"""A bit-accurate model of the Hopper (sm_90) FP8 tensor-core MMA: `wgmma` k32 steps,
-e4m3 / e5m2 operands, float32 accumulator.
+"""Bit-accurate models of NVIDIA FP8 tensor-core MMA steps (e4m3 / e5m2 operands, float32
+accumulator): one engine, `MmaModel`, and each chip's parameters, `HOPPER_FP8` (sm_90a:
+`wgmma` k32) and `BLACKWELL_FP8` (sm_100a); `mma_model(target)` gives a target's.
 
-What the instruction computes (`HOPPER_FP8`, one k32 step D = C + sum_k a_k b_k for one
-output element; the `MmaModel` fields in brackets):
+What one step computes (D = C + sum_k a_k b_k over `group` products, one output element;
+the `MmaModel` fields in brackets):
 
 1. Products are exact.  Each operand is decoded as a = (-1)^s m 2^(e - f): m the integer
    significand with its implicit bit (e4m3: f = 3, m < 16; e5m2: f = 2, m < 8), e =
    max(exponent field, 1) - bias, so subnormals keep the smallest exponent.  A product
    keeps its *unnormalised* form: significand m_a m_b (in [1, 4) after scaling, or below 1
-   for subnormal operands) at exponent E = e_a + e_b.  Zero products are dropped.
+   for subnormal operands) at exponent E = e_a + e_b [normalized_products = False].  Zero
+   products are dropped.
 2. Alignment: E_max = the largest E of the nonzero products, and the exponent of C
-   (floor(log2 |C|), at least -126) when C != 0 [c_in_alignment].  Every term, C included,
-   is scaled to the fixed-point grid 2^(E_max - frac_bits) [frac_bits = 13] and cut to it
-   on its own: the magnitude truncated, i.e. each term rounded toward zero [align_rounding
-   = "rz"]; no sticky bits.  The largest product therefore keeps 2 integer and 13
-   fraction bits ("14 bits" with the leading one), and C keeps at most 13 fraction bits.
-3. The aligned integers are summed exactly (the adder has carry room for 32 products and
-   C).
-4. Normalisation: the sum is rounded once to out_frac_bits = 13 fraction bits (14
-   significant bits) toward zero [rounding = "rz"], with float32's exponent range: below
-   2^-126 the grid stays 2^(-126 - 13); a sum of exactly zero gives +0; 2^128 and above
-   gives +-inf.  The result is an ordinary float32 whose 10 lowest fraction bits are zero
-   (the "e8m13" / FP22 accumulator).
-5. A kernel chains steps through C: `mma_block` runs K / group steps in K order, each
-   step's D the next step's C.  DeepGEMM starts every 128-wide K block from zero (the
-   first of its 4 WGMMAs has scale-d = 0) and promotes the block's D to a float32
+   (floor(log2 |C|), at least -126) when C != 0 and C joins the alignment
+   [c_in_alignment].  Every aligned term is scaled to the fixed-point grid
+   2^(E_max - frac_bits) [frac_bits] and cut to it on its own: the magnitude truncated,
+   i.e. each term rounded toward zero [align_rounding = "rz"]; no sticky bits.
+3. The aligned integers are summed exactly (the adder has carry room for every term).
+4. Where C does not join the alignment, the products' sum is first cut to sum_frac_bits
+   fraction bits below its leading bit [sum_frac_bits, sum_rounding] (None: kept exact),
+   and C is then added to it exactly.
+5. Normalisation: the result is rounded once to out_frac_bits fraction bits [rounding,
+   out_frac_bits] with float32's exponent range: below 2^-126 the grid stays
+   2^(-126 - out_frac_bits); a sum of exactly zero gives +0; 2^128 and above gives +-inf.
+6. A kernel chains steps through C: `mma_block` runs K / group steps in K order, each
+   step's D the next step's C.  DeepGEMM on sm_90 starts every 128-wide K block from zero
+   (the first of its 4 WGMMAs has scale-d = 0) and promotes the block's D to a float32
    accumulator on the CUDA cores: `block_partial` is that D.
-6. Non-finite values (IEEE semantics, as in Khattak and Mikaitis's GEMM driver): a NaN
+7. Non-finite values (IEEE semantics, as in Khattak and Mikaitis's GEMM driver): a NaN
    operand, inf * 0, a NaN C, or +inf and -inf together give NaN; otherwise an infinite
    product or C gives that infinity.  Per step, so a NaN reaches exactly the outputs whose
    row of A or column of B holds one, and stays there through later steps.
+
+`HOPPER_FP8` (sm_90a): group 32, frac_bits = 13, C aligned with the products, truncated to
+13 fraction bits (the "e8m13" / FP22 accumulator: every finite normal D has its 10 lowest
+fraction bits zero).
+
+`BLACKWELL_FP8` (sm_100a): group 32, frac_bits = 25, the products aligned among themselves
+and their sum truncated to a float32 value P (23 fraction bits, toward zero); then
+D = P + C rounded to nearest even in float32, i.e. an IEEE float32 addition of C.
 
 Sources, and what each says:
 
 * [KM25] F. A. Khattak, M. Mikaitis, "Accurate Models of NVIDIA Tensor Cores", arXiv:
   2512.07004 (Dec 2025; ACM TACO), with its MATLAB models
-  (github.com/north-numerical-computing/MATLAB-tensor-core, BSD-2): `models/H100TC.m` sets
-  for fp8 inputs fma = 32 ("FMA size is 16, but interleaved pattern is used to join two
-  16-element vectors"), neab = -10 (so 23 - 10 = 13 bits after alignment *and* in the
-  output), frmode = 'rz', global_alignment = 1 with late_partial_sum = 0 (C aligned with the
-  products), stkbitenabled = 0, denorm_prd = 1 (products not normalised),
-  min_exp_limit = -133 (a floor on E_max that fp8 products never reach);
-  `models/tools/Generic_BFMA_TC.m` is the algorithm (steps 1-4: unsigned magnitudes
-  shifted right, then summed with their signs); `models/tools/GEMM.m` chains k32 blocks
-  through C (step 5) and does the NaN/Inf handling (step 6).  Their validation data
-  (`model_validation/H100/E4M3`, `.../E5M2`, and H200) are 5000 random k32 wgmma dot
-  products per format, all taken with C = 0 (their H200 files hold the same inputs and
-  outputs).  This module reproduced all 10000 bit for bit when it was written (checked
-  against their files; the data are theirs and are not copied into this repository).
+  (github.com/north-numerical-computing/MATLAB-tensor-core, BSD-2).
+  `models/tools/Generic_BFMA_TC.m` is their algorithm (steps 1-5: unsigned magnitudes
+  shifted right, then summed with their signs; late_partial_sum adds C after the
+  products); `models/tools/GEMM.m` chains k32 blocks through C (step 6) and does the
+  NaN/Inf handling (step 7).  `models/H100TC.m` sets for fp8 inputs fma = 32 ("FMA size is
+  16, but interleaved pattern is used to join two 16-element vectors"), neab = -10 (so
+  23 - 10 = 13 bits after alignment *and* in the output), frmode = 'rz',
+  global_alignment = 1 with late_partial_sum = 0 (C aligned with the products),
+  stkbitenabled = 0, denorm_prd = 1 (products not normalised), min_exp_limit = -133 (a
+  floor on E_max that fp8 products never reach).  `models/B200TC.m` sets the same for fp8
+  but neab = 2 (25 alignment bits, a 23-bit output); `models/B200TCRN.m` is that with
+  frmode = 'rne'.  Their validation data (`model_validation/<GPU>/E4M3`, `.../E5M2`) are
+  5000 random k32 dot products per format, measured with `mma.sync.m16n8k32` (their
+  `model_validation/CUDA/mma_fp8_output_fp32.cu`) and random float32 C; their validation
+  script replaces C by 0 for H100 and H200 FP8 ("D = AB + D where D is zero for fp8 with
+  WGMMA"), and their H100 and H200 files hold the same inputs and outputs.  The H100,
+  H200 and B200 sets are in tests/data/km25 (with their licence), and
+  tests/test_mma_models.py runs both models over all of them: 0 misses is the claim.
 * [HPEC25] Khattak, Mikaitis, "Generalized Methodology for Determining Numerical Features
   of Hardware Floating-Point Matrix Multipliers: Part I", IEEE HPEC 2025: the feature list
   (alignment bits, carry bits, normalisation points, rounding modes, FMA size) that the
@@ -75,32 +89,55 @@ Sources, and what each says:
   fp32 accumulator, n <= the tile's K); the sm_90 default is 2**30, i.e. never promote.
 * Secondary: a PyTorch blog post, as summarised elsewhere: truncating up to the 10 lowest
   mantissa bits of software results reproduces the hardware's FP8 outputs (e8m13).
-  Xie et al. (Nov 2025) was not found in the corpora searched: not used.
 
-Where they disagree or are silent, and what this model takes:
+Hopper: where the sources disagree or are silent, and what `HOPPER_FP8` takes (misses of
+[KM25]'s 5000 e4m3 outputs, e5m2 in brackets):
 
 * Sign at alignment: [DSV3] says "sign-fill right shifting" (a two's-complement arithmetic
   shift: negative terms rounded toward -inf); [KM25] shifts magnitudes (toward zero).
-  [KM25]'s H100 data decide for magnitudes: the floor variant misses 1030 of 5000 e4m3 and
-  541 of 5000 e5m2 outputs, the magnitude variant none.  `align_rounding = "floor"`
-  keeps the other reading available.
+  The floor variant misses 1030 (541), the magnitude variant none.  `align_rounding =
+  "floor"` keeps the other reading available.
 * Width: "14 bits" [DSV3], "13 mantissa bits" [SA2], neab = -10 [KM25] agree once the
   reference point is fixed: 13 fraction bits below the unnormalised product exponent
-  E_max = max(e_a + e_b).  On [KM25]'s data (misses of 5000 e4m3 outputs, e5m2 in
-  brackets): 12 fraction bits 2617 (1708), 14 bits 2092 (1198), E_max taken from
-  normalised products 462 (157), rounding the normalised sum to nearest 715 (440), each
-  term rounded to nearest 905 (457); the default 0 (0).
-* Group: wgmma's k32, and [KM25]'s fma = 32 (their note: 16-wide units joined by an
-  interleaved pattern).  Two 16-wide steps chained through a truncated C miss 814 (378)
-  of their outputs, so the instruction behaves as one 32-term alignment.
-* How C joins: [KM25] aligns C with the products (the default), but their FP8 data have
-  C = 0, and [SA2]'s C-only test cannot tell: both `c_in_alignment` values reproduce
-  it.  Unvalidated for FP8 with C != 0; `c_in_alignment = False` is the alternative (the
-  products aligned among themselves, then C added exactly, one rounding).
+  E_max = max(e_a + e_b).  12 fraction bits miss 2617 (1708), 14 bits 2092 (1198), E_max
+  taken from normalised products 462 (157), rounding the normalised sum to nearest 715
+  (440), each term rounded to nearest 905 (457); the model 0 (0).
+* Group: wgmma's k32, and [KM25]'s fma = 32.  Two 16-wide steps chained through a
+  truncated C miss 814 (378), so the instruction behaves as one 32-term alignment.
+* How C joins: [KM25] aligns C with the products, but their Hopper FP8 outputs are those
+  of C = 0 (tests/test_mma_models.py checks it), and [SA2]'s C-only test cannot tell:
+  both `c_in_alignment` values reproduce it.  Unvalidated for FP8 with C != 0;
+  `c_in_alignment = False` is the alternative.
 * Signed zeros (+0 always), overflow (+-inf even under truncation) and subnormal outputs
   (grid 2^-139) follow [KM25]'s code; no publication measured them for FP8.
+* `probe_cases` lists inputs that tell these readings apart on a real Hopper GPU.
 
-`probe_cases` lists inputs that tell these readings apart on a real Hopper GPU.
+Blackwell: what [KM25]'s B200 data fix, and what `BLACKWELL_FP8` takes beyond them (misses
+of 5000 e4m3 outputs, e5m2 in brackets; tests/test_mma_models.py checks that each
+alternative misses some and the undecided ones none):
+
+* [KM25]'s `B200TC.m` as written (C aligned with the products, 25 bits, truncated
+  output) misses 1793 (1764); `B200TCRN.m` (the same rounded to nearest) 246 (283).  The
+  B200 applies C (unlike their Hopper data): the outputs are within half an ulp of the
+  exact C + sum a_k b_k except where tiny e5m2 products fall below the alignment grid.
+* C added after the products (step 4), one rounding to nearest even: 0 (1).  The one
+  miss needs the products' sum cut to a float32 value first: cut toward zero to 23
+  fraction bits, 0 (0) (the model); to 22 bits 0 (8), to 24 bits 0 (1), rounded to
+  nearest 0 (1).  The final rounding toward zero instead misses 1849 (1817).  This
+  matches [KM25]'s note in `Generic_BFMA_TC.m` on the fp8 path that C "is added at the
+  end with RNE".
+* Alignment width: every frac_bits from 23 up reproduces all 10000 (22 and below miss
+  some e5m2 outputs); the model takes 25, [KM25]'s neab = 2.  One 32-term alignment and
+  two 16-term halves (contiguous or interleaved, summed exactly) both reproduce them; the
+  model takes [KM25]'s fma = 32.  Unnormalised product exponents follow [KM25]
+  (denorm_prd = 1); at 25 bits the data cannot tell.
+* Unvalidated: the instruction.  [KM25] measured `mma.sync` on a B200; kernels compiled
+  for sm_100a (DeepGEMM, Triton) issue `tcgen05.mma` (UMMA, accumulating in tensor
+  memory), which nothing published has measured; the model assumes each k32 step of it is
+  the measured step, chained through C.  Signed zeros (+0 for an exactly zero sum, C
+  alone otherwise), overflow and subnormal outputs follow IEEE float32 addition; the
+  products' sum of FP8 operands is never below 2^-53 or above 2^37 in magnitude, so its
+  cut never meets float32's exponent limits.
 
 All arithmetic is on exact integers (numba, int64): no float rounding anywhere but the
 model's own.  `frac_bits` up to 40 fit int64 (40 already makes every e4m3 step exact).
@@ -118,8 +155,8 @@ from numba.cpython.unsafe.numbers import leading_zeros
 
 from fp8check.bits import bits_f32, pow2
 
-__all__ = ["HOPPER_FP8", "MmaModel", "block_partial", "mma_block", "probe_cases",
-           "promoted_partial"]
+__all__ = ["BLACKWELL_FP8", "HOPPER_FP8", "MODELS", "MmaModel", "block_partial", "mma_block",
+           "mma_dot", "mma_model", "probe_cases", "promoted_partial"]
 
 _ROUNDINGS = ("rz", "rne")
 _ALIGN_ROUNDINGS = ("rz", "floor", "rne")
@@ -129,20 +166,22 @@ MAX_FRAC_BITS = 40
 
 @dataclass(frozen=True)
 class MmaModel:
-    """The numerical features of a tensor-core MMA step (module docstring, steps 1-6)."""
+    """The numerical features of a tensor-core MMA step (module docstring, steps 1-7).  The
+    defaults are `HOPPER_FP8`'s."""
 
     group: int = 32
-    """Products per step, aligned together: wgmma's k32 for FP8 on sm_90 ([KM25]
-    `H100TC.m`: fma = 32; the PTX shape m64nNk32)."""
+    """Products per step, aligned together: k32 for FP8 on sm_90 and sm_100 ([KM25]
+    `H100TC.m`, `B200TC.m`: fma = 32; the PTX shapes m64nNk32, m16n8k32)."""
 
     frac_bits: int = 13
     """Fraction bits kept after alignment, below 2^E_max with E_max the largest
-    unnormalised product exponent e_a + e_b (or C's): [KM25] 23 + neab = 13; [SA2] FP22
-    with 13 mantissa bits; [DSV3] "highest 14 bits" (the leading bit and 13).  1..40."""
+    unnormalised product exponent e_a + e_b (or C's): Hopper: [KM25] 23 + neab = 13; [SA2]
+    FP22 with 13 mantissa bits; [DSV3] "highest 14 bits" (the leading bit and 13).
+    Blackwell: [KM25] 23 + neab = 25.  1..40."""
 
     rounding: str = "rz"
-    """Rounding of the normalised sum to out_frac_bits: "rz" (truncate) per [KM25] frmode
-    = 'rz' and [SA2] ("truncated"), or "rne"."""
+    """Rounding of the normalised sum to out_frac_bits: "rz" (truncate; Hopper: [KM25]
+    frmode = 'rz', [SA2] "truncated") or "rne" (Blackwell: [KM25]'s B200 data)."""
 
     align_rounding: str | None = None
     """How each term is cut to the alignment grid: "rz" (magnitude truncated, [KM25]'s
@@ -152,7 +191,16 @@ class MmaModel:
     c_in_alignment: bool = True
     """True: C is aligned and truncated together with the products ([KM25]:
     global_alignment = 1, late_partial_sum = 0).  False: the products are aligned among
-    themselves and summed, then C is added exactly and the sum rounded once."""
+    themselves and summed (then cut to sum_frac_bits), C is added exactly and the sum
+    rounded once (Blackwell)."""
+
+    sum_frac_bits: int | None = None
+    """With c_in_alignment False: fraction bits, below its leading bit, that the products'
+    sum keeps before C is added (cut by sum_rounding); None: the sum is kept exact.
+    Blackwell: 23, the sum becomes a float32 value.  0..40."""
+
+    sum_rounding: str = "rz"
+    """How the products' sum is cut to sum_frac_bits: "rz" or "rne"."""
 
     normalized_products: bool = False
     """False: a product's exponent is e_a + e_b with its significand in [1, 4) ([KM25]
@@ -178,6 +226,16 @@ class MmaModel:
                 isinstance(self.out_frac_bits, int) and 0 <= self.out_frac_bits <= 23):
             raise ValueError(f"out_frac_bits must be an int in 0..23 or None, "
                              f"got {self.out_frac_bits!r}")
+        if self.sum_frac_bits is not None:
+            if self.c_in_alignment:
+                raise ValueError("sum_frac_bits needs c_in_alignment=False (C joins after "
+                                 "the products' sum)")
+            if not (isinstance(self.sum_frac_bits, int) and 0 <= self.sum_frac_bits <= 40):
+                raise ValueError(f"sum_frac_bits must be an int in 0..40 or None, "
+                                 f"got {self.sum_frac_bits!r}")
+        if self.sum_rounding not in _ROUNDINGS:
+            raise ValueError(f"sum_rounding must be one of {_ROUNDINGS}, "
+                             f"got {self.sum_rounding!r}")
         if self.group > 2 ** (58 - self.frac_bits):
             raise ValueError("group too large for int64 sums at this frac_bits")
 
@@ -193,6 +251,24 @@ class MmaModel:
 
 HOPPER_FP8 = MmaModel()
 """The sm_90 FP8 wgmma (e4m3 and e5m2, float32 accumulator) as [KM25] model it."""
+
+BLACKWELL_FP8 = MmaModel(frac_bits=25, align_rounding="rz", rounding="rne",
+                         c_in_alignment=False, sum_frac_bits=23, out_frac_bits=23)
+"""The B200 (sm_100) FP8 k32 step (e4m3 and e5m2, float32 accumulator): [KM25]'s
+`B200TC.m` width and group, with C added to the truncated float32 sum of the products and
+rounded to nearest even, as their B200 measurements require (module docstring)."""
+
+MODELS = {"sm_90a": HOPPER_FP8, "sm_100a": BLACKWELL_FP8}
+"""Each CUDA target's FP8 tensor-core model, by the target's name."""
+
+
+def mma_model(target: str) -> MmaModel:
+    """The FP8 tensor-core model of a CUDA target ("sm_90a" or "sm_100a")."""
+    model = MODELS.get(target) if isinstance(target, str) else None
+    if model is None:
+        raise ValueError(f"no tensor-core model for target {target!r}; known: "
+                         f"{', '.join(MODELS)}")
+    return model
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -334,13 +410,27 @@ def _c_parts(cv):
     return (-ic if cb < 0 else ic), max(field, 1) - 127
 
 
+@numba.njit(cache=True, inline="always")
+def _cut_bits(s, unit, bits, mode):
+    """s * 2^unit (s != 0) cut to `bits` fraction bits below its leading bit by `mode` (0
+    toward zero, 2 to nearest even), as (s', unit') with the same meaning."""
+    q = _bitlen(abs(s)) - 1 + unit - bits  # exponent of the last kept bit
+    if q > unit:
+        return _scale(s, unit - q, mode), q
+    return s, unit
+
+
 @numba.njit(cache=True)
-def _finish(s, emax, has_p, ic, ec, cv, frac, amode, omode, obits, c_in):
+def _finish(s, emax, has_p, ic, ec, cv, p):
     """The step's result from s, the products aligned to 2^(emax - frac) and summed (emax
-    already C's exponent where C sets it), and C = ic * 2^(ec - 23) (= cv)."""
+    already C's exponent where C sets it), and C = ic * 2^(ec - 23) (= cv); p the model's
+    parameters (`_params`)."""
+    frac, amode, omode, obits, c_in, sbits, smode = p[1], p[3], p[4], p[5], p[6], p[8], p[9]
     if not has_p and cv == 0.0:
         return 0.0
     unit = emax - frac
+    if not c_in and sbits >= 0 and s != 0:
+        s, unit = _cut_bits(s, unit, sbits, smode)  # step 4: the products' sum cut
     if cv != 0.0:
         if c_in:
             s += _scale(ic, frac - 23 - (emax - ec), amode)
@@ -400,50 +490,64 @@ def _special(a_sig, a_cls, b_sig, b_cls, i, j, k0, group, cv):
 
 
 @numba.njit(cache=True)
-def _mma_generic(a_sig, a_exp, a_cls, b_sig, b_exp, b_cls, row_bad, col_bad, c, group, frac,
-                 mf, amode, omode, obits, c_in, norm_p, out):
-    """Every model, one output element at a time (serial: the slow path for the models the
-    row kernel does not serve); b_* indexed [n, k]."""
-    m_rows, k_len = a_sig.shape
-    for i in range(m_rows):
+def _chain(a_sig, a_exp, a_cls, b_sig, b_exp, b_cls, i, j, bad, cv, p):
+    """D of output (i, j) (b_* indexed [j, k]) after K / group steps from C = cv, one step
+    at a time: every model (the slow path for the models the row kernel does not serve);
+    bad: row i of A or row j of B holds a non-finite code."""
+    group, frac, mf, amode, c_in, norm_p = p[0], p[1], p[2], p[3], p[6], p[7]
+    for k0 in range(0, a_sig.shape[1], group):
+        if bad or not math.isfinite(cv):
+            v = _special(a_sig, a_cls, b_sig, b_cls, i, j, k0, group, cv)
+            if v != 0.0 or math.isnan(v):
+                cv = v
+                continue
+        emax = -(1 << 30)
+        for k in range(k0, k0 + group):
+            e = a_exp[i, k] + b_exp[j, k]
+            if norm_p and abs(a_sig[i, k] * b_sig[j, k]) >> (mf + 1) != 0:
+                e += 1  # significand in [2, 4): normalised
+            emax = max(emax, e)
+        has_p = emax > _ZERO_EXP // 2  # a zero operand puts its product near there
+        ic, ec = _c_parts(cv)
+        if c_in and cv != 0.0 and (not has_p or ec > emax):
+            emax = ec
+        s = np.int64(0)
+        if has_p:
+            for k in range(k0, k0 + group):
+                m = np.int64(a_sig[i, k]) * b_sig[j, k]
+                if m != 0:
+                    s += _scale(m, frac - mf - (emax - a_exp[i, k] - b_exp[j, k]), amode)
+        cv = _finish(s, emax, has_p, ic, ec, cv, p)
+    return cv
+
+
+@numba.njit(cache=True)
+def _mma_generic(a_sig, a_exp, a_cls, b_sig, b_exp, b_cls, row_bad, col_bad, c, p, out):
+    """out[i, j] = `_chain` for every output of A [M, K] and B (b_* indexed [N, K])."""
+    for i in range(a_sig.shape[0]):
         for j in range(b_sig.shape[0]):
-            cv = np.float64(c[i, j])
-            for k0 in range(0, k_len, group):
-                if row_bad[i] or col_bad[j] or not math.isfinite(cv):
-                    v = _special(a_sig, a_cls, b_sig, b_cls, i, j, k0, group, cv)
-                    if v != 0.0 or math.isnan(v):
-                        cv = v
-                        continue
-                emax = -(1 << 30)
-                for k in range(k0, k0 + group):
-                    e = a_exp[i, k] + b_exp[j, k]
-                    if norm_p and abs(a_sig[i, k] * b_sig[j, k]) >> (mf + 1) != 0:
-                        e += 1  # significand in [2, 4): normalised
-                    emax = max(emax, e)
-                has_p = emax > _ZERO_EXP // 2  # a zero operand puts its product near there
-                ic, ec = _c_parts(cv)
-                if c_in and cv != 0.0 and (not has_p or ec > emax):
-                    emax = ec
-                s = np.int64(0)
-                if has_p:
-                    for k in range(k0, k0 + group):
-                        m = np.int64(a_sig[i, k]) * b_sig[j, k]
-                        if m != 0:
-                            s += _scale(m, frac - mf - (emax - a_exp[i, k] - b_exp[j, k]),
-                                        amode)
-                cv = _finish(s, emax, has_p, ic, ec, cv, frac, amode, omode, obits, c_in)
-            out[i, j] = np.float32(cv)
+            out[i, j] = np.float32(_chain(a_sig, a_exp, a_cls, b_sig, b_exp, b_cls, i, j,
+                                          row_bad[i] or col_bad[j], np.float64(c[i, j]), p))
 
 
 @numba.njit(parallel=True, cache=True)
-def _mma_rows(a_sig, a_exp, a_cls, b_sig, b_exp, b_cls, bt_sig, bt_cls, row_bad, col_bad, c,
-              group, frac, mf, amode, omode, obits, c_in, out):
+def _dots(a_sig, a_exp, a_cls, b_sig, b_exp, b_cls, bad, c, p, out):
+    """out[i] = `_chain` of row i of A with row i of B (both [n, K])."""
+    for i in numba.prange(a_sig.shape[0]):
+        out[i] = np.float32(_chain(a_sig, a_exp, a_cls, b_sig, b_exp, b_cls, i, i, bad[i],
+                                   np.float64(c[i]), p))
+
+
+@numba.njit(parallel=True, cache=True)
+def _mma_rows(a_sig, a_exp, a_cls, b_sig, b_exp, b_cls, bt_sig, bt_cls, row_bad, col_bad, c, p,
+              out):
     """The same for products cut toward zero or -inf at frac >= the products' fraction bits
     and unnormalised exponents, a row of outputs at a time (b_* indexed [k, n], so the inner
     loops run along n without branches; bt_* [n, k] for the special values)."""
     m_rows, k_len = a_sig.shape
     n_cols = b_sig.shape[1]
-    sh = frac - mf
+    group, amode, c_in = p[0], p[3], p[6]
+    sh = p[1] - p[2]  # frac - mf
     for i in numba.prange(m_rows):
         cv = np.empty(n_cols, np.float64)
         emax = np.empty(n_cols, np.int64)
@@ -486,8 +590,7 @@ def _mma_rows(a_sig, a_exp, a_cls, b_sig, b_exp, b_cls, bt_sig, bt_cls, row_bad,
                 ic, ec = _c_parts(cv[j])
                 # emax[j] > _ZERO_EXP // 2: a nonzero product, or C set it (then only C's
                 # path reads has_p, and C != 0)
-                cv[j] = _finish(s[j], emax[j], emax[j] > _ZERO_EXP // 2, ic, ec, cv[j], frac,
-                                amode, omode, obits, c_in)
+                cv[j] = _finish(s[j], emax[j], emax[j] > _ZERO_EXP // 2, ic, ec, cv[j], p)
         for j in range(n_cols):
             out[i, j] = np.float32(cv[j])
 
@@ -507,44 +610,75 @@ def mma_block(a_codes, b_codes, c=None, model: MmaModel = HOPPER_FP8, fmt=None) 
     return _run(a_codes, b_codes, c, model, fmt, "auto")
 
 
-def _run(a_codes, b_codes, c, model, fmt, kernel):
-    """`mma_block` with the kernel chosen ("auto", "generic" or "rows": the row kernel
-    serves models that cut toward zero or -inf with unnormalised products)."""
+def mma_dot(a_codes, b_codes, c=None, model: MmaModel = HOPPER_FP8, fmt=None) -> np.ndarray:
+    """n independent dot products as the modelled tensor core computes them: D[i] = C[i] +
+    sum_k A[i, k] B[i, k] in K / model.group chained steps, i.e. `mma_block` of row i of A
+    against row i of B as a column (the form of measured dot products).
+
+    a_codes and b_codes [n, K] (the dtypes and `fmt` of `mma_block`); c float32 [n] or None
+    for zeros.  Returns float32 [n]."""
+    a, b, (sa, ea, ka), (sb, eb, kb), p = _operands(a_codes, b_codes, fmt, model)
+    if b.shape != a.shape:
+        raise ValueError(f"expected a_codes and b_codes of one shape [n, K], got {a.shape} "
+                         f"and {b.shape}")
+    c = _c_array(c, a.shape[:1])
+    a_cls, b_cls = ka[a], kb[b]
+    bad = (a_cls != 0).any(axis=1) | (b_cls != 0).any(axis=1)
+    out = np.empty(a.shape[0], np.float32)
+    _dots(sa[a], ea[a], a_cls, sb[b], eb[b], b_cls, bad, c, p, out)
+    return out
+
+
+def _operands(a_codes, b_codes, fmt, model):
+    """(a, b as contiguous 2-D uint8 codes, a's and b's (significand, exponent, class)
+    tables, the model's kernel parameters), K checked against the model's group."""
     fa, fb = _split_fmt(fmt)
     a, fa = _codes(a_codes, fa, "a_codes")
     b, fb = _codes(b_codes, fb, "b_codes")
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"expected A [M, K] and B [K, N], got {a.shape} and {b.shape}")
-    m, k = a.shape
-    n = b.shape[1]
-    if k % model.group:
-        raise ValueError(f"K = {k} is not a multiple of the model's group {model.group}")
-    if c is None:
-        c = np.zeros((m, n), np.float32)
-    c = np.asarray(c)
-    if c.dtype != np.float32 or c.shape != (m, n):
-        raise ValueError(f"c must be float32 [{m}, {n}], got {c.dtype} {c.shape}")
-    c = np.ascontiguousarray(c)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError(f"expected 2-D operands, got {a.shape} and {b.shape}")
+    if a.shape[1] % model.group:
+        raise ValueError(f"K = {a.shape[1]} is not a multiple of the model's group "
+                         f"{model.group}")
     sa, ea, ka, mfa = _TABLES[fa]
     sb, eb, kb, mfb = _TABLES[fb]
-    a = np.ascontiguousarray(a)
+    sum_bits = -1 if model.sum_frac_bits is None else model.sum_frac_bits
+    p = (model.group, model.frac_bits, mfa + mfb, _MODE[model.align_mode],
+         _MODE[model.rounding], model.out_bits, int(model.c_in_alignment),
+         int(model.normalized_products), sum_bits, _MODE[model.sum_rounding])
+    return (np.ascontiguousarray(a), np.ascontiguousarray(b), (sa, ea, ka), (sb, eb, kb), p)
+
+
+def _c_array(c, shape):
+    """C as a contiguous float32 array of `shape` (zeros for None)."""
+    if c is None:
+        return np.zeros(shape, np.float32)
+    c = np.asarray(c)
+    if c.dtype != np.float32 or c.shape != tuple(shape):
+        raise ValueError(f"c must be float32 {list(shape)}, got {c.dtype} {c.shape}")
+    return np.ascontiguousarray(c)
+
+
+def _run(a_codes, b_codes, c, model, fmt, kernel):
+    """`mma_block` with the kernel chosen ("auto", "generic" or "rows": the row kernel
+    serves models that cut toward zero or -inf with unnormalised products)."""
+    a, b, (sa, ea, ka), (sb, eb, kb), p = _operands(a_codes, b_codes, fmt, model)
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"expected A [M, K] and B [K, N], got {a.shape} and {b.shape}")
+    m, n = a.shape[0], b.shape[1]
+    c = _c_array(c, (m, n))
     bt = np.ascontiguousarray(b.T)
     a_cls, bt_cls = ka[a], kb[bt]
     row_bad, col_bad = (a_cls != 0).any(axis=1), (bt_cls != 0).any(axis=1)
-    mf, amode = mfa + mfb, _MODE[model.align_mode]
-    args = (model.group, model.frac_bits, mf, amode, _MODE[model.rounding], model.out_bits,
-            model.c_in_alignment)
-    rows_ok = amode in (0, 1) and model.frac_bits >= mf and not model.normalized_products
+    rows_ok = p[3] in (0, 1) and model.frac_bits >= p[2] and not model.normalized_products
     out = np.empty((m, n), np.float32)
     if kernel == "rows" or (kernel == "auto" and rows_ok):
         if not rows_ok:
             raise ValueError("the row kernel does not serve this model")
-        b = np.ascontiguousarray(b)
         _mma_rows(sa[a], ea[a], a_cls, sb[b], eb[b], kb[b], sb[bt], bt_cls, row_bad, col_bad,
-                  c, *args, out)
+                  c, p, out)
     else:
-        _mma_generic(sa[a], ea[a], a_cls, sb[bt], eb[bt], bt_cls, row_bad, col_bad, c, *args,
-                     model.normalized_products, out)
+        _mma_generic(sa[a], ea[a], a_cls, sb[bt], eb[bt], bt_cls, row_bad, col_bad, c, p, out)
     return out
 
 
@@ -579,7 +713,7 @@ def probe_cases(fmt: str = "e4m3fn") -> list[dict]:
     each (a [1, 32], b [32, 1] uint8 codes, c float32 [1, 1]) run as `chain` chained k32
     steps (the same a and b every step, each step's D the next C).  Each case names the
     question it asks; what a reading predicts is `mma_block` under that `MmaModel`
-    (tests/test_hopper_mma.py checks that each case separates its readings)."""
+    (tests/test_mma_models.py checks that each case separates its readings)."""
     f = _fmt_name(fmt)
     dt = _FMT[f][0]
 

@@ -1,0 +1,63 @@
+"""The Triton FP8 GEMM under the interpreter's Blackwell dot (`interpret.dot_model(
+"blackwell")`, the sm_100a tensor-core model) is bit-exact to `gmm(...,
+accum="deepgemm-blackwell")`, ignores max_num_imprecise_acc as Triton's sm_100 dot does,
+and is not the Hopper accumulator's result."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import fp8check.kernels.triton as tk
+from fp8check.kernels.triton import fidelity, interpret
+from fp8check.references import gmm, quantize
+
+RNG = np.random.default_rng(28)
+
+
+def _torch(q):
+    return torch.from_numpy(np.ascontiguousarray(q.view(np.uint8))).view(torch.float8_e4m3fn)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    fidelity.probe_fidelity()
+    x = RNG.standard_normal((150, 256)).astype(np.float32)
+    x[:, 3] *= 300  # an outlier channel: block partials that need more than float32's bits
+    x[:, 200] *= 1e-3
+    w = RNG.standard_normal((2, 256, 128)).astype(np.float32)
+    gs = np.array([61, 80], np.int32)
+    return quantize(x, (1, 128)), quantize(w, (128, 128)), gs
+
+
+def _run(problem, out_dtype, interval=None):
+    lq, rq, gs = problem
+    with interpret.dot_model("blackwell"):
+        out = tk.gmm_fp8(_torch(lq.values), torch.from_numpy(lq.scales), _torch(rq.values),
+                         torch.from_numpy(rq.scales), torch.from_numpy(gs),
+                         out_dtype=out_dtype, max_num_imprecise_acc=interval)
+    return out.float().numpy()[:int(gs.sum())]
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+def test_blackwell_dot_is_bit_exact_to_deepgemm_blackwell(problem, out_dtype):
+    lq, rq, gs = problem
+    rows = int(gs.sum())
+    np_dt = np.float32 if out_dtype == torch.float32 else ml_dtypes.bfloat16
+    got = _run(problem, out_dtype)
+    want = gmm(lq, rq, gs, out_dtype=np_dt, accum="deepgemm-blackwell")[:rows]
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+    hopper = gmm(lq, rq, gs, out_dtype=np_dt, accum="deepgemm-hopper")[:rows]
+    assert not np.array_equal(got, hopper.astype(np.float32))
+
+
+def test_sm100_dot_has_no_promotion_interval(problem):
+    """Triton's sm_100 dot ignores max_num_imprecise_acc; gmm refuses an interval for the
+    Blackwell recipe."""
+    np.testing.assert_array_equal(_run(problem, torch.float32, 32),
+                                  _run(problem, torch.float32))
+    lq, rq, gs = problem
+    with pytest.raises(ValueError, match="interval"):
+        gmm(lq, rq, gs, accum="deepgemm-blackwell", interval=32)
