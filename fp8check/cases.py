@@ -21,12 +21,17 @@ family (`fp8check.subnormal_data`): outputs and partial sums in the float32 subn
 range, exact in every valid order, so a flush-to-zero accumulator fails unless declared.
 ci's `smallint-ties` cases scale each K block of w by the inverse of x's power of two, so
 the products are plain integers and about a fifth of the bf16 outputs are exact rounding
-ties (each rounding direction bug changes them).
+ties (each rounding direction bug changes them).  ci's M is 512 (whole 128-row tiles)
+except in its cases of M = 77 and M = 140 (`_ROW_CASES`: rows that no 4, 8, 16, 64 or
+128-row alignment covers, a partial last tile, small M with many groups), and it has two
+non-finite cases per output dtype (NaN and +-Inf planted, `fp8check.nonfinite_inputs`).
 
 Quantizer-only cases (`Case.quantizer_only`, aspect "quant") have K % 128 != 0 and, for
 128x128 blocks (w [G, K, N]: K rows), K and N not multiples of 128, so every quantizer
 meets partial last blocks; the matmul contracts, which take whole 128-wide K blocks, are
-never handed them (`Case.applies_to`).
+never handed them (`Case.applies_to`).  Two of ci's (`ue8m0-edges`,
+`fp8check.testdata.ue8m0_edges`) put every block scale RN(amax / 448) on a power of two or
+a few ulps above one, where the `deepgemm-ue8m0` and `deepseek-v3-ue8m0` recipes part.
 """
 
 from __future__ import annotations
@@ -40,7 +45,13 @@ from fp8check.contracts import CONTRACTS
 from fp8check.nonfinite_inputs import plant as plant_nonfinite
 from fp8check.references.quant import BLOCK
 from fp8check.subnormal_data import SUBNORMAL_DIST, SUBNORMAL_RECIPE, subnormal_inputs
-from fp8check.testdata import DISTRIBUTIONS, GROUP_PATTERNS, GroupPattern
+from fp8check.testdata import (
+    DISTRIBUTIONS,
+    GROUP_PATTERNS,
+    UE8M0_EDGES,
+    GroupPattern,
+    ue8m0_edges,
+)
 
 EXACT_RECIPE = "deepgemm-ue8m0"
 DEFAULT_RECIPE = "deepgemm"
@@ -66,6 +77,23 @@ _QUANTIZER_SHAPES: dict[str, tuple[tuple[int, int, int, int], ...]] = {
 }
 # Distribution of the quantizer-only cases: rounding boundaries of x * RN(1/s) vs x / s.
 _QUANTIZER_DISTRIBUTION = "quantizer-boundary"
+# (m, k, n, g) of ci's quantizer-only cases on the ue8m0 recipes' scale edges
+# (`testdata.ue8m0_edges`), two so that no catch rests on one: x has 96 x 3 and 40 x 5
+# 1x128 blocks, w 3 x 3 x 3 and 2 x 5 x 2 128x128 ones, the last of each row and column
+# partial.
+_UE8M0_EDGE_SHAPES = ((96, 320, 320, 3), (40, 600, 200, 2))
+# ci's cases of other row counts (aspect, M, G, pattern, distribution, out dtype): M = 77
+# is no multiple of 4 (so of no 8, 16, 64 or 128-row alignment either) and under one
+# 128-row tile, its 16 groups about 5 rows each; M = 140 is 4-aligned but not 8-aligned,
+# a whole tile and 12 rows.  Each M has a finite case and one with non-finite inputs, so
+# no row class rests on one case and each out dtype gets a second non-finite case.  Small
+# M keeps them cheap: each runs for every built-in kernel.
+_ROW_CASES = (
+    ("wi", 77, 16, "many-tiny", "normal", "f32"),
+    ("wo", 140, 8, "uniform-random", "zero-blocks", "bf16"),
+    ("wi", 77, 16, "uniform-random", NONFINITE, "bf16"),
+    ("wo", 140, 8, "zero-last", NONFINITE, "f32"),
+)
 # The smoke suite and the exact family use these patterns first: a zero-size group in the
 # middle and residual rows over 1..127 are where group-offset bugs show.
 _FOCUS_PATTERNS = ("zero-middle", "residues")
@@ -324,6 +352,14 @@ def build_suite(suite: str, seed: int = 0) -> list[Case]:
         # second next to an empty group (whose weights are NaN: they must reach nothing)
         cases.append(_make_case(suite, "wo", shape.gs[0], "partial-sum", NONFINITE, "bf16", seed))
         cases.append(_make_case(suite, "wi", shape.gs[-1], focus[0], NONFINITE, "f32", seed))
+        # Appended after the cases pinned before them (issue 38): rows that no alignment
+        # or whole tile covers, and quantizer blocks on the ue8m0 recipes' scale edges.
+        for aspect, m, g, pattern, dist, out in _ROW_CASES:
+            k, n = shape.wi if aspect == "wi" else shape.wo
+            cases.append(_make_case(suite, aspect, g, pattern, dist, out, seed, mkn=(m, k, n)))
+        for m, k, n, g in _UE8M0_EDGE_SHAPES:
+            cases.append(_make_case(suite, QUANTIZER_ASPECT, g, "uniform-random", UE8M0_EDGES,
+                                    "f32", seed, mkn=(m, k, n)))
     ids = [c.id for c in cases]
     assert len(set(ids)) == len(ids), "case ids must be unique"
     return cases
@@ -368,7 +404,8 @@ def case_inputs(case: Case) -> CaseInputs:
         x, w, dy = subnormal_inputs(rng, case.m, case.k, case.n, case.g)
         return CaseInputs(x=x, w=w, dy=dy, group_sizes=case.group_sizes_array())
     nonfinite = case.distribution == NONFINITE
-    draw = (_smallint if case.exact_partials else
+    edges = case.distribution == UE8M0_EDGES
+    draw = (_smallint if case.exact_partials else ue8m0_edges if edges else
             DISTRIBUTIONS["normal" if nonfinite else case.distribution])
     if case.streamed:
         x, w, dy = (_drawn_by_rows(draw, rng, s) for s in
@@ -377,6 +414,8 @@ def case_inputs(case: Case) -> CaseInputs:
         x = np.asarray(draw(rng, (case.m, case.k)), dtype=np.float32)
         w = np.asarray(draw(rng, (case.g, case.k, case.n)), dtype=np.float32)
         dy = np.asarray(draw(rng, (case.m, case.n)), dtype=np.float32)
+    if edges:  # each block draws its own exponent; a factor 2^e would move it off the edge
+        return CaseInputs(x=x, w=w, dy=dy, group_sizes=case.group_sizes_array())
     # Powers of two keep the exact family exact and scale every K block differently.
     x_magnitudes = _block_magnitudes(rng, case.k)
     # Ties: w's K block scaled by the inverse power (exact), so each product x_mk w_kn is

@@ -1,13 +1,15 @@
 """What a green gate has looked at: the shapes, group patterns and value classes of a suite's
-cases, and which of the input classes that real kernels meet (issue 24) no case reaches.
+cases, and which of the input classes that real kernels meet (issues 24 and 38) no case
+reaches.
 
 Everything is derived from the `Case` fields and group sizes, so a case added to a suite
 shows here with no change to this module.  `suite_coverage(cases)` gives a `Coverage`;
 `Coverage.facts` (what the cases have) and `Coverage.classes` (each known input class,
 covered or not, with the evidence) are what `fp8check list` prints and the HTML report
-shows.  A value class is read from the distribution's name (`VALUE_CLASS_TOKENS`, one
-table to extend when a distribution for a new class is added); a distribution the table
-does not know is still listed under its own name.
+shows; `case_classes(case)` is one case's classes (their tags), listed beside its id.  A
+value class is read from the distribution's name (`VALUE_CLASS_TOKENS`, one table to extend
+when a distribution for a new class is added); a distribution the table does not know is
+still listed under its own name.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ INT16_MAX = 2**15 - 1
 # class is added to `fp8check.testdata.DISTRIBUTIONS`.
 NONFINITE = "non-finite inputs"
 SUBNORMAL = "float32-subnormal partial sums / outputs"
+UE8M0_EDGES = "ue8m0 scale edges (RN(amax/448) on or just above 2^k: the ue8m0 recipes part)"
 VALUE_CLASS_TOKENS: dict[str, str] = {
     "nonfinite": NONFINITE,
     "nan": NONFINITE,
@@ -38,6 +41,7 @@ VALUE_CLASS_TOKENS: dict[str, str] = {
     "denormal": SUBNORMAL,
     "ties": "rounding ties",
     "boundary": "quantizer rounding boundaries",
+    "ue8m0": UE8M0_EDGES,
 }
 
 
@@ -73,8 +77,9 @@ def _pattern_family(pattern: str) -> str:
 class InputClass:
     """An input class a kernel bug can hide behind: covered when some case reaches it
     (with `matmul`, a case some matmul contract runs on: a quantizer-only case's shape
-    says nothing about a matmul's)."""
+    says nothing about a matmul's).  `tag` is its short name in the per-case listing."""
 
+    tag: str
     name: str
     reached: Callable[[Case], bool]
     matmul: bool = True
@@ -83,27 +88,49 @@ class InputClass:
         return self.reached(case) and (not self.matmul or for_matmul(case))
 
 
-# The classes issue 24 names (and the ones the suites were built around): each is marked
-# covered or not from the cases, so a suite that stops reaching one says so.
+# The classes issues 24 and 38 name (and the ones the suites were built around): each is
+# marked covered or not from the cases, so a suite that stops reaching one says so.  Row
+# alignments: a kernel that pads or vectorises rows by 4, 8 or 16, or tiles them by 64 or
+# 128, meets a remainder when M is no multiple of it.
 INPUT_CLASSES: tuple[InputClass, ...] = (
-    InputClass("odd K/128 (odd count of K blocks)", lambda c: k_blocks(c) % 2 == 1),
-    InputClass("K % 128 != 0 (partial last K block, quantizer tail)", lambda c: c.k % BLOCK != 0,
-               matmul=False),
-    InputClass(f"N % {N_TILE} != 0 (partial last {N_TILE}-wide N tile)",
+    InputClass("odd-k-blocks", "odd K/128 (odd count of K blocks)",
+               lambda c: k_blocks(c) % 2 == 1),
+    InputClass("k-tail", "K % 128 != 0 (partial last K block, quantizer tail)",
+               lambda c: c.k % BLOCK != 0, matmul=False),
+    InputClass("n-tail", f"N % {N_TILE} != 0 (partial last {N_TILE}-wide N tile)",
                lambda c: c.n % N_TILE != 0),
-    InputClass(f"M > {INT16_MAX} (row indices past int16)", lambda c: c.m > INT16_MAX),
-    InputClass(f"group offsets past {INT16_MAX} (int16 offsets overflow)",
+    InputClass("m-past-int16", f"M > {INT16_MAX} (row indices past int16)",
+               lambda c: c.m > INT16_MAX),
+    InputClass("offsets-past-int16", f"group offsets past {INT16_MAX} (int16 offsets overflow)",
                lambda c: group_end(c) > INT16_MAX),
-    InputClass("zero-size groups", lambda c: 0 in c.group_sizes),
-    InputClass("residual rows (a group size not a multiple of 128)",
+    InputClass("m-unaligned", "M % 4 != 0 (M no multiple of 4, 8, 16, 64 or 128 rows)",
+               lambda c: c.m % 4 != 0),
+    InputClass("m-4-not-8", "M % 8 == 4 (rows 4-aligned, but no multiple of 8, 16, 64, 128)",
+               lambda c: c.m % 8 == 4),
+    InputClass("m-tile-remainder", f"M > {BLOCK}, M % {BLOCK} != 0 (whole row tiles, then a "
+               "partial one)", lambda c: c.m > BLOCK and c.m % BLOCK != 0),
+    InputClass("m-whole-tiles", f"M % {BLOCK} == 0 (whole row tiles, no remainder)",
+               lambda c: c.m % BLOCK == 0),
+    InputClass("small-m-many-groups", f"small M, many groups (M < {BLOCK}, under 8 rows per "
+               "group)", lambda c: c.m < BLOCK and c.m < 8 * c.g),
+    InputClass("empty-groups", "zero-size groups", lambda c: 0 in c.group_sizes),
+    InputClass("residual-rows", "residual rows (a group size not a multiple of 128)",
                lambda c: any(s % BLOCK for s in c.group_sizes)),
-    InputClass("rows past the last group", lambda c: group_end(c) < c.m),
-    InputClass("bf16 output", lambda c: c.out_dtype == "bf16"),
-    InputClass("exact partials on bf16 output (rounding direction bit for bit)",
+    InputClass("rows-past-end", "rows past the last group", lambda c: group_end(c) < c.m),
+    InputClass("bf16-out", "bf16 output", lambda c: c.out_dtype == "bf16"),
+    InputClass("exact-bf16", "exact partials on bf16 output (rounding direction bit for bit)",
                lambda c: c.exact_partials and c.out_dtype == "bf16"),
-    InputClass(NONFINITE, lambda c: NONFINITE in value_classes(c.distribution), matmul=False),
-    InputClass(SUBNORMAL, lambda c: SUBNORMAL in value_classes(c.distribution)),
+    InputClass("nonfinite", NONFINITE, lambda c: NONFINITE in value_classes(c.distribution),
+               matmul=False),
+    InputClass("subnormal", SUBNORMAL, lambda c: SUBNORMAL in value_classes(c.distribution)),
+    InputClass("ue8m0-edges", UE8M0_EDGES,
+               lambda c: UE8M0_EDGES in value_classes(c.distribution), matmul=False),
 )
+
+
+def case_classes(case: Case) -> list[str]:
+    """The tags of the INPUT_CLASSES `case` reaches, in their order."""
+    return [ic.tag for ic in INPUT_CLASSES if ic.covered_by(case)]
 
 
 @dataclass(frozen=True)
@@ -196,10 +223,11 @@ def coverage_lines(cov: Coverage, indent: str = "  ") -> list[str]:
     """The coverage as plain text lines: the facts, then the classes covered and not."""
     width = max(len(what) for what, _ in cov.facts)
     lines = [f"{indent}{what:<{width}}  {values}" for what, values in cov.facts]
-    lines.append(f"{indent}input classes reached (cases):")
-    lines += [f"{indent}  covered      {name} ({len(hits)})"
+    tags = {ic.name: ic.tag for ic in INPUT_CLASSES}
+    lines.append(f"{indent}input classes reached (cases) [tag in the case list]:")
+    lines += [f"{indent}  covered      {name} ({len(hits)}) [{tags[name]}]"
               for name, covered, hits in cov.classes if covered]
     lines.append(f"{indent}NOT looked at:")
-    lines += [f"{indent}  not covered  {name}" for name in cov.not_covered] or [
+    lines += [f"{indent}  not covered  {name} [{tags[name]}]" for name in cov.not_covered] or [
         f"{indent}  (every listed class is covered)"]
     return lines

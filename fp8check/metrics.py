@@ -34,6 +34,9 @@ from fp8check.bits import F64_MAX
 from fp8check.formats import Format, get_format, ulp_of
 from fp8check.references.casts import rounded, to_float64
 
+BiasMode = Literal["magnitude", "signed"]
+"""`bias_z`'s modes: the error toward or away from zero, or toward -inf or +inf."""
+
 ULP_NAN: int = int(np.iinfo(np.int64).max)
 """ULP distance reported where either operand is NaN: larger than any real distance."""
 
@@ -476,7 +479,7 @@ def _cluster_sums(r, o, labels, lo, size, magnitude, signs):
 
 
 def bias_z(
-    out: ArrayLike, ref: ArrayLike, *, mode: Literal["magnitude", "signed"] = "magnitude",
+    out: ArrayLike, ref: ArrayLike, *, mode: BiasMode = "magnitude",
     clusters: ArrayLike | None = None, unit: Literal["binade", "sign"] = "binade",
 ) -> float:
     """t-statistic of the normalised error, t = mean(z) / (std(z, ddof=1) / sqrt(N)),
@@ -544,9 +547,19 @@ def bias_z(
     return bias_z_of_clusters(sums, counts)
 
 
+def bias_clusters(o: np.ndarray) -> tuple[np.ndarray, int]:
+    """The gate's `bias_z` cluster label per element of an output `o`, and the number of
+    clusters: (row, 128-wide N tile) of a [rows, N] output, (expert, row, N tile) of a
+    [G, K, N] one.  Labels are dense, 0 .. count - 1 in C order."""
+    tiles = -(-o.shape[-1] // 128)
+    lead = math.prod(o.shape[:-1])
+    labels = np.arange(lead)[:, None] * tiles + np.arange(o.shape[-1]) // 128
+    return labels.reshape(o.shape), lead * tiles  # every pair holds an element
+
+
 def bias_cluster_sums(
     out: ArrayLike, ref: ArrayLike, clusters: ArrayLike, size: int, *,
-    mode: Literal["magnitude", "signed"], unit: Literal["binade", "sign"] = "sign",
+    mode: BiasMode, unit: Literal["binade", "sign"] = "sign",
 ) -> tuple[np.ndarray, np.ndarray]:
     """`bias_z`'s per-cluster sums of z and element counts (float64 [size], int64 [size])
     of finite `out` against `ref` with dense integer `clusters` labels 0 .. size - 1 (out's

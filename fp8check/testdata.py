@@ -1,7 +1,8 @@
 """Deterministic test-data builders for grouped matmuls: numpy only, no hypothesis.
 
 * `GROUP_PATTERNS[name](rng, m, g) -> int32[g]` group sizes;
-* `DISTRIBUTIONS[name](rng, shape) -> float32 array`;
+* `DISTRIBUTIONS[name](rng, shape) -> float32 array`, and `ue8m0_edges(rng, shape)`, the
+  same for one quantizer class (block scales on the two ue8m0 recipes' edges);
 * `make_gmm_inputs(seed, m, k, n, g, pattern=..., dist=...) -> GmmInputs`.
 
 The gate's named suites (`fp8check.cases`) are built from these, so the same seed gives
@@ -336,6 +337,48 @@ def _quantizer_boundary(rng, shape):
     return _per_block_amax(rng, shape, per_block.astype(np.float64), fill)
 
 
+# ue8m0 scale edges.  amax a = 448 2^k + j ulps (the ulp of 448 2^k = 1.75 2^(k+8) is
+# 2^(k-15)) gives a / 448 = 2^k (1 + (4j/7) 2^-23), so RN(a / 448) = 2^k (1 + n 2^-23) with
+# n = round(4j/7), never a tie (4j/7 = i + 1/2 would need 8j = 7 (2i + 1), odd).  Entry n
+# is the j that gives n: 4j/7 = 0, 0.57, 1.71, 2.86, 4, 5.14, 5.71.
+_EDGE_ULPS = (0, 1, 3, 5, 7, 9, 10)
+_EDGE_TILE_EXP = (-14, 24)  # k of each 128x128 tile's amax
+_EDGE_BELOW = 8  # the tile's other rows: k - 1 .. k - 8, so every k in -22 .. 24
+
+
+def _ue8m0_edges(rng, shape):
+    """Block amaxes whose `deepgemm` scale RN(amax / 448) is a power of two 2^k or n = 1..6
+    float32 ulps above one, where the two ue8m0 recipes part: `deepgemm-ue8m0` (the bit
+    ceiling) gives 2^(k+1) for every n >= 1, `deepseek-v3-ue8m0` (float32 log2, then ceil)
+    2^k while n <= N(k) (`references.quant`: 0 for -4 <= k <= 3, then 1, 2 or 5 as |k|
+    grows) and 2^(k+1) above; n = 0 gives 2^k under both.
+
+    Each 128x128 tile of the last two axes draws k uniform in -14..24 and n uniform in
+    0..6; one random row of it carries that amax in its 1x128 block, every other row's
+    block k - d with d uniform in 1..8 and its own n, below the tile's (an amax of exponent
+    k - 1 is under 448 2^k), so the 128x128 and the 1x128 scales are both on the edges
+    (k in -22..24: 448 2^-22 is above the recipes' 1e-4 amax floor).  In a block, one
+    element is +-amax (random position and sign), the others amax U(-1, 1).  A float32
+    input only: a bf16 amax (8 significant bits) cannot sit 1..6 float32 ulps above
+    448 2^k, and a per-K-block power-of-two factor would move k (the suites apply none)."""
+    b, r, c = _as_rows_cols(shape)
+    tiles_r, blocks_c = -(-r // BLOCK), -(-c // BLOCK)
+    k_tile = rng.integers(_EDGE_TILE_EXP[0], _EDGE_TILE_EXP[1] + 1, size=(b, tiles_r, blocks_c))
+    k = np.repeat(k_tile, BLOCK, axis=1)[:, :r] - rng.integers(
+        1, _EDGE_BELOW + 1, size=(b, r, blocks_c))
+    rows = np.minimum(BLOCK, r - BLOCK * np.arange(tiles_r))  # the last tile may be partial
+    top = BLOCK * np.arange(tiles_r)[:, None] + (rng.random((b, tiles_r, blocks_c))
+                                                 * rows[:, None]).astype(np.int64)
+    bi, _, ci = np.indices((b, tiles_r, blocks_c))
+    k[bi, top, ci] = k_tile
+    amax = np.float32(448.0) * np.exp2(k).astype(np.float32)  # exact: 1.75 2^(k+8)
+    ulps = np.asarray(_EDGE_ULPS)[rng.integers(0, len(_EDGE_ULPS), size=amax.shape)]
+    amax = (amax.view(np.int32) + ulps.astype(np.int32)).view(np.float32).astype(np.float64)
+    per_elem = np.repeat(amax, BLOCK, axis=-1)[..., :c]
+    fill = per_elem * rng.uniform(-1.0, 1.0, size=(b, r, c))
+    return _per_block_amax(rng, (b, r, c), amax, fill).reshape(shape)
+
+
 def _many_scales(rng, shape):
     """Normal, each 128x128 tile of the last two axes scaled by its own 2^e, e uniform in
     -20..14 (TransformerEngine-style per-tile dynamic range)."""
@@ -375,6 +418,13 @@ DISTRIBUTIONS: dict[str, Distribution] = {
 }
 """fn(rng, shape) -> float32 array of that shape; blocks run along the last axis (1x128)
 and over the last two axes (128x128)."""
+
+UE8M0_EDGES = "ue8m0-edges"
+ue8m0_edges: Distribution = _float32_distribution(_ue8m0_edges)
+"""The `ue8m0-edges` draw (fn(rng, shape) as in DISTRIBUTIONS): block scales on and just
+above powers of two.  Not a DISTRIBUTIONS entry: only a float32-input quantizer can meet
+its edges, so the suites draw it for quantizer-only cases rather than crossing it with
+every group pattern."""
 
 
 # --------------------------------------------------------------------- problems

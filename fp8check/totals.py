@@ -16,7 +16,10 @@ when reduced:
   (it differs from numpy's pairwise sum by float64 rounding only);
 * with `ref` (a recipe reference such as `gmm(..., accum="deepgemm")`): `n_ref_mismatch`,
   the elements with `ulp_distance(out, ref) != 0` (bits differ, +0 and -0 equal, NaN
-  never matches).
+  never matches);
+* from `gmm_metric_totals` only: `bias_counts` and `bias_sums`, the per-(row, N tile)
+  sign-test sums of both `bias_z` modes (`metrics.bias_cluster_sums`), exact integer
+  counts, so the streamed statistic is the in-memory one bit for bit.
 
 `gmm_metric_totals` streams a gmm-fp8 output through it group by group and row chunk by row
 chunk, computing the exact reference, |A||B| and the recipe reference for one chunk at a
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ml_dtypes
 import numba
@@ -37,7 +40,7 @@ import numpy as np
 
 from fp8check.bits import F64_MAX, bits_f32, exponent, pow2
 from fp8check.formats import get_format
-from fp8check.metrics import ULP_NAN, ratio_of, underflow_floor
+from fp8check.metrics import ULP_NAN, BiasMode, ratio_of, underflow_floor
 
 _BLOCK = 1 << 16  # elements per parallel work item; fixes the order of the float64 sums
 _SUB = 1024  # elements per vectorized sub-block (buffers stay in L1)
@@ -63,8 +66,9 @@ class MetricTotals:
     # bias_z's sign-test summary (`metrics.bias_cluster_sums`, unit "sign") of the
     # (row, 128-column tile) clusters, in row order: element counts and, per mode
     # ("magnitude", "signed"), the sums of z; None where not computed (`metric_totals`).
-    bias_counts: np.ndarray | None = None
-    bias_sums: dict[str, np.ndarray] | None = None
+    # (not compared by ==: arrays; the statistic they give is)
+    bias_counts: np.ndarray | None = field(default=None, compare=False)
+    bias_sums: dict[str, np.ndarray] | None = field(default=None, compare=False)
 
     @property
     def sqnr_db(self) -> float:
@@ -346,7 +350,7 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     return total
 
 
-BIAS_MODES = ("magnitude", "signed")
+BIAS_MODES: tuple[BiasMode, ...] = ("magnitude", "signed")
 
 
 def _with_bias(part: MetricTotals, out: np.ndarray, against: np.ndarray) -> MetricTotals:
@@ -354,15 +358,12 @@ def _with_bias(part: MetricTotals, out: np.ndarray, against: np.ndarray) -> Metr
     against `against` (RN(exact) in out's dtype, or a declared model's output, as
     `layers.op.criteria` takes them); a NaN or Inf in out leaves them out (`finite` fails
     the output, and the criterion reports inf)."""
-    from fp8check.metrics import bias_cluster_sums
+    from fp8check.metrics import bias_cluster_sums, bias_clusters
 
-    tiles = -(-out.shape[1] // 128)
-    labels = np.arange(out.shape[0])[:, None] * tiles + np.arange(out.shape[1]) // 128
-    size = out.shape[0] * tiles
-    if part.n_nonfinite:
-        counts, sums = np.zeros(size, np.int64), {k: np.zeros(size) for k in BIAS_MODES}
-    else:
-        sums = {}
+    labels, size = bias_clusters(out)
+    sums: dict[str, np.ndarray] = {k: np.zeros(size) for k in BIAS_MODES}
+    counts = np.zeros(size, np.int64)
+    if not part.n_nonfinite:
         for mode in BIAS_MODES:
             sums[mode], counts = bias_cluster_sums(out, against, labels, size, mode=mode)
     return dataclasses.replace(part, bias_counts=counts, bias_sums=sums)

@@ -30,30 +30,42 @@ def _big_m(case):
     return dataclasses.replace(case, m=m, group_sizes=(m - 3, 0, 1, 2))
 
 
-# (class, the base case changed to reach it)
+def _rows(m, g=None, sizes=None):
+    """The base case with M = m rows: its last group grows by the rows added (or `sizes`
+    over `g` groups), so no other row class changes."""
+    def change(c):
+        gs = sizes or c.group_sizes[:-1] + (c.group_sizes[-1] + m - c.m,)
+        return dataclasses.replace(c, m=m, g=g or c.g, group_sizes=gs)
+    return change
+
+
+# (class, the base case changed to reach it, the classes that change implies); the base
+# has M = 256 (whole row tiles), K/128 = 4, N = 256, f32 output
 REACH = [
-    ("odd K/128", lambda c: dataclasses.replace(c, k=640)),
-    ("K % 128", lambda c: dataclasses.replace(c, k=600)),
-    ("N % 256", lambda c: dataclasses.replace(c, n=384)),
-    ("non-finite", lambda c: dataclasses.replace(c, distribution="nonfinite")),
-    ("float32-subnormal", lambda c: dataclasses.replace(c, distribution="subnormal-sums")),
+    ("odd K/128", lambda c: dataclasses.replace(c, k=640), ()),
+    ("K % 128", lambda c: dataclasses.replace(c, k=600), ("odd K/128",)),  # 5 blocks
+    ("N % 256", lambda c: dataclasses.replace(c, n=384), ()),
+    ("M % 4", _rows(257), ("M > 128",)),
+    ("M % 8 == 4", _rows(260), ("M > 128",)),
+    ("M > 128", _rows(320), ()),  # 320 = 2.5 tiles: a multiple of 64, not of 128
+    ("small M", _rows(48, g=8, sizes=(6,) * 8), ()),  # a multiple of 16, under 128
+    ("non-finite", lambda c: dataclasses.replace(c, distribution="nonfinite"), ()),
+    ("float32-subnormal",
+     lambda c: dataclasses.replace(c, distribution="subnormal-sums"), ()),
+    ("ue8m0", lambda c: dataclasses.replace(c, distribution="ue8m0-edges"), ()),
     ("exact partials on bf16",
-     lambda c: dataclasses.replace(c, exact_partials=True, out_dtype="bf16")),
+     lambda c: dataclasses.replace(c, exact_partials=True, out_dtype="bf16"), ("bf16 output",)),
 ]
 
 
-@pytest.mark.parametrize(("part", "change"), REACH, ids=[p for p, _ in REACH])
-def test_a_case_made_for_a_class_covers_it(part, change):
+@pytest.mark.parametrize(("part", "change", "implied"), REACH, ids=[p for p, _, _ in REACH])
+def test_a_case_made_for_a_class_covers_it(part, change, implied):
     before, after = _classes([BASE]), _classes([BASE, change(BASE)])
     name = _named(part)
     assert not before[name] and after[name]
-    # only the class itself (and what it implies: bf16 output with the exact-bf16 case,
-    # an odd block count with a partial last K block) changes
-    implied = {_named("bf16 output")} if "bf16" in part else set()
-    if part == "K % 128":  # K = 600: 5 blocks, the last partial
-        implied.add(_named("odd K/128"))
+    # only the class itself and what the change implies turns covered
     changed = {n for n in before if before[n] != after[n]}
-    assert changed == {name} | (implied & {n for n in before if not before[n]})
+    assert changed == {name} | {_named(p) for p in implied}
 
 
 def test_row_and_offset_classes():
@@ -61,6 +73,9 @@ def test_row_and_offset_classes():
     got = _classes([big])
     assert got[_named("M > 32767")] and got[_named("group offsets past")]
     assert got[_named("zero-size groups")]
+    whole = _named("M % 128 == 0")  # BASE: M = 256; 300 and 40000 leave a partial tile
+    assert _classes([BASE])[whole] and not _classes([_rows(300)(BASE)])[whole]
+    assert not got[whole]
     small = dataclasses.replace(big, group_sizes=(100, 0, 1, 2))  # M past int16, groups not
     got = _classes([small])
     assert got[_named("M > 32767")] and not got[_named("group offsets past")]
@@ -129,13 +144,35 @@ def test_list_prints_the_coverage(capsys):
     out = capsys.readouterr().out
     cases = build_suite("smoke", 3)
     cov = coverage.suite_coverage(cases)
-    listed = re.findall(r"^  (\S+)  groups=", out, re.M)
-    assert listed == [c.id for c in cases]
+    listed = re.findall(r"^  (\S+)  groups=.*  covers: (.*)$", out, re.M)
+    assert [i for i, _ in listed] == [c.id for c in cases]
+    for (_, tags), case in zip(listed, cases, strict=True):  # the classes each case reaches
+        reached = [ic.tag for ic in coverage.INPUT_CLASSES if ic.covered_by(case)]
+        assert tags == (", ".join(reached) or "-")
     head, _, tail = out.partition("what suite smoke looks at")
     assert tail and "NOT looked at:" in tail
+    tags = {ic.name: ic.tag for ic in coverage.INPUT_CLASSES}
     for name in cov.not_covered:
-        assert f"not covered  {name}" in tail
+        assert f"not covered  {name} [{tags[name]}]" in tail
     for name, covered, hits in cov.classes:
         if covered:
-            assert f"covered      {name} ({len(hits)})" in tail
+            assert f"covered      {name} ({len(hits)}) [{tags[name]}]" in tail
     assert re.search(rf"^  cases +{len(cases)}$", tail, re.M)
+
+
+def test_list_names_each_ci_case_row_and_ue8m0_class(capsys):
+    """On ci, the listing tags the cases of other row counts and the ue8m0-edges cases
+    with their classes (fields read here, not through `coverage`)."""
+    assert main(["list", "--suite", "ci"]) == 0
+    tags = dict(re.findall(r"^  (\S+)  groups=.*  covers: (.*)$", capsys.readouterr().out,
+                           re.M))
+    cases = build_suite("ci", 0)
+    assert set(tags) == {c.id for c in cases}
+    # the row classes are the matmuls' (a quantizer-only case's M says nothing of them)
+    expected = {"m-unaligned": lambda c: c.m % 4 != 0 and not c.quantizer_only,
+                "m-4-not-8": lambda c: c.m % 8 == 4 and not c.quantizer_only,
+                "small-m-many-groups": lambda c: c.m < 128 and c.g >= 16,
+                "ue8m0-edges": lambda c: c.distribution == "ue8m0-edges"}
+    for tag, has in expected.items():
+        tagged = {i for i, t in tags.items() if tag in t.split(", ")}
+        assert len(tagged) >= 2 and tagged == {c.id for c in cases if has(c)}, tag

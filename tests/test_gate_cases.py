@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from fp8check.cases import (
+    NONFINITE,
     RANDOM_PATTERN,
     SUITE_SHAPES,
     SUITES,
@@ -23,9 +24,11 @@ from fp8check.cases import (
     find_case,
     supported,
 )
-from fp8check.layers.op import build_problem
+from fp8check.contracts import KernelSpec
+from fp8check.layers.op import build_problem, validate_case
+from fp8check.profiles import get_profile
 from fp8check.references import quantize
-from fp8check.testdata import DISTRIBUTIONS, GROUP_PATTERNS
+from fp8check.testdata import DISTRIBUTIONS, GROUP_PATTERNS, UE8M0_EDGES
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +74,7 @@ def test_ci_covers_patterns_distributions_aspects_and_dtypes(ci):
     wi = next(c for c in ci if c.aspect == "wi")
     wo = next(c for c in ci if c.aspect == "wo")
     assert wi.k > wi.n and wo.k < wo.n  # production's wi / wo aspects
-    assert 15 <= len(ci) <= 30
+    assert 15 <= len(ci) <= 36
 
 
 def test_ci_has_odd_k_block_counts_and_n_tail_tiles(ci):
@@ -173,6 +176,142 @@ def test_exact_partials_cases_have_exact_float32_partials(ci):
             start += size
 
 
+# ------------------------------------- row counts, non-finite inputs, ue8m0 edges (issue 38)
+
+
+def _group_spans(case) -> list[tuple[int, int]]:
+    """(first row, end row) of each non-empty group of `case`."""
+    ends = np.cumsum(case.group_sizes)
+    return [(int(e - s), int(e)) for s, e in zip(case.group_sizes, ends, strict=True) if s]
+
+
+def _matmul_cases(seed: int) -> list:
+    """The ci cases of `seed` that every matmul contract runs (checked)."""
+    matmul = [c for c in build_suite("ci", seed) if not c.quantizer_only]
+    assert all(c.applies_to(k) for c in matmul for k in ("gmm-fp8", "gmm", "tgmm"))
+    return matmul
+
+
+# Row counts where a kernel that aligns rows to 4, 8 or 16, or tiles them by 64 or 128,
+# meets a remainder: each class on at least two cases, on every seed `make detection` runs.
+SEEDS = range(5)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_ci_reaches_m_no_multiple_of_4(seed):
+    """M % 4 != 0 (so no multiple of 8, 16, 64 or 128 either), with groups ending on rows
+    no 4-row alignment reaches."""
+    unaligned = [c for c in _matmul_cases(seed) if c.m % 4]
+    assert len(unaligned) >= 2
+    for c in unaligned:
+        assert sum(end % 4 != 0 for _, end in _group_spans(c)) >= 2, c.id
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_ci_reaches_a_partial_row_tile_after_whole_ones(seed):
+    """M 4-aligned but not 8-aligned, past one 128-row tile and no multiple of it, with a
+    group running across the tile edge; and M a whole number of tiles elsewhere."""
+    matmul = _matmul_cases(seed)
+    remainder = [c for c in matmul if c.m % 8 == 4 and c.m > 128]
+    assert len(remainder) >= 2
+    for c in remainder:
+        assert any(start < edge < end for start, end in _group_spans(c)
+                   for edge in range(128, c.m, 128)), c.id
+    assert any(c.m % 128 == 0 for c in matmul)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_ci_reaches_small_m_with_many_groups(seed):
+    """M under one 128-row tile split over 16 groups, three or more of them ending in one
+    16-row span."""
+    small = [c for c in _matmul_cases(seed) if c.m < 128 and c.g >= 16]
+    assert len(small) >= 2
+    for c in small:
+        ends = np.array([end for _, end in _group_spans(c)])
+        assert np.bincount(ends // 16).max() >= 3, c.id
+
+
+def test_ci_has_two_nonfinite_cases_per_out_dtype(ci):
+    """Two non-finite cases per output dtype, one per aspect, each with NaN, +Inf and -Inf
+    in its operands' group rows (the planted values of `fp8check.nonfinite_inputs`)."""
+    nonfinite = [c for c in ci if c.distribution == NONFINITE]
+    for out in ("f32", "bf16"):
+        mine = [c for c in nonfinite if c.out_dtype == out]
+        assert len(mine) >= 2 and {c.aspect for c in mine} == {"wi", "wo"}, out
+        for c in mine:
+            inp, rows = case_inputs(c), sum(c.group_sizes)
+            used = np.concatenate([inp.x[:rows].ravel(), inp.dy[:rows].ravel(),
+                                   inp.w[np.array(c.group_sizes) > 0].ravel()])
+            assert np.isnan(used).any() and (used == np.inf).any() and (used == -np.inf).any()
+
+
+def _block_amax(x: np.ndarray, block: tuple[int, int]) -> np.ndarray:
+    """max |x| per block of the last two axes (a partial edge block over what it has)."""
+    r, c = x.shape[-2:]
+    pad = [(0, 0)] * (x.ndim - 2) + [(0, -r % block[0]), (0, -c % block[1])]
+    a = np.abs(np.pad(x, pad))
+    return a.reshape(*x.shape[:-2], -(-r // block[0]), block[0], -(-c // block[1]),
+                     block[1]).max(axis=(-3, -1))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_ci_puts_quantizer_blocks_on_the_ue8m0_edges(seed):
+    """On the ue8m0-edges cases every block's scale RN(amax / 448) = 2^k (1 + n 2^-23) has
+    n <= 6; where n is 1..3 the reference's two ue8m0 recipes give different scales on
+    some 1x128 and some 128x128 blocks of every case, and they agree elsewhere as their
+    rules say: the bit ceiling 2^(k + (n > 0)), and 2^ceil(RN32(log2 s)) computed here as
+    float32(float64 log2 s) (one rounding from a float64 value within |k| 2^-52 of the
+    exact log2, far from a float32 midpoint: `references.quant._log2_stays_at_k`)."""
+    edges = [c for c in build_suite("ci", seed) if c.distribution == UE8M0_EDGES]
+    assert len(edges) >= 2 and all(c.quantizer_only for c in edges)
+    seen = set()
+    for case in edges:
+        inp = case_inputs(case)
+        for block, x in (((1, 128), inp.x), ((128, 128), inp.w)):
+            amax = _block_amax(x, block)
+            assert (amax >= 1e-4).all()  # the recipes' amax floor plays no part
+            s = amax / np.float32(448)  # float32 division: RN(amax / 448)
+            bits = s.view(np.uint32)
+            k = (bits >> 23).astype(np.int64) - 127
+            n = (bits & 0x7FFFFF).astype(np.int64)
+            assert n.max() <= 6, case.id
+            ceil_bits = quantize(x, block, "deepgemm-ue8m0").scales
+            ceil_log2 = quantize(x, block, "deepseek-v3-ue8m0").scales
+            assert np.array_equal(ceil_bits, np.exp2(k + (n > 0)).astype(np.float32))
+            log2 = np.log2(s.astype(np.float64)).astype(np.float32)
+            assert np.array_equal(ceil_log2, np.exp2(np.ceil(log2)).astype(np.float32))
+            differ = ceil_bits != ceil_log2
+            assert (differ & (n >= 1) & (n <= 3)).any(), (case.id, block)
+            seen |= {(block, "n=0")} if (n == 0).any() else set()
+            seen |= {(block, "agree above")} if (~differ & (n > 0)).any() else set()
+    assert seen == {(b, w) for b in ((1, 128), (128, 128)) for w in ("n=0", "agree above")}
+
+
+@pytest.mark.parametrize("block", [(1, 128), (128, 128)])
+@pytest.mark.parametrize(("computes", "declares"), [("deepgemm-ue8m0", "deepseek-v3-ue8m0"),
+                                                    ("deepseek-v3-ue8m0", "deepgemm-ue8m0")])
+def test_ue8m0_edge_cases_tell_the_ue8m0_recipes_apart(ci, computes, declares, block):
+    """A quantizer computing one ue8m0 recipe while declaring the other passes the
+    quantizer-only cases drawn before the ue8m0-edges ones (their scales' significands are
+    random: on none is RN(amax / 448) within 5 ulps above a power of two, and the values
+    x 2^-e and RN(x / 2^e) are the same exact quotient) and fails each ue8m0-edges case."""
+
+    def mixed_up(x):
+        q = quantize(x, block, computes)
+        return q.values, q.scales
+
+    spec = KernelSpec(name="mixed-up-ue8m0", contract="quantizer", framework="numpy",
+                      fn=mixed_up, recipe=declares, block=block)
+    quant = [c for c in ci if c.quantizer_only]
+    assert {c.distribution for c in quant} == {"quantizer-boundary", UE8M0_EDGES}
+    for case in quant:
+        res = validate_case(spec, case, get_profile("strict"))
+        if case.distribution == UE8M0_EDGES:
+            assert not res.passed and "quantizer_bit_exact" in res.failed_criteria, case.id
+        else:
+            assert res.passed, (case.id, res.failed_criteria, res.error)
+
+
 def test_supported_explains_skips(ci):
     c = next(c for c in ci if c.out_dtype == "bf16")
     assert "out dtype bf16" in supported(c, ("f32",), 1)
@@ -193,11 +332,12 @@ def test_unknown_suite_and_case_are_value_errors():
 # ------------------------------------------------------------------ suites are data
 
 
-def _suite_digest(suite: str, seed: int, with_inputs: Callable[[list], set[str]]) -> str:
-    """sha256 over every case of the suite, in order: its fields (JSON, sorted keys) and,
-    for the cases whose ids `with_inputs` picks, its inputs (`case_inputs`: each array's
-    name, dtype, shape and bytes)."""
-    cases = build_suite(suite, seed)
+def _suite_digest(suite: str, seed: int, with_inputs: Callable[[list], set[str]],
+                  first: int | None = None) -> str:
+    """sha256 over every case of the suite (or its `first` cases), in order: its fields
+    (JSON, sorted keys) and, for the cases whose ids `with_inputs` picks, its inputs
+    (`case_inputs`: each array's name, dtype, shape and bytes)."""
+    cases = build_suite(suite, seed)[:first]
     picked = with_inputs(cases)
     h = hashlib.sha256()
     for case in cases:
@@ -239,18 +379,30 @@ def _first_of_each_distribution(cases: list) -> set[str]:
 # distribution, since all of its inputs take ~2 CPU-minutes to generate (the same
 # generators that ci pins in full).  full's digest changed when the production-shape
 # (streamed) cases were put first in it; smoke's and ci's did not.  ci's changed when its
-# second non-finite case (wi, f32, next to an empty group) was appended.
+# second non-finite case (wi, f32, next to an empty group) was appended, and again when
+# issue 38's cases (other row counts, two more non-finite cases, the ue8m0 edges) were
+# appended after its first 29: those 29 keep their digest, pinned below.  A digest is a
+# regression pin, recorded from the suite it pins, not an independent check of it: what
+# the new cases are is asserted by the tests above (test_ci_reaches_..., test_ci_puts_...,
+# test_ci_has_two_nonfinite_...), and the pin says only that they stay what was checked.
 SUITE_DIGESTS = {
     "smoke": "ac45581b322b03ebfaca86ade86c51a89ba3856652bbb64c46f82a3c07aec039",
-    "ci": "20289556d38b6227acacbbfc8281b76a6dfa784f127a93de299990f613f0654a",
+    "ci": "74e4641ea191a500212e765cc0d7ec80f597a700df9dbc7dfd70334ae15f06d5",
     "full": "f3f51e656e188e6db5717e9158ebe4db407f4b0f088ea276b1c244041f92c31a",
 }
 _WITH_INPUTS = {"smoke": _every_case, "ci": _every_case, "full": _first_of_each_distribution}
+# ci's cases before issue 38 appended its own: their count and their digest then.
+CI_BEFORE_ISSUE_38 = (29, "20289556d38b6227acacbbfc8281b76a6dfa784f127a93de299990f613f0654a")
 
 
 @pytest.mark.parametrize("suite", ["smoke", "ci", "full"])
 def test_suite_digest_is_pinned(suite):
     assert _suite_digest(suite, 0, _WITH_INPUTS[suite]) == SUITE_DIGESTS[suite]
+
+
+def test_ci_cases_pinned_before_keep_their_digest():
+    first, digest = CI_BEFORE_ISSUE_38
+    assert _suite_digest("ci", 0, _every_case, first) == digest
 
 
 def test_gate_runtime_does_not_import_hypothesis():

@@ -61,3 +61,42 @@ def test_sm100_dot_has_no_promotion_interval(problem):
     lq, rq, gs = problem
     with pytest.raises(ValueError, match="interval"):
         gmm(lq, rq, gs, accum="deepgemm-blackwell", interval=32)
+
+
+def test_builtin_blackwell_kernel_declares_the_tensor_core_and_passes():
+    """`triton-fp8-blackwell` declares deepgemm-blackwell and passes a ci case bit for bit;
+    the same outputs judged as the Hopper accumulator fail (the recipe is not a label)."""
+    from dataclasses import replace
+
+    from fp8check.cases import build_suite
+    from fp8check.layers.op.problem import build_problem
+    from fp8check.layers.op.validate import validate_case
+    from fp8check.profiles import get_profile
+    from fp8check.registry import load_builtin
+
+    s = load_builtin("triton-fp8-blackwell", "interpret")
+    assert (s.accum, s.hopper_interval) == ("deepgemm-blackwell", 128)
+    assert "dot_blackwell_mma" in s.fidelity_fixes
+    case = build_suite("ci", 0)[0]
+    prob = build_problem("gmm-fp8", case)
+    profile = get_profile("strict")
+    res = validate_case(s, case, profile, prob)
+    assert res.passed, res.failed_criteria
+    assert res.metrics["bit_exact_mismatches"] == 0
+    as_hopper = validate_case(replace(s, accum="deepgemm-hopper"), case, profile, prob)
+    assert "bit_exact" in as_hopper.failed_criteria
+
+
+@pytest.mark.parametrize("capability, dot", [((9, 0), "hopper"), ((10, 0), "blackwell"),
+                                             ((8, 9), None), ((12, 0), None)])
+def test_compiled_kernel_declares_its_gpus_tensor_core(monkeypatch, capability, dot):
+    """Compiled, the FP8 GEMM declares the recipe of the GPU it runs on: sm_90 Hopper,
+    sm_100 Blackwell; a GPU fp8check has no model of is refused, not judged as another."""
+    from fp8check.kernels.triton import spec
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: capability)
+    if dot is None:
+        with pytest.raises(ValueError, match="no FP8 tensor-core model"):
+            spec._native_dot()
+    else:
+        assert spec._native_dot() == dot

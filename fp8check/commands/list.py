@@ -1,5 +1,6 @@
-"""`fp8check list`: the built-in kernels, the kernel families, the case ids of a suite and
-its coverage (`fp8check.coverage`: what a green gate on it has and has not looked at)."""
+"""`fp8check list`: the built-in kernels, the kernel families, the case ids of a suite with
+the input classes each reaches, and the suite's coverage (`fp8check.coverage`: what a green
+gate on it has and has not looked at)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"cases of suite {args.suite} (seed {args.seed}):")
     cases = cases_mod.build_suite(args.suite, args.seed)
     for case in cases:
-        print(f"  {case.id}  {_groups(case)}{_only(case)}")
+        print(f"  {case.id}  {_groups(case)}{_only(case)}  covers: "
+              f"{', '.join(coverage.case_classes(case)) or '-'}")
     print(f"what suite {args.suite} looks at (a green gate on it has seen only this):")
     print("\n".join(coverage.coverage_lines(coverage.suite_coverage(cases))))
     return 0

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,7 @@ import numpy as np
 
 from fp8check.cases import SUITE_SHAPES
 from fp8check.contracts import NUMPY_DTYPES, KernelSpec, framework_dtype, takes_out_dtype
-from fp8check.native.cuda import CudaBuild
+from fp8check.native.cuda import CudaBuild, fp8_mma
 from fp8check.native.tpu import TpuBuild
 from fp8check.results.model import CaseResult, Criterion
 from fp8check.targets import TARGETS, gpu_targets, target, tpu_targets
@@ -171,10 +170,9 @@ def gpu_criteria(b: CudaBuild, *, fp8: bool, claims_tma: bool) -> list[Criterion
              _at_most("no_spills", spills, gpu.limit("spill_bytes"),
                       "spill store + load bytes")]
     family = gpu.fp8_instruction or ""
-    ours = [s for s in b.mma_shapes if s.startswith(f"{family} ")]
     if fp8:
-        fp8_ours = [s for s in ours if re.search(r"\.e(4m3|5m2)\b", s)]
-        crit += [_holds("fp8_tensor_core", bool(fp8_ours),
+        ours = [s for s in b.mma_shapes if s.startswith(f"{family} ") and fp8_mma(s)]
+        crit += [_holds("fp8_tensor_core", bool(ours),
                         f"the FP8 dot is {family} with e4m3/e5m2 operands "
                         f"({','.join(b.mma_shapes) or 'no tensor-core MMA'})"),
                  _holds("no_mma_sync", not b.mma_sync, "no mma.sync fallback in the PTX")]

@@ -427,6 +427,11 @@ def _tcgen05_shape(kind: str, idesc: int | None) -> str:
     return f"{kind} m{m}n{n}.{acc}.{a}.{b}"
 
 
+def fp8_mma(shape: str) -> bool:
+    """Whether an `mma_shapes` entry has e4m3/e5m2 operands."""
+    return re.search(r"\.e(4m3|5m2)\b", shape) is not None
+
+
 def mma_facts(ptx: str) -> dict[str, Any]:
     """The tensor-core facts of a kernel's PTX (comments removed first): `mma_shapes`,
     `mma_fp8`, `mma_sync`, `tma`, `tmem_columns` (see `CudaBuild`)."""
@@ -437,7 +442,7 @@ def mma_facts(ptx: str) -> dict[str, Any]:
     allocs = [_constant(ptx, c) for c in _TMEM_ALLOC.findall(ptx)]
     return {
         "mma_shapes": sorted(shapes),
-        "mma_fp8": any(re.search(r"\.e(4m3|5m2)\b", s) for s in shapes),
+        "mma_fp8": any(map(fp8_mma, shapes)),
         "mma_sync": bool(re.search(r"\bmma\.sync\.", ptx)),
         "tma": "cp.async.bulk.tensor" in ptx,
         "tmem_columns": (None if not allocs or None in allocs

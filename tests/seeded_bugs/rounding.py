@@ -197,19 +197,17 @@ def _twin(recipe: str) -> KernelSpec:
                 accum=recipe if recipe in ACCUMS else None)
 
 
-# Which criterion must catch a direction at a stage (module docstring): the signed bias
-# for a one-way shift of every output, the magnitude bias for a shift toward or away
-# from zero.  The scale product is positive: rounding it up is away from zero.
-_CAUGHT_BY = {("scale", "up"): "bias_z", ("scale", "down"): "bias_z", ("scale", "zero"): "bias_z"}
 STAGES: tuple[Stage, ...] = ("partial", "scale", "accumulate", "cast")
 DIRECTIONS: tuple[Direction, ...] = ("up", "down", "zero")
 
 
 def _bug(stage: Stage, direction: Direction) -> tuple[KernelSpec, Catch]:
-    name = f"bug-round-{direction}-{stage}"
-    criterion = _CAUGHT_BY.get((stage, direction),
-                               "bias_z" if direction == "zero" else "bias_z_signed")
-    return spec(name, RoundingGmm("deepgemm", stage, direction)), Catch("ci", criterion)
+    """The deepgemm kernel rounding `direction` at `stage`, and the criterion that must
+    catch it (module docstring): the magnitude bias toward zero and at the scale step
+    (sa*sb > 0: any direction scales every term's magnitude), else the signed bias."""
+    criterion = "bias_z" if direction == "zero" or stage == "scale" else "bias_z_signed"
+    return (spec(f"bug-round-{direction}-{stage}", RoundingGmm("deepgemm", stage, direction)),
+            Catch("ci", criterion))
 
 
 CORRECT = named(*(_twin(r) for r in RECIPES))

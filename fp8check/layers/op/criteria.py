@@ -5,7 +5,6 @@ reference (module `fp8check.layers.op`).  One implementation behind both the gat
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +13,7 @@ import numpy as np
 from fp8check import metrics
 from fp8check.contracts import NUMPY_DTYPES
 from fp8check.layers.op.problem import Problem
+from fp8check.metrics import bias_clusters
 from fp8check.profiles import Profile, sqnr_band
 from fp8check.references.casts import rounded, to_float64
 from fp8check.references.gmm import TENSOR_CORE_ACCUMS
@@ -210,8 +210,7 @@ def _correctness(
         sample, ref = o, exact_rounded if model_ref is None else model_ref
         if kept is not None:  # excluded elements are no samples: not even zero-error ones
             sample, ref, clusters = o[kept], ref[kept], clusters[kept]
-        for name, mode, limit in (("bias_z", "magnitude", profile.max_abs_bias_z),
-                                  ("bias_z_signed", "signed", profile.max_abs_bias_z_signed)):
+        for name, mode, limit in bias_limits(profile):
             z = float(metrics.bias_z(sample, ref, mode=mode, clusters=clusters, unit="sign"))
             m[name] = z
             crit.append(criterion(name, z, "|x|<=", limit, n_bad=n_off,
@@ -382,14 +381,10 @@ class BadOutput(ValueError):
     """The kernel returned the wrong type, shape or dtype."""
 
 
-def bias_clusters(o: np.ndarray) -> tuple[np.ndarray, int]:
-    """Cluster label per element for bias_z, and the number of clusters: (row, 128-wide
-    N tile) of a [rows, N] output, (expert, row, N tile) of a [G, K, N] one.  Labels are
-    dense, 0 .. count - 1 in C order."""
-    tiles = -(-o.shape[-1] // 128)
-    lead = math.prod(o.shape[:-1])
-    labels = np.arange(lead)[:, None] * tiles + np.arange(o.shape[-1]) // 128
-    return labels.reshape(o.shape), lead * tiles  # every pair holds an element
+def bias_limits(profile: Profile) -> tuple[tuple[str, metrics.BiasMode, float], ...]:
+    """(criterion, `metrics.bias_z` mode, limit) of the two bias criteria."""
+    return (("bias_z", "magnitude", profile.max_abs_bias_z),
+            ("bias_z_signed", "signed", profile.max_abs_bias_z_signed))
 
 
 def output_criteria(

@@ -31,7 +31,7 @@ import numpy as np
 
 from fp8check import metrics
 from fp8check.contracts import NUMPY_DTYPES
-from fp8check.layers.op.criteria import BadOutput, criterion, shape_error
+from fp8check.layers.op.criteria import BadOutput, bias_limits, criterion, shape_error
 from fp8check.layers.op.problem import StreamedProblem
 from fp8check.profiles import Profile
 from fp8check.references.gmm import TENSOR_CORE_ACCUMS
@@ -71,8 +71,7 @@ def _bias_criteria(t: MetricTotals, profile: Profile, m: dict[str, Any]) -> list
     `metrics.bias_z`)."""
     assert t.bias_counts is not None and t.bias_sums is not None  # gmm_metric_totals
     crit = []
-    for name, mode, limit in (("bias_z", "magnitude", profile.max_abs_bias_z),
-                              ("bias_z_signed", "signed", profile.max_abs_bias_z_signed)):
+    for name, mode, limit in bias_limits(profile):
         if t.n_nonfinite:
             z = math.inf
         elif np.count_nonzero(t.bias_counts) < 2:
