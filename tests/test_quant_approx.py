@@ -5,6 +5,9 @@ for DeepSeek-V3's act_quant; the declaration through KernelSpec, fp8check.testin
 replay file and the gate's command line."""
 
 import json
+import os
+import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -272,19 +275,36 @@ def test_gate_refuses_a_bad_declaration_with_exit_2(tmp_path, monkeypatch, capsy
     assert "--division-ulps" in capsys.readouterr().err
 
 
-def _ptx(fn, constexprs: dict) -> list[str]:
-    """The PTX instructions Triton (as installed) emits for `fn` on sm_90, bf16 in."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+_PTX_OPS = """
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import tests.peer_triton as peer
 
-    sig = {"x_ptr": "*bf16", "y_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
-    sig |= {k: "constexpr" for k in constexprs}
-    kernel = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs),
-                            target=GPUTarget("cuda", 90, 32))
-    return [line.split()[0] for line in kernel.asm["ptx"].splitlines()
-            if line.strip() and not line.lstrip().startswith(("//", ".", "{", "}", "$", "@"))
-            and line.split()]
+name, constexprs = json.loads(sys.argv[1])
+sig = {"x_ptr": "*bf16", "y_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
+sig |= {k: "constexpr" for k in constexprs}
+kernel = triton.compile(ASTSource(fn=getattr(peer, name), signature=sig,
+                                  constexprs=constexprs), target=GPUTarget("cuda", 90, 32))
+print(json.dumps([line.split()[0] for line in kernel.asm["ptx"].splitlines()
+                  if line.strip() and line.split()
+                  and not line.lstrip().startswith(("//", ".", "{", "}", "$", "@"))]))
+"""
+
+
+def _ptx(name: str, constexprs: dict) -> list[str]:
+    """The PTX instructions Triton (as installed) emits for `tests.peer_triton.<name>` on
+    sm_90, bf16 in.  Compiled in a fresh process with the interpreter off, as
+    `fp8check.native.cuda` compiles: in this process an earlier test may have put Triton
+    in interpret mode, whose functions the compiler rejects."""
+    root = Path(__file__).parents[1]
+    proc = subprocess.run([sys.executable, "-c", _PTX_OPS, json.dumps([name, constexprs])],
+                          capture_output=True, text=True, cwd=root, timeout=600,
+                          env={**os.environ, "TRITON_INTERPRET": "0",
+                               "PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.splitlines()[-1])
 
 
 def test_triton_lowers_act_quants_divisions_to_approximate_instructions():
@@ -293,17 +313,15 @@ def test_triton_lowers_act_quants_divisions_to_approximate_instructions():
     by 448), `x / s` as `div.full.f32`, the cast `cvt.rn.satfinite.e4m3x2.f32`; with
     `tl.math.div_rn` both are `div.rn.f32` and nothing approximate is left.  The ue8m0
     scale's exp2 is `ex2.approx.ftz.f32` and its log2 is no `lg2` instruction."""
-    from tests.peer_triton import act_quant_kernel, act_quant_kernel_div_rn
-
-    ops = _ptx(act_quant_kernel, {"BLOCK_SIZE": 128, "scale_fmt": None})
+    ops = _ptx("act_quant_kernel", {"BLOCK_SIZE": 128, "scale_fmt": None})
     divisions = [op for op in ops if op.startswith(("div.", "rcp."))]
     assert sorted(divisions) == ["div.approx.f32", "div.full.f32"]
     assert ops.index("div.approx.f32") < ops.index("div.full.f32")
     assert ops[ops.index("div.approx.f32") + 1].startswith("mul")
     assert "cvt.rn.satfinite.e4m3x2.f32" in ops
-    ue8m0 = _ptx(act_quant_kernel, {"BLOCK_SIZE": 128, "scale_fmt": "ue8m0"})
+    ue8m0 = _ptx("act_quant_kernel", {"BLOCK_SIZE": 128, "scale_fmt": "ue8m0"})
     assert "ex2.approx.ftz.f32" in ue8m0 and not any(op.startswith("lg2") for op in ue8m0)
-    exact = _ptx(act_quant_kernel_div_rn, {"BLOCK_SIZE": 128})
+    exact = _ptx("act_quant_kernel_div_rn", {"BLOCK_SIZE": 128})
     assert sorted(op for op in exact if op.startswith(("div.", "rcp."))) == ["div.rn.f32"] * 2
 
 

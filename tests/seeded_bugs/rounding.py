@@ -48,6 +48,7 @@ import numpy as np
 
 from fp8check.contracts import ACCUMS, KernelSpec
 from fp8check.references.exact import fma_f32
+from fp8check.references.exact import two_product as exact_two_product
 from seeded_bugs.catch import Catch, named, seeded
 from seeded_bugs.kernels import BF16, QB, BlockwiseGmm, spec
 
@@ -69,18 +70,10 @@ def two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def two_product(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(p, e): p = RN64(a*b), p + e == a*b exactly (Dekker's split; |a|, |b| < 2^995 and
-    no underflow, which the gate's operands satisfy), elementwise; e = 0 where p is not
-    finite."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        p = a * b
-        c = 134217729.0 * a
-        ah = c - (c - a)
-        al = a - ah
-        c = 134217729.0 * b
-        bh = c - (c - b)
-        bl = b - bh
-        e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    """(p, e): p = RN64(a*b), p + e == a*b exactly (`references.exact.two_product`, Dekker;
+    |a|, |b| < 2^995 and no underflow, which the gate's operands satisfy), elementwise;
+    e = 0 where p is not finite."""
+    p, e = exact_two_product(a, b)
     return p, np.where(np.isfinite(p), e, 0.0)
 
 
