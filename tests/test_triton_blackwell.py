@@ -9,16 +9,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+from tensor_core_support import interpreted_gmm_fp8
 
-import fp8check.kernels.triton as tk
-from fp8check.kernels.triton import fidelity, interpret
+from fp8check.kernels.triton import fidelity
 from fp8check.references import gmm, quantize
 
 RNG = np.random.default_rng(28)
-
-
-def _torch(q):
-    return torch.from_numpy(np.ascontiguousarray(q.view(np.uint8))).view(torch.float8_e4m3fn)
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +29,7 @@ def problem():
 
 
 def _run(problem, out_dtype, interval=None):
-    lq, rq, gs = problem
-    with interpret.dot_model("blackwell"):
-        out = tk.gmm_fp8(_torch(lq.values), torch.from_numpy(lq.scales), _torch(rq.values),
-                         torch.from_numpy(rq.scales), torch.from_numpy(gs),
-                         out_dtype=out_dtype, max_num_imprecise_acc=interval)
-    return out.float().numpy()[:int(gs.sum())]
+    return interpreted_gmm_fp8(problem, "blackwell", out_dtype, interval)
 
 
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from seeded_bugs.kernels import HopperTensorCore, spec
+from tensor_core_support import fp8_tensor, interpreted_gmm_fp8
 
 import fp8check.kernels.triton as tk
 from fp8check.cases import build_suite
@@ -20,10 +21,6 @@ from fp8check.references import gmm, quantize
 from fp8check.registry import load_builtin
 
 RNG = np.random.default_rng(27)
-
-
-def _torch(q):
-    return torch.from_numpy(np.ascontiguousarray(q.view(np.uint8))).view(torch.float8_e4m3fn)
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +37,10 @@ def problem():
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
 def test_hopper_dot_is_bit_exact_to_deepgemm_hopper(problem, interval, out_dtype):
     lq, rq, gs = problem
-    with interpret.dot_model("hopper"):
-        out = tk.gmm_fp8(_torch(lq.values), torch.from_numpy(lq.scales), _torch(rq.values),
-                         torch.from_numpy(rq.scales), torch.from_numpy(gs),
-                         out_dtype=out_dtype, max_num_imprecise_acc=interval)
+    got = interpreted_gmm_fp8(problem, "hopper", out_dtype, interval)
     rows = int(gs.sum())
     np_dt = np.float32 if out_dtype == torch.float32 else ml_dtypes.bfloat16
     want = gmm(lq, rq, gs, out_dtype=np_dt, accum="deepgemm-hopper", interval=interval or 128)
-    got = out.float().numpy()[:rows]
     np.testing.assert_array_equal(got, want[:rows].astype(np.float32))
     # ... and the tensor core's truncation really is in it: not the exact-partial recipe.
     assert not np.array_equal(got, gmm(lq, rq, gs, out_dtype=np_dt)[:rows].astype(np.float32))
@@ -66,7 +59,7 @@ def test_promotion_interval_buys_accuracy(problem):
 def test_bad_interval_is_one_line_value_error(problem):
     lq, rq, gs = problem
     with pytest.raises(ValueError, match="max_num_imprecise_acc"):
-        tk.gmm_fp8(_torch(lq.values), torch.from_numpy(lq.scales), _torch(rq.values),
+        tk.gmm_fp8(fp8_tensor(lq.values), torch.from_numpy(lq.scales), fp8_tensor(rq.values),
                    torch.from_numpy(rq.scales), torch.from_numpy(gs),
                    max_num_imprecise_acc=48)
     with pytest.raises(ValueError, match="interval"):
