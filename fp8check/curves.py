@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from fp8check.logs import LogOptions, read_log
+from fp8check.profiles import GAP_Z
 from fp8check.results.model import Criterion
 
 EMA_BETA = 0.9
@@ -63,7 +64,6 @@ SPIKE_CLEAN_Z = 4.0
 SPIKE_REL_FLOOR = 1e-4
 NOISE_WINDOW = 200
 NOISE_MIN = 12
-GAP_Z = 3.0
 EMA_GAP_Z = 4.5
 SPIKE_SHARED_FRAC = 0.5
 SPIKE_SHARED_RATIO = 3.0

@@ -49,6 +49,7 @@ Two questions are gated separately and never mixed:
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 
 from fp8check.subnormal_data import SUBNORMAL_DIST
@@ -113,6 +114,72 @@ IMPACT_REPORT_ONLY: dict[str, str] = {
                           "an e4m3 rounding boundary by construction (worst-case "
                           "quantization error); impact reported, not gated",
 }
+
+
+# Noise deviations a relative loss gap may reach before it counts: the curve criteria's
+# limit (`fp8check.curves`) and the drift a comparison of two runs allows a curve's gap.
+GAP_Z = 3.0
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How much closer to its limit a criterion's value may move between a baseline run
+    and a later run of the same kernel, case and seed before `fp8check compare` calls it a
+    regression: by at most max(`rel` x |baseline value|, `abs`, `noise_z` x the two runs'
+    combined standard error, read from the metric `noise`), in the criterion's unit.
+    "Closer to its limit" follows the criterion's relation: up for "<=", down for ">=",
+    away from 0 for "|x|<=".  A criterion with relation "==" (a flag, a count that must
+    be 0) has no drift: only its verdict is compared.  `why` is the rationale."""
+
+    rel: float = 0.0
+    abs: float = 0.0
+    noise: str | None = None
+    noise_z: float = GAP_Z
+    why: str = ""
+
+
+# Deterministic kernels give the same values on the same case and seed, so any move is the
+# change under review; the thresholds are what a reviewer must see, sized above what an
+# accumulation-order change (any valid order, or a non-deterministic kernel's run-to-run
+# order) makes of a correct kernel.  Keys are criterion names or fnmatch patterns; the
+# first that matches applies (`drift_of`).
+DRIFT: dict[str, Drift] = {
+    "bound_ratio": Drift(rel=0.5, why=(
+        "the worst element's error over its a-priori bound: a maximum over elements, so a "
+        "valid reordering moves it; half again as large is the least worth a review, and a "
+        "doubled error is caught")),
+    "error_ratio": Drift(rel=0.25, why=(
+        "the kernel's RMS error over a naive float32 kernel's: a mean over every element, "
+        "steadier than a maximum; a quarter more error is the least worth a review")),
+    "bias_z": Drift(abs=4.0, why=(
+        "a sign test, N(0, 1) for any round-to-nearest kernel whatever its order, so two "
+        "correct runs differ by N(0, 2): 4 is 2.8 of its deviations (0.5% a comparison)")),
+    "bias_z_signed": Drift(abs=4.0, why="as bias_z"),
+    "auc_gap": Drift(noise="auc_gap_se", why=(
+        "the loss curves' relative AUC gap: judged against the gap's own noise (its "
+        "standard error, as the curve criteria judge it), GAP_Z deviations of the two "
+        "runs' combined error")),
+    "final_gap": Drift(noise="final_gap_se", why="as auc_gap, of the final losses"),
+    "*_db*": Drift(abs=1.0, why=(
+        "an SQNR or SNR in dB (layer 1's quantization impact, layer 2's SQNRs, layer 3's "
+        "gradient SNR), set by the quantization more than by the order of the sums: 1 dB "
+        "(26% more noise power) is a changed quantization; a lost bit costs 6 dB")),
+    "*": Drift(rel=0.25, why=(
+        "any other ordered criterion (a native compile's resources, a count with a "
+        "limit): a quarter worse than the baseline")),
+}
+
+
+def drift_of(criterion: str) -> Drift:
+    """The `DRIFT` entry of the criterion called `criterion` (the first key matching it)."""
+    return next(d for key, d in DRIFT.items() if fnmatch.fnmatchcase(criterion, key))
+
+
+# The share of a layer-1 result's outputs bit-equal to the correctly rounded exact value
+# (its ULP histogram's 0 bin) may fall by at most this much (absolute: 0.05 = 5 points of
+# share, over thousands of outputs a case).  An accumulation order of another precision
+# (pairwise instead of sequential sums) moves it too: such a change is for a reviewer to see.
+EXACT_FRACTION_DRIFT = 0.05
 
 
 def sqnr_band(sqnr_db: float) -> str:

@@ -1,1 +1,2 @@
-"""HTML precision reports."""
+"""What a run is shown as: the HTML precision report, the Markdown summary, the files a
+finished run is written to."""

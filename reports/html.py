@@ -5,12 +5,13 @@ Input is the gate's JSON document (`fp8check.results`): `results` (kernel, layer
 passed, metrics, criteria, failed, skipped, error, repro, seconds), `summary`,
 `environment`, and optionally `tune` (a tiling search: `rounds` of {round, candidates:
 [{tiling, status, reason, cost_model_us, speedup}], best}).  Layout, failures first:
-verdict; summary matrix (kernels x layers: counts, worst criterion, time); every failing
-case with its reproduction command and figures; the quantization-impact overview; every
-case by layer and kernel (collapsed); the tiling search; skips and load errors; what the
-gate looked at (`fp8check.coverage` of the suite's cases it ran at layer 1, with the input
-classes none of them reaches); the environment (versions, backends, interpreter fixes,
-seed).
+verdict; against a baseline run when one is given (`fp8check.results.compare`: per
+kernel, the criteria that moved, regressions first); summary matrix (kernels x layers:
+counts, worst criterion, time); every failing case with its reproduction command and
+figures; the quantization-impact overview; every case by layer and kernel (collapsed);
+the tiling search; skips and load errors; what the gate looked at (`fp8check.coverage`
+of the suite's cases it ran at layer 1, with the input classes none of them reaches); the
+environment (versions, backends, interpreter fixes, seed).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import jinja2
 from fp8check import cases as cases_mod
 from fp8check.coverage import Coverage, suite_coverage
 from fp8check.reports import plots
+from fp8check.results.compare import Comparison, Move
 from fp8check.targets import TARGETS, Target
 
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -186,9 +188,20 @@ def layer0_targets(results: Sequence[dict[str, Any]]) -> list[Target]:
     return [t for name, t in TARGETS.items() if name in seen]
 
 
-def build_context(doc: dict[str, Any], workers: int | None = 1) -> dict[str, Any]:
+def moves_by_kernel(comparison: Comparison) -> list[tuple[str, list[Move]]]:
+    """The comparison's moves grouped by kernel, kernels with a regression first, and
+    within a kernel regressions before improvements."""
+    by_kernel: dict[str, list[Move]] = {}
+    for m in comparison.regressions + comparison.improvements:
+        by_kernel.setdefault(m.kernel, []).append(m)
+    return sorted(by_kernel.items(), key=lambda kv: kv[1][0].kind != "regression")
+
+
+def build_context(doc: dict[str, Any], workers: int | None = 1,
+                  comparison: Comparison | None = None) -> dict[str, Any]:
     """Everything the template shows, figures rendered (the expensive part; `workers` as
-    in `figures`)."""
+    in `figures`); with `comparison` (of this run against a baseline) the regression
+    view after the verdict."""
     results = doc["results"]
     views = [_view(r, f"case-{i}") for i, r in enumerate(results)]
     failures = [v for v in views if v["status"] in ("fail", "error")]
@@ -217,22 +230,26 @@ def build_context(doc: dict[str, Any], workers: int | None = 1) -> dict[str, Any
         "coverage": gate_coverage(doc), "tune": tune, "accepted_statuses": plots.ACCEPTED_STATUSES,
         "targets": layer0_targets(results),
         "tune_figure": None if tune_fig is None else plots.to_data_uri(tune_fig),
+        "comparison": comparison,
+        "moves_by_kernel": moves_by_kernel(comparison) if comparison else [],
     }
 
 
-def render_html(doc: dict[str, Any], workers: int | None = 1) -> str:
-    """The report as one HTML string (`workers` as in `figures`)."""
+def render_html(doc: dict[str, Any], workers: int | None = 1,
+                comparison: Comparison | None = None) -> str:
+    """The report as one HTML string (`workers` and `comparison` as in `build_context`)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
     env.filters["fmt"] = _fmt
     env.filters["layer_name"] = layer_name
-    return env.get_template("report.html").render(**build_context(doc, workers))
+    return env.get_template("report.html").render(**build_context(doc, workers, comparison))
 
 
-def write_html(path: str | Path, doc: dict[str, Any], workers: int | None = 1) -> None:
+def write_html(path: str | Path, doc: dict[str, Any], workers: int | None = 1,
+               comparison: Comparison | None = None) -> None:
     """`render_html` into `path` (parent folders created)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(doc, workers))
+    path.write_text(render_html(doc, workers, comparison))

@@ -4,13 +4,13 @@ keeps the contract: no Python traceback, an exit status in `fp8check.exitcodes` 
 modified, nothing written on bad input.
 
 In this process (`fp8check.cli.main`): argument vectors drawn from each sub-command's
-real argparse options; mutated JSON documents and JSONL streams for `report`, `merge` and
-`curves`; mutated loss logs; mutated `[tool.fp8check]` tables.  Hostile kernels, which need
-the gate's worker processes, are in `test_gate_fuzz_kernels.py`.  Every `gate` that may run
-is one smoke case with a numpy kernel and `--no-isolate` (seconds); `tune` only reaches its
-argument checks.  The example counts are the `fp8check-ci` profile's `FUZZ_*` settings
-(`fp8check.hypothesis_profiles`), sized so that the fuzz files take about a minute under
-`make test`.
+real argparse options; mutated JSON documents and JSONL streams for `report`, `merge`,
+`compare` and `curves`; mutated loss logs; mutated `[tool.fp8check]` tables.  Hostile
+kernels, which need the gate's worker processes, are in `test_gate_fuzz_kernels.py`.  Every
+`gate` that may run is one smoke case with a numpy kernel and `--no-isolate` (seconds);
+`tune` only reaches its argument checks.  The example counts are the `fp8check-ci`
+profile's `FUZZ_*` settings (`fp8check.hypothesis_profiles`), sized so that the fuzz files
+take about a minute under `make test`.
 """
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ SENSIBLE = {
     "junit": ["j.xml"], "report": ["r.html"], "shard": ["1/1", "1/2", "2/2"],
     "jobs": ["1", "2"], "timeout": ["60", "0.001"], "output": ["o.json", "o.html"],
     "results": ["g.json", "g.jsonl"], "inputs": ["g.json", "g.jsonl"],
+    "base": ["g.json", "g.jsonl"], "head": ["g.json", "g.jsonl"], "summary_md": ["s.md"],
     "candidate": ["loss.csv", "g.json@fp8"], "baseline": ["loss.csv"], "label": ["a", "b"],
     "suite": ["smoke"], "emit": ["e.json"], "rounds": ["1"], "population": ["2"],
 }
@@ -133,7 +134,7 @@ def _value(action: argparse.Action, files: st.SearchStrategy[str]) -> st.SearchS
         kinds.append(st.sampled_from(sorted(map(str, action.choices))))
     dest = action.dest
     if dest in ("json", "jsonl", "junit", "report", "output", "emit", "results", "inputs",
-                "candidate", "baseline"):
+                "candidate", "baseline", "base", "head", "summary_md"):
         kinds += [files, files]
     wild = st.one_of(kinds)
     sensible = SENSIBLE.get(dest) or (sorted(map(str, action.choices)) if action.choices
@@ -186,7 +187,7 @@ def _tree(d: Path) -> set[str]:
     return {str(p.relative_to(d)) for p in d.rglob("*") if "__pycache__" not in p.parts}
 
 
-@pytest.mark.parametrize("command", ["list", "report", "merge", "curves"])
+@pytest.mark.parametrize("command", ["list", "report", "merge", "compare", "curves"])
 @fuzz("FUZZ_ARGV")
 @given(data=st.data())
 def test_argument_vectors_keep_the_contract(command, data, gate_run, tmp_path, capfd):
@@ -390,6 +391,17 @@ def test_mutated_documents_keep_the_contract(data, gate_run, tmp_path, capfd):
         assert rc in (0, 2) and (d / "r.html").exists() == (rc == 0)
         if rc == 0:
             read_document(d / name)  # what report rendered reads as a document
+
+        # against the intact run as its baseline: no regression only when every result
+        # of the baseline is there and passed (each of the baseline's did)
+        (d / "base.json").write_bytes((gate_run / "g.json").read_bytes())
+        rc, _, _ = call(["compare", "base.json", name, "--summary-md", "s.md"], capfd)
+        assert rc in (0, 1, 2) and (d / "s.md").exists() == (rc in (0, 1))
+        if rc == 0:
+            head = {(r["kernel"], r["layer"], r["case"]): r
+                    for r in read_document(d / name)["results"]}
+            base = read_document(d / "base.json")["results"]
+            assert all(head[(r["kernel"], r["layer"], r["case"])]["passed"] for r in base)
 
         pair = data.draw(st.booleans(), label="merge two shards")
         inputs = [name]

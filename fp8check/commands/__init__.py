@@ -17,3 +17,14 @@ import pkgutil
 def register_all(subparsers: argparse._SubParsersAction) -> None:
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         importlib.import_module(f"{__name__}.{info.name}").register(subparsers)
+
+
+def add_summary_args(p: argparse.ArgumentParser) -> None:
+    """`--summary-md` and `--report-url`, the options of every command that finishes a run
+    (gate, merge, compare)."""
+    p.add_argument("--summary-md", metavar="FILE",
+                   help="also write a short Markdown summary here (verdict, failures, "
+                        "regressions, repro commands): e.g. $GITHUB_STEP_SUMMARY")
+    p.add_argument("--report-url", metavar="URL",
+                   help="where the summary links the full report (default: the --report "
+                        "path), e.g. the CI artifact's URL")

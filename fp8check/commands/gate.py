@@ -7,6 +7,7 @@ from pathlib import Path
 
 from fp8check import cases as cases_mod
 from fp8check import exitcodes, registry
+from fp8check.commands import add_summary_args
 from fp8check.config import DEFAULT_TIMEOUT
 from fp8check.contracts import ACCUMS, CONTRACT_DOC, CONTRACTS, FRAMEWORKS, OUT_DTYPES
 from fp8check.gate.plan import GateOptions
@@ -75,6 +76,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    "./fp8check-out/gate.jsonl)")
     g.add_argument("--junit", help="write JUnit XML here")
     g.add_argument("--report", help="write the HTML report here")
+    g.add_argument("--baseline", metavar="BASE.json",
+                   help="compare this run with an earlier whole run of the same suite, "
+                        "seed, profile and package versions, as `fp8check compare` does: a "
+                        "regression fails the gate (exit 1), and the report and summary "
+                        "show what moved")
+    add_summary_args(g)
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--shard", help="run only shard i of n (i/n, 1-based): case k of layers "
                                    "1-2 (family k of layers 0 and 3) goes to shard k mod n + "
@@ -105,6 +112,7 @@ def options(args: argparse.Namespace) -> GateOptions:
         suite=args.suite, profile=args.profile, layers=args.layers, seed=args.seed,
         backend=args.backend, targets=args.targets, cases=tuple(args.case or ()),
         json=args.json, jsonl=args.jsonl, junit=args.junit, report=args.report,
+        summary_md=args.summary_md, report_url=args.report_url, baseline=args.baseline,
         shard=args.shard, jobs=args.jobs, progress=not args.no_progress,
         isolate=args.isolate, timeout=args.timeout,
     )

@@ -18,6 +18,7 @@ import argparse
 import sys
 from typing import Any
 
+from fp8check.commands import add_summary_args
 from fp8check.errors import usage_errors
 from fp8check.results import CaseResult, documents
 from fp8check.userfiles import check_output
@@ -125,20 +126,17 @@ def merge_documents(named: list[Named], *, allow_partial: bool = False) -> dict[
 
 
 def run(args: argparse.Namespace) -> int:
+    from fp8check.reports.outputs import write_outputs
+
     with usage_errors():
-        for option in ("output", "junit", "report"):
+        for option, flag in (("output", "-o"), ("junit", "--junit"), ("report", "--report"),
+                             ("summary_md", "--summary-md")):
             if getattr(args, option):
-                check_output(getattr(args, option),
-                             "-o" if option == "output" else f"--{option}")
+                check_output(getattr(args, option), flag)
         doc = merge_documents([(p, documents.read_document(p)) for p in args.inputs],
                               allow_partial=args.allow_partial)
-    documents.write_json(args.output, doc)
-    if args.junit:
-        documents.write_junit(args.junit, documents.results_of(doc))
-    if args.report:
-        from fp8check.reports.html import write_html
-
-        write_html(args.report, doc, workers=None)
+    write_outputs(doc, json=args.output, junit=args.junit, report=args.report,
+                  summary_md=args.summary_md, report_url=args.report_url)
     s = doc["summary"]
     if not s["complete"]:
         print(f"fp8check merge: incomplete: {s['incomplete']}", file=sys.stderr)
@@ -156,6 +154,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, help="merged JSON document")
     p.add_argument("--junit", help="also write merged JUnit XML here")
     p.add_argument("--report", help="also write the merged HTML report here")
+    add_summary_args(p)
     p.add_argument("--allow-partial", action="store_true",
                    help="merge even when shards are missing; the result is incomplete "
                         "and never passes")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from fp8check import cases as cases_mod
 from fp8check import registry
@@ -40,6 +41,9 @@ class GateOptions:
     jsonl: str | None = None
     junit: str | None = None
     report: str | None = None
+    summary_md: str | None = None
+    report_url: str | None = None
+    baseline: str | None = None  # a whole earlier run's document to compare this run with
     shard: str | None = None
     jobs: int = 1
     progress: bool = True
@@ -67,6 +71,7 @@ class GatePlan:
     shard: tuple[int, int]
     jsonl: Path
     layer_kernel: str | None = None
+    baseline: dict[str, Any] | None = None
 
     @property
     def layers(self) -> tuple[int, ...]:
@@ -111,6 +116,29 @@ def _merged(opts: GateOptions, cfg: GateConfig) -> GateConfig:
         isolate=cfg.isolate if opts.isolate is None else opts.isolate,
         timeout=cfg.timeout if opts.timeout is None else opts.timeout,
     )
+
+
+def _baseline(opts: GateOptions, cfg: GateConfig, shard: tuple[int, int]
+              ) -> dict[str, Any] | None:
+    """The `--baseline` document, read and checked against this run before it starts
+    (UsageError: not a whole run, or one of another suite, seed, profile or package
+    versions; comparing shards is for `fp8check compare` after `merge`)."""
+    if opts.baseline is None:
+        return None
+    if shard != (1, 1):
+        raise UsageError("--baseline compares whole runs: run the shards, `fp8check merge` "
+                         "them, then `fp8check compare BASE merged.json`")
+    from fp8check.results import documents
+    from fp8check.results.compare import check_same_run, check_whole
+
+    with usage_errors():
+        doc = documents.read_document(opts.baseline)
+        check_whole(doc, opts.baseline)
+        check_same_run(doc["environment"], {
+            "suite": cfg.suite, "seed": cfg.seed, "profile": cfg.profile,
+            "result_ids": documents.RESULT_IDS, "packages": documents.package_versions()},
+            opts.baseline, "this run")
+    return doc
 
 
 def check_kernel_names(kernels: tuple[str, ...]) -> None:
@@ -238,6 +266,8 @@ def make_plan(opts: GateOptions, cfg: GateConfig) -> tuple[GatePlan, str | None]
             path = getattr(cfg, option)
             if path and Path(path).parent != OUT_DIR:
                 check_output(path, f"--{option}")
+        if opts.summary_md:
+            check_output(opts.summary_md, "--summary-md")
         get_profile(cfg.profile)
         targets = parse_targets(opts.targets) if 0 in cfg.layers else ()
         if 1 in cfg.layers:
@@ -267,5 +297,5 @@ def make_plan(opts: GateOptions, cfg: GateConfig) -> tuple[GatePlan, str | None]
                        f", so that backward is fp8check's bf16 reference, not a kernel of yours")
     plan = GatePlan(config=cfg, options=opts, dropped=dropped, families=families,
                     targets=targets, shard=shard, jsonl=jsonl_path(cfg),
-                    layer_kernel=layer_kernel)
+                    layer_kernel=layer_kernel, baseline=_baseline(opts, cfg, shard))
     return plan, "\n".join(notices) or None

@@ -16,6 +16,7 @@ from fp8check.gate.plan import GateOptions, GatePlan, make_plan
 from fp8check.gate.runner import Batch, Sink, plan_batches, run_batches
 from fp8check.native import ToolchainMissing
 from fp8check.results import CaseResult, JsonlStream, documents
+from fp8check.results.compare import Comparison, compare
 
 
 def _environment(plan: GatePlan, specs: list, load_errors: dict[str, str]) -> dict[str, Any]:
@@ -40,18 +41,25 @@ def _progress(total: int, enabled: bool) -> Any:
                 dynamic_ncols=True, mininterval=0.5)
 
 
-def _write_documents(plan: GatePlan, done: list[CaseResult], summary: dict[str, Any],
-                     env: dict[str, Any]) -> None:
-    c = plan.config
-    doc = documents.document(done, summary, env)
-    if c.json:
-        documents.write_json(c.json, doc)
-    if c.junit:
-        documents.write_junit(c.junit, done)
-    if c.report:
-        from fp8check.reports.html import write_html
+def _finish(plan: GatePlan, done: list[CaseResult], summary: dict[str, Any],
+            env: dict[str, Any]) -> Comparison | None:
+    """Write the run's documents; with `--baseline`, compare the run with it first (a
+    complete run only: an incomplete one fails anyway, and its missing results are not
+    regressions of the kernels) and show the comparison in the report and the summary."""
+    from fp8check.reports.outputs import write_outputs
 
-        write_html(c.report, doc, workers=None)  # the command has a main guard
+    c, o = plan.config, plan.options
+    doc = documents.document(done, summary, env)
+    cmp = None
+    if plan.baseline is not None:
+        if summary["complete"]:
+            cmp = compare(plan.baseline, doc, str(o.baseline), "this run")
+        else:
+            print(f"fp8check gate: not compared with {o.baseline}: this run is incomplete",
+                  file=sys.stderr)
+    write_outputs(doc, json=c.json, junit=c.junit, report=c.report, summary_md=o.summary_md,
+                  report_url=o.report_url, comparison=cmp)
+    return cmp
 
 
 ISOLATION_OFF = ("fp8check: isolation is off: kernels run in this process; one that exits or "
@@ -118,7 +126,7 @@ def run_gate(opts: GateOptions, cwd: str | Path = ".") -> int:
     # incomplete, and an incomplete run never passes.
     made_all = stop is None and len(sink.done) == planned
     summary = documents.tally(sink.done, kernels.errors, complete=made_all)
-    _write_documents(plan, sink.done, summary, env)
+    cmp = _finish(plan, sink.done, summary, env)
     if stop is not None:
         print(_interrupted_line(plan, stop, len(sink.done), planned), file=sys.stderr)
         return exitcodes.interrupted(stop.signum)
@@ -135,4 +143,7 @@ def run_gate(opts: GateOptions, cwd: str | Path = ".") -> int:
           f"{summary['n_skipped']} skipped, {len(kernels.errors)} kernels not loaded")
     for reason, count in sorted(summary["skipped_reasons"].items(), key=lambda kv: -kv[1]):
         print(f"  {count} skipped: {reason}")
-    return exitcodes.PASS if summary["passed"] else exitcodes.FAIL
+    if cmp is not None:
+        print(f"fp8check gate: against the baseline: {cmp.text()}")
+    regressed = cmp is not None and cmp.regressed
+    return exitcodes.PASS if summary["passed"] and not regressed else exitcodes.FAIL

@@ -44,6 +44,11 @@ if TYPE_CHECKING:
     from fp8check.contracts import KernelSpec
 
 RESULTS_VERSION = 2
+# The scheme of result identities, (kernel, layer, case) with the case id naming shape,
+# data, dtype and seed (layer 0's: target and shape): raised when an id changes meaning,
+# so that `fp8check compare` refuses documents whose ids cannot be matched.  Documents
+# without `environment.result_ids` were written under scheme 1.
+RESULT_IDS = 1
 _READABLE_VERSIONS = (1, 2)
 _REQUIRED_KEYS = ("version", "summary", "environment", "results")
 _PACKAGES = ("fp8check", "numpy", "ml_dtypes", "jax", "jaxlib", "torch", "triton",
@@ -70,6 +75,7 @@ def environment(
     from fp8check.references.gmm import PARTIALS
 
     return {
+        "result_ids": RESULT_IDS,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "packages": package_versions(),

@@ -118,7 +118,7 @@ ENVIRONMENT = _obj(
     python=_STR, platform=_STR, packages=_map_of(_nullable("string")), suite=_STR,
     seed=_INT, profile=_STR, backend_requested=_STR, kernels=_map_of(_KERNEL),
     kernel_load_errors=_map_of(_STR), layers={"type": "array", "items": _INT},
-    shard=_STR)
+    shard=_STR, result_ids=_INT)
 
 DOCUMENT = {
     **_obj(("version", "summary", "environment", "results"),
