@@ -41,7 +41,8 @@ second differences around each step (1.4826 * MAD / sqrt(6) over `NOISE_WINDOW` 
   (layer 3) only when significant and beyond the AUC limit, so its false-alarm rate is
   below alpha.
 
-`LIMITS` holds each profile's thresholds; layers 3 and 4 use the same ones.
+Each profile's thresholds are `fp8check.profiles.CurveLimits`; layers 3 and 4 use the same
+ones.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from fp8check.logs import LogOptions, read_log
-from fp8check.profiles import GAP_Z
+from fp8check.profiles import GAP_Z, CurveLimits, get_profile
 from fp8check.results.model import Criterion
 
 EMA_BETA = 0.9
@@ -70,41 +71,10 @@ SPIKE_SHARED_RATIO = 3.0
 SEED_ALPHA = 0.05
 
 
-@dataclass(frozen=True)
-class CurveLimits:
-    """Thresholds of one profile.  Gaps are relative (0.01 = 1%), SNR in dB."""
-
-    max_auc_gap: float
-    max_final_gap: float
-    max_ema_gap: float
-    spike_k: float
-    min_grad_snr_db: float  # median over the sampled steps (layer 3 only)
-    max_snr_drop_db: float  # fitted SNR decline over the run (layer 3 only)
-
-
-# strict: Megatron's 1% AUC rule; the final loss (a tenth of the steps, noisier) and the
-# worst EMA-smoothed step get 2% and 3%.  Measured on the ci schedule (Pallas, seeds 0-2),
-# correct FP8 kernels give |AUC gap| <= 3.1e-4, |final gap| <= 1.3e-3, max |EMA gap| <=
-# 4e-3 and a median gradient SNR of 28-29 dB against f32 (bf16 kernels: ~46 dB); single
-# samples dip to ~15 dB where a token's top-k flips between the two models.  explore
-# doubles the gaps and takes 5 dB off the SNR floor.
-LIMITS: dict[str, CurveLimits] = {
-    "strict": CurveLimits(max_auc_gap=0.01, max_final_gap=0.02, max_ema_gap=0.03,
-                          spike_k=6.0, min_grad_snr_db=20.0, max_snr_drop_db=6.0),
-    "explore": CurveLimits(max_auc_gap=0.02, max_final_gap=0.04, max_ema_gap=0.06,
-                           spike_k=6.0, min_grad_snr_db=15.0, max_snr_drop_db=10.0),
-}
-
-
 def get_limits(profile: str) -> CurveLimits:
-    """The curve limits of `profile` (ValueError for an unknown one, or for "off")."""
-    from fp8check.profiles import get_profile
-
-    get_profile(profile)
-    if profile not in LIMITS:
-        raise ValueError(f"profile {profile!r} has no curve limits; expected one of "
-                         f"{', '.join(LIMITS)}")
-    return LIMITS[profile]
+    """The curve limits of `profile` (`fp8check.profiles`; ValueError for an unknown one,
+    or for "off")."""
+    return get_profile(profile).curves
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,15 @@
 """Profiles (staged, never off) and `[tool.fp8check]` configuration."""
 
+from pathlib import Path
+
 import pytest
 
 from fp8check.cli import main
 from fp8check.config import GateConfig, load_config
-from fp8check.profiles import PROFILES, get_profile, sqnr_band
+from fp8check.profiles import PROFILES, get_profile, limits_markdown, limits_table, sqnr_band
+from fp8check.targets import TARGETS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", ["off", "none", "disabled"])
@@ -28,6 +33,29 @@ def test_explore_loosens_only_the_impact_question():
     assert explore.max_calc_diff > strict.max_calc_diff
     assert explore.impact_atol > strict.impact_atol
     assert strict.min_sqnr_db == 27.0 and explore.min_sqnr_db == 20.0
+
+
+def test_docs_limits_is_the_table_of_limits():
+    """docs/limits.md is generated from the one table (`python -m fp8check.profiles`)."""
+    assert (ROOT / "docs" / "limits.md").read_text() == limits_markdown(), (
+        "docs/limits.md is stale: python -m fp8check.profiles > docs/limits.md")
+
+
+def test_the_table_lists_every_layer_with_a_value_per_profile_and_a_source():
+    rows = limits_table()
+    assert {r.layer for r in rows} == {0, 1, 2, 3}  # layer 4 shares layer 3's curve limits
+    for r in rows:
+        assert set(r.values) == set(PROFILES) and r.source and r.unit, r
+    # layer 0: every resource limit of every chip, as the targets table has it
+    chips = {(name, res, lim.value) for name, t in TARGETS.items()
+             for res, lim in t.limits.items()}
+    listed = {(r.criterion.split("(")[1].rstrip(")"), r.criterion.split(" ")[0],
+               r.values["strict"]) for r in rows if r.layer == 0}
+    assert listed == chips
+    # the layers read the profile: explore is looser than strict on layers 2 and 3
+    strict, explore = PROFILES["strict"], PROFILES["explore"]
+    assert explore.moe.out_min_sqnr_db < strict.moe.out_min_sqnr_db
+    assert explore.curves.max_auc_gap > strict.curves.max_auc_gap
 
 
 def test_sqnr_bands():

@@ -16,23 +16,18 @@ result answers two questions, never mixed (each criterion names its question):
   2^-8, each rounding ~53 dB of SQNR for uniform relative error u/sqrt(3)), float32
   accumulation (negligible), and the rare element where the layer's own bf16 activation
   rounds to a neighbour of the reference's (the FP8 code of that element moves by one).
-  Measured on the ci cases (seed 0, both families, fp8 and bf16 layers) with the
-  correct kernels: >= 46.1 dB on every tensor and every expert.  `ST_MIN_SQNR_DB` = 40 dB
-  leaves 6 dB of margin (a correct run would need 4x the noise energy to fail), while
-  every seeded wiring bug (tests/seeded_bugs/layer2.py) gives <= 33 dB on some tensor or
-  expert, including one (FP8 residuals saved for the backward: 28-33 dB) that every
-  impact criterion passes.  The criterion is applied to every
+  The limit, `fp8check.profiles.ST_MIN_SQNR_DB` (with its source there), catches every
+  seeded wiring bug of tests/seeded_bugs/layer2.py, including one (FP8 residuals saved
+  for the backward) that every impact criterion passes.  The criterion is applied to every
   tensor (out, dx, router, wi, wo) and to the worst expert of wi and wo (a group-boundary
   leak hurts the smallest group most and drowns in a whole-tensor figure).  Experts that
   received no tokens must get gradients that are exactly zero (`st_dead_experts_zero`), and
   the layer's routing must equal the reference's (`st_routing`).
 * **quantization impact** (`sqnr_db.*`): the layer against the exact float64 layer: SQNR
   of out and of every gradient, per-expert SQNR of the wi and wo gradients (experts with
-  few tokens are where FP8 hurts), cosine similarity (reported).  Limits `IMPACT_LIMITS`:
-  outputs 23 dB and gradients 21 dB in `strict` (the figures torchao's MoE training tests
-  gate FP8 grouped GEMMs with: ~23 dB outputs, 21-29 dB gradients), 20 / 18 dB
-  in `explore` (20 dB, the common "acceptable" floor for FP8 training).  The bf16 layers are held
-  to `BF16_IMPACT_MIN_DB` = 35 dB (a bf16 rounding is ~53 dB; a handful compound).
+  few tokens are where FP8 hurts), cosine similarity (reported).  Limits: the profile's
+  `MoeLimits` (outputs, gradients); the bf16 layers are held to `BF16_IMPACT_MIN_DB`
+  (`fp8check.profiles`, each with its source).
 
 With top_k = 1 the renormalised combine weight is identically 1, so the router gets no
 gradient: its SQNR is undefined and is reported, not gated (`router_note`).
@@ -50,16 +45,13 @@ import numpy as np
 
 from fp8check import metrics
 from fp8check.layers.moe.matmuls import VARIANTS, ExpertMatmuls, resolve
-from fp8check.profiles import get_profile
+from fp8check.profiles import BF16_IMPACT_MIN_DB, ST_MIN_SQNR_DB, get_profile
 from fp8check.references.casts import to_float64
 from fp8check.references.moe import MoEInputs, MoEOutputs, moe_reference, route_numpy
 from fp8check.results.model import CaseResult, Criterion
 
 LAYER = 2
 TENSORS = ("out", "dx", "router", "wi", "wo")
-ST_MIN_SQNR_DB = 40.0
-IMPACT_LIMITS = {"strict": (23.0, 21.0), "explore": (20.0, 18.0)}  # (out, gradients) dB
-BF16_IMPACT_MIN_DB = 35.0
 # Routing must not hinge on rounding: the k-th and (k+1)-th logit of every token differ by
 # at least this much (float32 logits are within ~1e-6 of the float64 ones).
 MIN_TOPK_MARGIN = 1e-3
@@ -197,8 +189,8 @@ def _structure_criteria(ref: MoEOutputs, got: MoEOutputs, m: dict[str, Any]) -> 
 def _limits(variant: str, profile: str) -> dict[str, float]:
     if variant == "bf16":
         return dict.fromkeys(TENSORS, BF16_IMPACT_MIN_DB)
-    out_db, grad_db = IMPACT_LIMITS[profile]
-    return {"out": out_db} | dict.fromkeys(TENSORS[1:], grad_db)
+    lim = get_profile(profile).moe
+    return {"out": lim.out_min_sqnr_db} | dict.fromkeys(TENSORS[1:], lim.grad_min_sqnr_db)
 
 
 def validate_moe_case(
@@ -255,9 +247,6 @@ def iter_layer2(
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
     get_profile(profile)  # the gate's profile check: unknown or "off" is a ValueError
-    if profile not in IMPACT_LIMITS:
-        raise ValueError(f"profile {profile!r} has no layer-2 limits; expected one of "
-                         f"{', '.join(IMPACT_LIMITS)}")
     matmuls = resolve(family)
     variants = matmuls.tested if variants is None else tuple(variants)
     bad = [v for v in variants if v not in matmuls.tested]

@@ -14,15 +14,11 @@ from fp8check import metrics
 from fp8check.contracts import NUMPY_DTYPES
 from fp8check.layers.op.problem import Problem
 from fp8check.metrics import bias_clusters
-from fp8check.profiles import Profile, sqnr_band
+from fp8check.profiles import REF_ATOL, REF_RTOL, Profile, sqnr_band
 from fp8check.references.casts import rounded, to_float64
 from fp8check.references.gmm import TENSOR_CORE_ACCUMS
 from fp8check.results.model import Criterion
 
-# A strict per-element check of an FP8 kernel against its FP8 CPU reference (only the
-# accumulation order may differ).  Reported, not gated: near cancellation a valid order
-# can exceed it, which is why the gate uses the rigorous bound instead.
-REF_ATOL, REF_RTOL = 1e-3, 1e-2
 ULP_BINS = (0, 1, 2, 4, 8, 64)
 
 # What each criterion measures (`Criterion.meaning`) and what its n_bad counts.

@@ -66,10 +66,10 @@ from fp8check.layers.training.task import (
     text_task,
 )
 from fp8check.layers.training.trainer import TrainLog, train
+from fp8check.profiles import MIN_LEARNED
 from fp8check.results.model import CaseResult, Criterion
 
 LAYER = 3
-MIN_LEARNED = 0.5
 # (model config, "fp8" | "bf16") -> the GradFn of the model under test.
 ModelImpl = Callable[[ModelConfig, str], GradFn]
 BASELINE = {"fp8": "bf16", "bf16": "f32"}  # the run each variant's curve is compared with
