@@ -456,26 +456,57 @@ def _bound_all(o, ex, ab, gamma, emin, mant, floor):
 # ---------------------------------------------------------- bias and ratios
 
 
+@numba.njit(cache=True, inline="always")
+def _z(r, o, magnitude, signs):
+    """bias_z's normalised error of one element: z = d (o - r) / 2^floor(log2 |p|), p = r
+    (o where r is 0; unit 1 where both are), or z = d sign(o - r) with `signs`; d = sign(p)
+    with `magnitude`, else 1."""
+    p = r if r != 0 else o
+    unit = math.ldexp(1.0, math.frexp(abs(p))[1] - 1) if p != 0 else 1.0
+    d = (1.0 if p > 0 else -1.0 if p < 0 else 0.0) if magnitude else 1.0
+    e = o - r
+    return d * ((1.0 if e > 0 else -1.0 if e < 0 else 0.0) if signs else e / unit)
+
+
 @numba.njit(cache=True)
 def _cluster_sums(r, o, labels, lo, size, magnitude, signs):
-    """bias_z's normalised errors z summed per cluster, in element order: (sums [size],
-    counts [size], whether any z is nonzero) for flat float64 r, o and labels in lo ..
-    lo + size - 1.  z = d (o - r) / 2^floor(log2 |p|), p = r (o where r is 0; unit 1
-    where both are), or z = d sign(o - r) with `signs`; d = sign(p) with `magnitude`,
-    else 1."""
+    """bias_z's normalised errors z (`_z`) summed per cluster, in element order: (sums
+    [size], counts [size], whether any z is nonzero) for flat float64 r, o and labels in
+    lo .. lo + size - 1."""
     sums = np.zeros(size)
     counts = np.zeros(size, np.int64)
     nonzero = False
     for i in range(r.size):
-        p = r[i] if r[i] != 0 else o[i]
-        unit = math.ldexp(1.0, math.frexp(abs(p))[1] - 1) if p != 0 else 1.0
-        d = (1.0 if p > 0 else -1.0 if p < 0 else 0.0) if magnitude else 1.0
-        e = o[i] - r[i]
-        z = d * ((1.0 if e > 0 else -1.0 if e < 0 else 0.0) if signs else e / unit)
+        z = _z(r[i], o[i], magnitude, signs)
         nonzero |= z != 0
         sums[labels[i] - lo] += z
         counts[labels[i] - lo] += 1
     return sums, counts, nonzero
+
+
+@numba.njit(cache=True)
+def _crossed_sums(r, o, keep, groups, n_groups, block, magnitude):
+    """The sign test's z (`_z`, unit "sign") of the kept elements of float64 r, o [rows, N]
+    summed per row and per (group of the row, `block`-column tile): (row sums [rows], row
+    counts, tile sums [n_groups * tiles], tile counts, sum of z^2)."""
+    rows, n = r.shape
+    tiles = (n + block - 1) // block
+    row_sums = np.zeros(rows)
+    row_counts = np.zeros(rows, np.int64)
+    col_sums = np.zeros(n_groups * tiles)
+    col_counts = np.zeros(n_groups * tiles, np.int64)
+    sq = 0.0
+    for i in range(rows):
+        base = groups[i] * tiles
+        for j in range(n):
+            if keep[i, j]:
+                z = _z(r[i, j], o[i, j], magnitude, True)
+                row_sums[i] += z
+                row_counts[i] += 1
+                col_sums[base + j // block] += z
+                col_counts[base + j // block] += 1
+                sq += z * z
+    return row_sums, row_counts, col_sums, col_counts, sq
 
 
 def bias_z(
@@ -547,34 +578,6 @@ def bias_z(
     return bias_z_of_clusters(sums, counts)
 
 
-def bias_clusters(o: np.ndarray) -> tuple[np.ndarray, int]:
-    """The gate's `bias_z` cluster label per element of an output `o`, and the number of
-    clusters: (row, 128-wide N tile) of a [rows, N] output, (expert, row, N tile) of a
-    [G, K, N] one.  Labels are dense, 0 .. count - 1 in C order."""
-    tiles = -(-o.shape[-1] // 128)
-    lead = math.prod(o.shape[:-1])
-    labels = np.arange(lead)[:, None] * tiles + np.arange(o.shape[-1]) // 128
-    return labels.reshape(o.shape), lead * tiles  # every pair holds an element
-
-
-def bias_cluster_sums(
-    out: ArrayLike, ref: ArrayLike, clusters: ArrayLike, size: int, *,
-    mode: BiasMode, unit: Literal["binade", "sign"] = "sign",
-) -> tuple[np.ndarray, np.ndarray]:
-    """`bias_z`'s per-cluster sums of z and element counts (float64 [size], int64 [size])
-    of finite `out` against `ref` with dense integer `clusters` labels 0 .. size - 1 (out's
-    shape): the summary a streamed output is reduced to chunk by chunk (clusters of
-    disjoint chunks are disjoint, so the chunks' arrays concatenate), then
-    `bias_z_of_clusters`."""
-    r, o = _pair(ref, out, "bias_cluster_sums")
-    labels = np.asarray(clusters).reshape(-1).astype(np.int64, copy=False)
-    if labels.size != r.size or (labels.size and not 0 <= labels.min() <= labels.max() < size):
-        raise ValueError("bias_cluster_sums: clusters must be labels 0 .. size - 1 of out's shape")
-    sums, counts, _ = _cluster_sums(r.reshape(-1), o.reshape(-1), labels, 0, size,
-                                    mode == "magnitude", unit == "sign")
-    return sums, counts
-
-
 def bias_z_of_clusters(sums: np.ndarray, counts: np.ndarray) -> float:
     """`bias_z` from per-cluster sums of z and element counts (empty clusters, count 0,
     are left out): the t-statistic of the cluster means on the normal scale.  0 when
@@ -590,18 +593,130 @@ def bias_z_of_clusters(sums: np.ndarray, counts: np.ndarray) -> float:
     sd = float(np.std(z, ddof=1))
     if sd == 0.0:
         return math.copysign(math.inf, mean)
-    t = mean / (sd / math.sqrt(z.size))
-    # Reported on the normal scale: the z with the same tail probability as t under
-    # Student's t with N - 1 degrees of freedom, so one threshold means one false-alarm
-    # rate whether N is 3 clusters or 10^5 elements (t with 2 dof exceeds 6 by chance
-    # 2.7% of the time; the normal, 2e-9).  Through log tails; where even the log tail
-    # underflows (|t| in the hundreds with many dof) t is already normal and far out.
+    return _normal_scale(mean / (sd / math.sqrt(z.size)), z.size - 1)
+
+
+def _normal_scale(t: float, dof: int) -> float:
+    """t reported on the normal scale: the z with the same tail probability as t under
+    Student's t with `dof` degrees of freedom, so one threshold means one false-alarm rate
+    whether there are 3 clusters or 10^5 (t with 2 dof exceeds 6 by chance 2.7% of the
+    time; the normal, 2e-9).  Through log tails; where even the log tail underflows (|t|
+    in the hundreds with many dof) t is already normal and far out."""
     from scipy import special, stats
 
-    log_tail = float(stats.t.logsf(abs(t), z.size - 1))
+    log_tail = float(stats.t.logsf(abs(t), dof))
     if not math.isfinite(log_tail):
         return t
     return math.copysign(-float(special.ndtri_exp(log_tail)), t)
+
+
+@dataclass(frozen=True)
+class BiasSums:
+    """What the gate's sign test (`bias_z_crossed`) needs of an output, summed: per row
+    and per (group, column tile) the sums of z and the element counts, and the sum of
+    z^2.  The elements of one row share the lhs's roundings, and the rows of one group in
+    one column tile the rhs's (one column, or the N width of the rhs's scale blocks), so
+    both are clusters.  Row chunks combine with `+` (rows concatenate, tiles add)."""
+
+    row_sums: np.ndarray
+    row_counts: np.ndarray
+    col_sums: np.ndarray
+    col_counts: np.ndarray
+    sq: float
+
+    def __add__(self, other: BiasSums) -> BiasSums:
+        return BiasSums(np.concatenate([self.row_sums, other.row_sums]),
+                        np.concatenate([self.row_counts, other.row_counts]),
+                        self.col_sums + other.col_sums, self.col_counts + other.col_counts,
+                        self.sq + other.sq)
+
+    @classmethod
+    def empty(cls, n_groups: int, n: int, block: int) -> BiasSums:
+        """The sums of no rows, for `n_groups` groups of `n` columns in tiles of `block`."""
+        size = n_groups * -(-n // block)
+        return cls(np.zeros(0), np.zeros(0, np.int64), np.zeros(size),
+                   np.zeros(size, np.int64), 0.0)
+
+
+def bias_sums(out: ArrayLike, ref: ArrayLike, row_groups: ArrayLike, n_groups: int, *,
+              mode: BiasMode, block: int = 1, keep: ArrayLike | None = None) -> BiasSums:
+    """The `BiasSums` of the sign test of finite `out` against `ref` (same shape, rows x
+    N: any leading axes are rows), `row_groups` the group (0 .. n_groups - 1) of each row,
+    column tiles of `block` columns (the rhs's scale blocks' N width, 1 for an unscaled
+    rhs), over the elements `keep` marks (default: all): z = d sign(out - ref), d =
+    sign(ref) (sign(out) where ref is 0) in mode "magnitude", 1 in mode "signed"
+    (`bias_z`)."""
+    if mode not in ("magnitude", "signed"):
+        raise ValueError(f"bias_sums: mode must be 'magnitude' or 'signed', got {mode!r}")
+    r, o = _pair(ref, out, "bias_sums")
+    n = r.shape[-1] if r.ndim else 1
+    r2, o2 = r.reshape(-1, n), o.reshape(-1, n)
+    groups = np.asarray(row_groups, np.int64).reshape(-1)
+    if groups.size != r2.shape[0] or (groups.size and not 0 <= groups.min() <= groups.max()
+                                      < n_groups):
+        raise ValueError(f"bias_sums: row_groups must give each of the {r2.shape[0]} rows a "
+                         f"group 0 .. {n_groups - 1}")
+    kept = (np.ones(r2.shape, np.bool_) if keep is None
+            else np.asarray(keep, np.bool_).reshape(r2.shape))
+    if block < 1:
+        raise ValueError(f"bias_sums: block must be >= 1, got {block}")
+    return BiasSums(*_crossed_sums(r2, o2, kept, groups, n_groups, block, mode == "magnitude"))
+
+
+def bias_z_crossed(sums: BiasSums) -> float:
+    """The gate's bias statistic: the t of the mean sign z with a two-way cluster-robust
+    variance (Cameron, Gelbach and Miller 2011), rows and (group, column tile) as crossed
+    clusters (`BiasSums`), on the normal scale as `bias_z_of_clusters`.
+
+    Why two ways: a kernel's roundings of its operands are shared.  Every output of a row
+    shares that row's lhs roundings (its dequantized values, RN(sa*sb) of each K block),
+    and the outputs of one group in one column (an unscaled rhs) or one 128-column tile
+    (an FP8 rhs with 128x128 scale blocks) share the rhs's: a kernel that dequantizes its
+    weights rounds each block's products q * s once, and with one scale per block those
+    errors are a function of the FP8 codes, alike over the block's columns.  Either
+    makes the signs of many elements lean together, and a statistic that treats the
+    other direction as independent is inflated (a correct dequantize-then-matmul kernel
+    reached |z| 6.7 on a ci case clustered by (row, N tile) alone, 3.7 by rows and
+    (group, column), 2.3 by rows and (group, 128-column tile)).  V = cA VA + cB VB - cE VE
+    over rows (A), tiles (B) and elements (E), each V the sum of squared cluster
+    deviations from the mean and c = G / (G - 1) for G clusters; where it falls below
+    either one-way variance (the subtraction can), the larger one-way variance is used.
+    Degrees of freedom: the fewer clusters minus one.  Directed rounding leans every row
+    and tile the same way; with few tiles (a narrow N, few groups) the test has less
+    power.  0 when every z is 0; +-inf when the variance is 0 with a nonzero mean;
+    ValueError with fewer than 2 clusters either way."""
+    used_a, used_b = sums.row_counts > 0, sums.col_counts > 0
+    ga, gb = int(np.count_nonzero(used_a)), int(np.count_nonzero(used_b))
+    if min(ga, gb) < 2:
+        raise ValueError(f"bias_z: needs at least 2 rows and 2 (group, column tile) clusters, "
+                         f"got {ga} and {gb}")
+    n = int(sums.row_counts.sum())
+    total = float(sums.row_sums.sum())
+    if sums.sq == 0.0:
+        return 0.0
+    mean = total / n
+
+    def spread(s: np.ndarray, c: np.ndarray) -> float:
+        return float(np.sum((s - c * mean) ** 2))
+
+    va = ga / (ga - 1) * spread(sums.row_sums[used_a], sums.row_counts[used_a])
+    vb = gb / (gb - 1) * spread(sums.col_sums[used_b], sums.col_counts[used_b])
+    ve = n / (n - 1) * max(sums.sq - n * mean * mean, 0.0)
+    var = max(va + vb - ve, va, vb) / (n * n)
+    if var <= 0.0:
+        return math.copysign(math.inf, mean) if mean else 0.0
+    return _normal_scale(mean / math.sqrt(var), min(ga, gb) - 1)
+
+
+def row_groups(out_shape: tuple[int, ...], group_sizes: ArrayLike) -> tuple[np.ndarray, int]:
+    """The group of each compared row of a grouped-matmul output, and the number of groups:
+    [rows, N] outputs (gmm, dgrad) by `group_sizes` (row r of group g for offsets[g] <= r <
+    offsets[g + 1]; the rows compared are the first sum(group_sizes)), [G, K, N] outputs
+    (tgmm) by their leading index (each of the K rows of expert g is in group g)."""
+    gs = np.asarray(group_sizes, np.int64).reshape(-1)
+    if len(out_shape) == 3:
+        return np.repeat(np.arange(out_shape[0]), out_shape[1]), out_shape[0]
+    return np.repeat(np.arange(gs.size), gs), gs.size
 
 
 def error_ratio(out: ArrayLike, ref: ArrayLike, naive: ArrayLike) -> float:

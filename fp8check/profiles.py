@@ -21,20 +21,20 @@ Two questions are gated separately and never mixed:
     (toward -, away from + zero: truncation) and as it is for `bias_z_signed` (toward
     -inf -, +inf +: a directed rounding mode, whose errors cancel in `bias_z` on
     mixed-sign data while it shifts every output one way; `metrics.bias_z`, unit
-    "sign").  The statistic is the t of the per-(row, N tile) cluster means (elements of
-    one row and tile share their scales' roundings), on the normal scale.  Why 6 keeps
-    correct kernels passing: round-to-nearest lands on either side of the exact value
-    alike, so every cluster mean has expectation 0; the means are bounded in [-1, 1] and
-    independent, and the suites' outputs have hundreds to thousands of clusters, so t is normal to
-    within Berry-Esseen's O(1/sqrt(N)) and P(|t| > 6) ~ 2e-9 per criterion (a gate run
-    checks ~10^2 outputs: ~10^-7 per run).  A directed rounding leans one way wherever
-    it rounds: on the ci suite, each seeded bug of `tests/seeded_bugs/rounding.py` (each
-    direction at each stage) fails 6 to 14 of the 29 cases on every one of 5 seeds, while
-    the round-to-nearest twins (every accumulation order, the Hopper model) stay at
-    |z| <= 3.2 (docs/testing.md's table).  Signs, not the errors' sizes: weighted by
-    size, one cancellation element with a huge relative error dominates (|t| 3.5 for a
-    kernel rounding its scales up, whose clusters lean up 94% of the time; 43 as a sign
-    test).
+    "sign").  The statistic is the mean sign's t with a two-way cluster-robust variance,
+    rows and (group, N tile) as crossed clusters (`metrics.bias_z_crossed`: a row's
+    elements share its lhs roundings, a group's rows in one N tile its rhs blocks'), on
+    the normal scale.  Why 6 keeps correct kernels passing: round-to-nearest lands on
+    either side of the exact value alike, so the mean sign has expectation 0 whatever the
+    accumulation order, and the variance counts both ways in which roundings are shared;
+    with hundreds of rows and tens of tiles t is close to normal, where P(|t| > 6) ~ 2e-9.
+    A one-way clustering by (row, N tile) is not enough: a correct kernel that
+    dequantizes its weights to float32 (each 128x128 block's products rounded once, alike
+    over the block's columns) reached |z| 6.7 on a ci case with it.  A directed rounding
+    leans every row and tile one way; the detection table over the ci suite and 5 seeds
+    is in docs/testing.md.  Signs, not the errors' sizes: weighted by size, one
+    cancellation element with a huge relative error dominates (|t| 3.5 for a kernel
+    rounding its scales up, whose clusters lean up 94% of the time).
 * **quantization impact** (FP8 result vs the unquantized float64 reference): SQNR in dB,
   calc_diff and allclose(atol, rtol), on a staged schedule:
   `strict` (early and final stage: SQNR >= 27 dB, calc_diff <= 1e-3, allclose(atol 1e-1,

@@ -17,9 +17,9 @@ when reduced:
 * with `ref` (a recipe reference such as `gmm(..., accum="deepgemm")`): `n_ref_mismatch`,
   the elements with `ulp_distance(out, ref) != 0` (bits differ, +0 and -0 equal, NaN
   never matches);
-* from `gmm_metric_totals` only: `bias_counts` and `bias_sums`, the per-(row, N tile)
-  sign-test sums of both `bias_z` modes (`metrics.bias_cluster_sums`), exact integer
-  counts, so the streamed statistic is the in-memory one bit for bit.
+* from `gmm_metric_totals` only: `bias`, the sign-test sums of both `bias_z` modes per
+  row and per (group, 128-column tile) (`metrics.bias_sums`), exact integer counts, so
+  the streamed statistic is the in-memory one bit for bit.
 
 `gmm_metric_totals` streams a gmm-fp8 output through it group by group and row chunk by row
 chunk, computing the exact reference, |A||B| and the recipe reference for one chunk at a
@@ -40,7 +40,7 @@ import numpy as np
 
 from fp8check.bits import F64_MAX, bits_f32, exponent, pow2
 from fp8check.formats import get_format
-from fp8check.metrics import ULP_NAN, BiasMode, ratio_of, underflow_floor
+from fp8check.metrics import ULP_NAN, BiasMode, BiasSums, bias_sums, ratio_of, underflow_floor
 
 _BLOCK = 1 << 16  # elements per parallel work item; fixes the order of the float64 sums
 _SUB = 1024  # elements per vectorized sub-block (buffers stay in L1)
@@ -63,12 +63,10 @@ class MetricTotals:
     signal: float
     noise: float
     n_ref_mismatch: int | None = None
-    # bias_z's sign-test summary (`metrics.bias_cluster_sums`, unit "sign") of the
-    # (row, 128-column tile) clusters, in row order: element counts and, per mode
-    # ("magnitude", "signed"), the sums of z; None where not computed (`metric_totals`).
+    # bias_z's sign-test sums per mode ("magnitude", "signed"; `metrics.BiasSums`, rows in
+    # row order); None where not computed (`metric_totals`).
     # (not compared by ==: arrays; the statistic they give is)
-    bias_counts: np.ndarray | None = field(default=None, compare=False)
-    bias_sums: dict[str, np.ndarray] | None = field(default=None, compare=False)
+    bias: dict[str, BiasSums] | None = field(default=None, compare=False)
 
     @property
     def sqnr_db(self) -> float:
@@ -106,15 +104,9 @@ class MetricTotals:
             signal=self.signal + other.signal,
             noise=self.noise + other.noise,
             n_ref_mismatch=mism,
-            bias_counts=_joined(self.bias_counts, other.bias_counts),
-            bias_sums=None if self.bias_sums is None or other.bias_sums is None else {
-                k: np.concatenate([v, other.bias_sums[k]]) for k, v in self.bias_sums.items()},
+            bias=None if self.bias is None or other.bias is None else {
+                k: v + other.bias[k] for k, v in self.bias.items()},
         )
-
-
-def _joined(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
-    """Two chunks' per-cluster arrays, in order (None unless both have one)."""
-    return None if a is None or b is None else np.concatenate([a, b])
 
 
 @numba.njit(cache=True, inline="always")
@@ -317,8 +309,8 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     offs = group_offsets(gs)
     underflow = fp8_model(lhs, rhs, lhs.shape[1]).term(ftz=ftz, u=u)
     total = MetricTotals.empty(accum is not None)
-    total = dataclasses.replace(total, bias_counts=np.zeros(0, np.int64),
-                                bias_sums={k: np.zeros(0) for k in BIAS_MODES})
+    block = rhs.block[-1]  # the columns one rhs scale covers: bias_z's column tiles
+    total = dataclasses.replace(total, bias={k: BiasSums.empty(g, n, block) for k in BIAS_MODES})
     # One row chunk of one group at a time (a large group in several), as the totals are
     # merged; the exact and recipe references of consecutive chunks that fit in one chunk's
     # rows are computed together (a call per group would pack each group's rhs for every
@@ -338,14 +330,14 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
         else:  # one pass over the exact partials serves both where it can
             ref, exact = gmm_and_exact(a, b, sizes, out.dtype, accum, interval=interval)
         abs_ab = abs_product(a, b, sizes)
-        for _, r0, r1 in chunks[i:j]:
+        for gi, r0, r1 in chunks[i:j]:
             rows = slice(r0 - b0, r1 - b0)
             part = metric_totals(out[r0:r1], exact[rows], abs_ab[rows], lhs.shape[1], u=u,
                                  ref=None if ref is None else ref[rows], underflow=underflow)
             # bias against RN(exact), or against the model a tensor-core kernel declares
             against = (ref[rows] if accum in TENSOR_CORE_ACCUMS and ref is not None
                        else rounded(exact[rows], out.dtype))
-            total = total.merge(_with_bias(part, out[r0:r1], against), r0 * n)
+            total = total.merge(_with_bias(part, out[r0:r1], against, gi, g, block), r0 * n)
         i = j
     return total
 
@@ -353,17 +345,15 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
 BIAS_MODES: tuple[BiasMode, ...] = ("magnitude", "signed")
 
 
-def _with_bias(part: MetricTotals, out: np.ndarray, against: np.ndarray) -> MetricTotals:
-    """`part` (the totals of rows `out` [rows, N]) with bias_z's sign-test cluster sums
-    against `against` (RN(exact) in out's dtype, or a declared model's output, as
-    `layers.op.criteria` takes them); a NaN or Inf in out leaves them out (`finite` fails
-    the output, and the criterion reports inf)."""
-    from fp8check.metrics import bias_cluster_sums, bias_clusters
-
-    labels, size = bias_clusters(out)
-    sums: dict[str, np.ndarray] = {k: np.zeros(size) for k in BIAS_MODES}
-    counts = np.zeros(size, np.int64)
-    if not part.n_nonfinite:
-        for mode in BIAS_MODES:
-            sums[mode], counts = bias_cluster_sums(out, against, labels, size, mode=mode)
-    return dataclasses.replace(part, bias_counts=counts, bias_sums=sums)
+def _with_bias(part: MetricTotals, out: np.ndarray, against: np.ndarray, group: int,
+               n_groups: int, block: int) -> MetricTotals:
+    """`part` (the totals of rows `out` [rows, N] of group `group`, column tiles of
+    `block`) with bias_z's
+    sign-test sums against `against` (RN(exact) in out's dtype, or a declared model's
+    output, as `layers.op.criteria` takes them); a NaN or Inf in out leaves them empty
+    (`finite` fails the output, and the criterion reports inf)."""
+    groups = np.full(out.shape[0], group)
+    keep = None if not part.n_nonfinite else np.zeros(out.shape, np.bool_)
+    return dataclasses.replace(part, bias={
+        mode: bias_sums(out, against, groups, n_groups, mode=mode, block=block, keep=keep)
+        for mode in BIAS_MODES})

@@ -592,7 +592,6 @@ def test_bias_z_clustered_has_no_false_alarm_where_scale_roundings_are_shared():
     """A bit-exact deepgemm-recipe output with one K block: every element of a (row, N tile)
     shares the rounding of RN(sa*sb).  Per element that looks like bias; per cluster it is
     not, and truncation is still caught."""
-    from fp8check.layers.op.criteria import bias_clusters as _bias_clusters
     from fp8check.references import gmm, quantize
 
     rng = np.random.default_rng(8)
@@ -604,8 +603,8 @@ def test_bias_z_clustered_has_no_false_alarm_where_scale_roundings_are_shared():
         out = gmm(qa, qb, gs, accum="deepgemm")
         ref = gmm(qa, qb, gs, accum="exact")
         naive_worst = max(naive_worst, abs(bias_z(out, ref)))
-        labels = _bias_clusters(out)[0]
-        clustered_worst = max(clustered_worst, abs(bias_z(out, ref, clusters=labels)))
+        clustered_worst = max(clustered_worst,
+                              abs(bias_z(out, ref, clusters=_row_tile_labels(out))))
     assert naive_worst > 6.0  # the per-element statistic really false-alarms here
     assert clustered_worst <= 6.0
     # With a few hundred clusters (the gate's case sizes) truncation is still far out.
@@ -615,22 +614,13 @@ def test_bias_z_clustered_has_no_false_alarm_where_scale_roundings_are_shared():
     out = gmm(qa, qb, gs, accum="deepgemm")
     trunc = (out.view(np.uint32) & np.uint32(0xFFFF0000)).view(F32)  # toward zero, bf16
     ref16 = gmm(qa, qb, gs, accum="exact", out_dtype=BF16).astype(F32)
-    assert bias_z(trunc, ref16, clusters=_bias_clusters(trunc)[0]) < -6.0
+    assert bias_z(trunc, ref16, clusters=_row_tile_labels(trunc)) < -6.0
 
 
-def test_bias_clusters_are_row_by_n_tile_and_counted():
-    """The gate's labels: one per (leading index, 128-wide N tile), dense in C order, and
-    the count it checks instead of sorting the labels, against a brute-force labelling."""
-    from fp8check.layers.op.criteria import bias_clusters as _bias_clusters
-
-    for shape in [(1, 1), (3, 128), (5, 129), (7, 300), (2, 4, 257), (4, 0, 256), (0, 384)]:
-        labels, count = _bias_clusters(np.zeros(shape, F32))
-        assert labels.shape == shape
-        idx = np.indices(shape).reshape(len(shape), -1).T
-        keys = [(*i[:-1], i[-1] // 128) for i in idx.tolist()]
-        want = {k: n for n, k in enumerate(sorted(set(keys)))}
-        assert labels.ravel().tolist() == [want[k] for k in keys]
-        assert count == len(want)
+def _row_tile_labels(o: np.ndarray) -> np.ndarray:
+    """One cluster label per (row, 128-wide N tile) of a [rows, N] output."""
+    tiles = -(-o.shape[1] // 128)
+    return np.arange(o.shape[0])[:, None] * tiles + np.arange(o.shape[1])[None, :] // 128
 
 
 def test_bias_z_cluster_labels_checked():
@@ -715,33 +705,125 @@ def test_bias_z_sign_unit_false_alarm_rate_of_round_to_nearest():
     assert zs.max() < 5.0
 
 
-def test_bias_cluster_sums_of_chunks_give_bias_z():
-    """The streamed path's reduction: cluster sums of row chunks concatenated give the
-    whole output's statistic, bit for bit, in both modes."""
-    from fp8check.layers.op.criteria import bias_clusters as _bias_clusters
-    from fp8check.metrics import bias_cluster_sums, bias_z_of_clusters
+def _cgm_z(s: np.ndarray, groups: np.ndarray, block: int = 128) -> float:
+    """The crossed statistic written out independently: elementwise signs s [rows, N],
+    clusters by row and by (group, `block`-column tile), Cameron-Gelbach-Miller's
+    variance, Student's t on the normal scale through scipy."""
+    from scipy import special, stats
+
+    rows, n = s.shape
+    m = s.mean()
+    tile_lab = (groups[:, None] * 100000 + np.arange(n)[None, :] // block).ravel()
+    row_lab = np.repeat(np.arange(rows), n)
+
+    def v(lab: np.ndarray) -> tuple[float, int]:
+        _, inv = np.unique(lab, return_inverse=True)
+        sums, counts = np.bincount(inv, s.ravel()), np.bincount(inv)
+        g = counts.size
+        return g / (g - 1) * float(np.sum((sums - counts * m) ** 2)), g
+
+    (va, ga), (vb, gb) = v(row_lab), v(tile_lab)
+    ve = s.size / (s.size - 1) * float(np.sum((s - m) ** 2))
+    t = m / np.sqrt(max(va + vb - ve, va, vb) / s.size**2)
+    return math.copysign(-float(special.ndtri_exp(stats.t.logsf(abs(t), min(ga, gb) - 1))), t)
+
+
+def _rows_in_groups(sizes: list[int]) -> np.ndarray:
+    return np.repeat(np.arange(len(sizes)), sizes)
+
+
+def test_bias_z_crossed_is_cameron_gelbach_miller():
+    """`bias_sums` + `bias_z_crossed` against the statistic written out with numpy on the
+    elementwise signs, both modes, on a mix of directed and nearest rounding."""
+    from fp8check.metrics import bias_sums, bias_z_crossed
+
+    rng = np.random.default_rng(35)
+    groups = _rows_in_groups([3, 20, 0, 14])
+    ref = rng.standard_normal((37, 300))
+    out = _directed_f32(ref, up=True).astype(np.float64)
+    rn = rng.random(ref.shape) < 0.97
+    out[rn] = ref.astype(F32)[rn]
+    for mode in ("magnitude", "signed"):
+        d = np.sign(ref) if mode == "magnitude" else 1.0
+        for block in (1, 128):
+            got = bias_z_crossed(bias_sums(out, ref, groups, 4, mode=mode, block=block))
+            want = _cgm_z(d * np.sign(out - ref), groups, block)
+            assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_bias_sums_of_row_chunks_give_the_whole_outputs_statistic():
+    """The streamed path's reduction: the sums of row chunks added give the whole output's
+    sums and statistic, bit for bit, in both modes."""
+    from fp8check.metrics import BiasSums, bias_sums, bias_z_crossed
 
     rng = np.random.default_rng(34)
+    groups = _rows_in_groups([5, 12, 20])
     ref = rng.standard_normal((37, 300))
     out = _directed_f32(ref, up=True).astype(np.float64)
     rn = rng.random(ref.shape) < 0.6  # a mix of round-up and round-to-nearest
     out[rn] = ref.astype(F32)[rn]
-    labels, count = _bias_clusters(out)
     for mode in ("magnitude", "signed"):
-        parts = [bias_cluster_sums(out[r0:r0 + 5], ref[r0:r0 + 5],
-                                   _bias_clusters(out[r0:r0 + 5])[0],
-                                   _bias_clusters(out[r0:r0 + 5])[1], mode=mode)
-                 for r0 in range(0, 37, 5)]
-        sums = np.concatenate([p[0] for p in parts])
-        counts = np.concatenate([p[1] for p in parts])
-        assert bias_z_of_clusters(sums, counts) == bias_z(out, ref, mode=mode,
-                                                          clusters=labels, unit="sign")
-    with pytest.raises(ValueError, match="labels 0"):
-        bias_cluster_sums(out, ref, labels, count - 1, mode="signed")
-    with pytest.raises(ValueError, match="at least 2 clusters"):
-        bias_z_of_clusters(np.array([1.0]), np.array([3]))
+        whole = bias_sums(out, ref, groups, 3, mode=mode, block=128)
+        parts = BiasSums.empty(3, 300, 128)
+        for r0 in range(0, 37, 5):
+            parts = parts + bias_sums(out[r0:r0 + 5], ref[r0:r0 + 5], groups[r0:r0 + 5], 3,
+                                      mode=mode, block=128)
+        for a, b in zip(vars(whole).values(), vars(parts).values(), strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert bias_z_crossed(whole) == bias_z_crossed(parts)
+    with pytest.raises(ValueError, match="row_groups"):
+        bias_sums(out, ref, groups[:-1], 3, mode="signed")
+    with pytest.raises(ValueError, match="row_groups"):
+        bias_sums(out, ref, groups, 2, mode="signed")
+    with pytest.raises(ValueError, match="block"):
+        bias_sums(out, ref, groups, 3, mode="signed", block=0)
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        bias_z_crossed(bias_sums(out[:1], ref[:1], groups[:1], 3, mode="signed"))
     with pytest.raises(ValueError, match="unit"):
         bias_z(out, ref, unit="ulp")
+
+
+def test_bias_z_crossed_has_no_false_alarm_where_a_groups_tiles_share_roundings():
+    """Round-to-nearest outputs whose errors lean together over a group's N tile (a
+    kernel that dequantizes its weights: each 128x128 block's roundings alike over its
+    columns) and over a row: clustering by rows alone false-alarms, the crossed
+    statistic stays calibrated, and a directed rounding is still far out."""
+    from fp8check.metrics import bias_sums, bias_z_crossed
+
+    rng = np.random.default_rng(36)
+    groups = _rows_in_groups([200, 3, 5, 40])
+    one_way, crossed = [], []
+    for _ in range(150):
+        ref = rng.standard_normal((248, 512)) * np.exp(rng.normal(0, 3, (248, 1)))
+        lean = (rng.normal(0, 1.0, (4, 4))[groups][:, np.arange(512) // 128]
+                + rng.normal(0, 0.5, (248, 1)))  # per (group, tile) and per row
+        up = rng.random(ref.shape) < 1 / (1 + np.exp(-lean))
+        out = np.where(up, _directed_f32(ref, True), _directed_f32(ref, False)).astype(
+            np.float64)
+        rn = rng.random(ref.shape) < 0.5  # the rest round to nearest
+        out[rn] = ref.astype(F32)[rn]
+        s = np.sign(out - ref)
+        one_way.append(abs(bias_z(out, ref, mode="signed", clusters=np.repeat(
+            np.arange(248), 512).reshape(248, 512), unit="sign")))
+        crossed.append(abs(bias_z_crossed(bias_sums(out, ref, groups, 4, mode="signed",
+                                                     block=128))))
+        assert crossed[-1] == pytest.approx(abs(_cgm_z(s, groups)), rel=1e-9)
+    assert max(one_way) > 6.0  # rows alone miss the tiles' shared lean
+    assert max(crossed) < 6.0 and np.mean(np.array(crossed) > 1.96) <= 0.15
+    ref = rng.standard_normal((248, 512))
+    up = _directed_f32(ref, True).astype(np.float64)
+    rn = rng.random(ref.shape) < 0.7
+    up[rn] = ref.astype(F32)[rn]  # 30% of the elements rounded up, the rest to nearest
+    assert bias_z_crossed(bias_sums(up, ref, groups, 4, mode="signed", block=128)) > 6.0
+
+
+def test_row_groups_of_gmm_and_tgmm_outputs():
+    from fp8check.metrics import row_groups
+
+    g, n = row_groups((9, 256), np.array([2, 0, 7]))
+    assert g.tolist() == [0, 0, 2, 2, 2, 2, 2, 2, 2] and n == 3
+    g, n = row_groups((3, 4, 256), np.array([5, 0, 1]))  # tgmm: expert g's K rows
+    assert g.tolist() == [0] * 4 + [1] * 4 + [2] * 4 and n == 3
 
 
 def test_bias_z_errors_cancelling_within_every_cluster_is_zero():

@@ -115,7 +115,8 @@ def test_nan_injected_anywhere_is_located_by_group_row_and_tile():
 
 
 def test_truncating_cast_fails_bias_with_counts_and_replays(tmp_path):
-    x, w, gs = _gmm_data(3)
+    # enough (group, 128-column tile) clusters for the sign test's power: 3 groups x 4
+    x, w, gs = _gmm_data(3, m=600, n=512, gs=(150, 0, 200, 250))
     lq, rq = quantize(x, (1, 128)), quantize(w, (128, 128))
     out = TruncatingBf16Cast()(lq.values, lq.scales, rq.values, rq.scales, gs, out_dtype=BF16)
     assert out.dtype == BF16

@@ -5,6 +5,7 @@ reference (module `fp8check.layers.op`).  One implementation behind both the gat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,6 @@ import numpy as np
 from fp8check import metrics
 from fp8check.contracts import NUMPY_DTYPES
 from fp8check.layers.op.problem import Problem
-from fp8check.metrics import bias_clusters
 from fp8check.profiles import REF_ATOL, REF_RTOL, Profile, sqnr_band
 from fp8check.references.casts import rounded, to_float64
 from fp8check.references.gmm import TENSOR_CORE_ACCUMS
@@ -189,28 +189,29 @@ def _correctness(
     crit.append(criterion("error_ratio", er, "<=", profile.max_error_ratio, n_bad=n_off,
                           bad_means=_NOT_ROUNDED, worst=worst_off))
 
-    clusters, n_clusters = bias_clusters(o)
-    if kept is not None:  # clusters with no finite exact value hold no sample
-        n_clusters = int(np.unique(clusters[kept]).size)
-    if n_clusters < 2:  # a t-statistic needs two independent samples
-        m["bias_z_note"] = "fewer than 2 (row, N tile) clusters: bias not testable"
-    else:
-        # Against the correctly rounded exact value: a correct RNE output has zero-mean
-        # error against it whatever the data, while against the unrounded exact value RNE
-        # itself shows a data-determined bias when the data has few distinct values
-        # (near-max blocks, M_g = 1 outer products).  Clustered by (row, N tile): those
-        # elements share their scales' roundings (see metrics.bias_z).
-        # Both signs: "magnitude" (toward or away from zero: truncation) and "signed"
-        # (toward -inf or +inf: a directed rounding mode, whose errors cancel in the
-        # magnitude statistic on mixed-sign data).
-        sample, ref = o, exact_rounded if model_ref is None else model_ref
-        if kept is not None:  # excluded elements are no samples: not even zero-error ones
-            sample, ref, clusters = o[kept], ref[kept], clusters[kept]
-        for name, mode, limit in bias_limits(profile):
-            z = float(metrics.bias_z(sample, ref, mode=mode, clusters=clusters, unit="sign"))
-            m[name] = z
-            crit.append(criterion(name, z, "|x|<=", limit, n_bad=n_off,
-                                  bad_means=_NOT_ROUNDED, worst=worst_off))
+    # Against the correctly rounded exact value: a correct RNE output has zero-mean error
+    # against it whatever the data, while against the unrounded exact value RNE itself
+    # shows a data-determined bias when the data has few distinct values (near-max
+    # blocks, M_g = 1 outer products).  Rows and (group, column tile) are crossed clusters:
+    # they share the operands' roundings (`metrics.bias_z_crossed`).  Both signs:
+    # "magnitude" (toward or away from zero: truncation) and "signed" (toward -inf or
+    # +inf: a directed rounding mode, whose errors cancel in the magnitude statistic on
+    # mixed-sign data).
+    groups, n_groups = metrics.row_groups(o.shape, prob.args[-1])
+    ref = exact_rounded if model_ref is None else model_ref
+    finite_out = bool(np.all(np.isfinite(o if kept is None else o[kept])))
+    for name, mode, limit in bias_limits(profile):
+        try:  # NaN or Inf in out: inf (`finite` fails the output too)
+            z = metrics.bias_z_crossed(metrics.bias_sums(
+                o, ref, groups, n_groups, mode=mode, block=prob.rhs_block_columns,
+                keep=kept)) if finite_out else math.inf
+        except ValueError:  # a t-statistic needs two rows and two columns
+            m["bias_z_note"] = ("fewer than 2 rows or (group, column tile) clusters: bias "
+                                "not testable")
+            break
+        m[name] = z
+        crit.append(criterion(name, z, "|x|<=", limit, n_bad=n_off,
+                              bad_means=_NOT_ROUNDED, worst=worst_off))
 
     m["ulp_max_vs_exact"] = int(ulps.max(initial=0))
     m["ulp_histogram_vs_exact"] = _ulp_histogram(ulps)

@@ -54,6 +54,12 @@ class Problem:
             raise ValueError("a recipe reference needs quantized operands (gmm-fp8 problems)")
         return self.quantized
 
+    @property
+    def rhs_block_columns(self) -> int:
+        """How many output columns share one rhs scale: the N width of the rhs's scale
+        blocks (128 for gmm-fp8's 128x128 blocks), 1 for an unscaled rhs."""
+        return 1 if self.quantized is None else int(self.quantized[1].block[-1])
+
     def accum_ref(self, accum: str, out_dtype: str, interval: int = 128) -> np.ndarray:
         """gmm(..., accum=accum, interval=interval) on the quantized operands, rounded to
         out_dtype (`interval`: a tensor-core recipe's promotion interval)."""

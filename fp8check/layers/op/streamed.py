@@ -11,8 +11,8 @@ Evaluated, with the same values as `criteria.output_criteria` gives on the same 
   case, or a tensor-core model (deepgemm-hopper, deepgemm-blackwell), counted against the
   recipe reference streamed chunk by chunk;
 * `bias_z` and `bias_z_signed`: the sign test of the error against RN(exact) (against
-  the model for a tensor-core recipe) per (row, N tile) cluster, reduced chunk by chunk
-  (`totals.MetricTotals.bias_sums`);
+  the model for a tensor-core recipe) with rows and (group, 128-column tile) as crossed
+  clusters, reduced chunk by chunk (`totals.MetricTotals.bias`);
 * reported, not gated: ULP max and count vs RN(exact), SQNR (dB) vs exact.
 
 Not evaluated (each needs whole [M, N] float64 arrays or the unquantized operands' float64
@@ -69,16 +69,18 @@ def _bias_criteria(t: MetricTotals, profile: Profile, m: dict[str, Any]) -> list
     """`bias_z` and `bias_z_signed` from the totals' per-cluster sign sums, the values
     `criteria.output_criteria` gives (inf where the output has NaN or Inf, as
     `metrics.bias_z`)."""
-    assert t.bias_counts is not None and t.bias_sums is not None  # gmm_metric_totals
+    assert t.bias is not None  # gmm_metric_totals
     crit = []
     for name, mode, limit in bias_limits(profile):
         if t.n_nonfinite:
             z = math.inf
-        elif np.count_nonzero(t.bias_counts) < 2:
-            m["bias_z_note"] = "fewer than 2 (row, N tile) clusters: bias not testable"
-            return []
         else:
-            z = metrics.bias_z_of_clusters(t.bias_sums[mode], t.bias_counts)
+            try:
+                z = metrics.bias_z_crossed(t.bias[mode])
+            except ValueError:  # a t-statistic needs two rows and two tiles
+                m["bias_z_note"] = ("fewer than 2 rows or (group, column tile) clusters: "
+                                    "bias not testable")
+                return []
         m[name] = z
         crit.append(criterion(name, z, "|x|<=", limit, n_bad=t.n_ulp_off,
                               bad_means="elements not correctly rounded"))
