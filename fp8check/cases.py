@@ -352,8 +352,9 @@ def build_suite(suite: str, seed: int = 0) -> list[Case]:
         # second next to an empty group (whose weights are NaN: they must reach nothing)
         cases.append(_make_case(suite, "wo", shape.gs[0], "partial-sum", NONFINITE, "bf16", seed))
         cases.append(_make_case(suite, "wi", shape.gs[-1], focus[0], NONFINITE, "f32", seed))
-        # Appended after the cases pinned before them (issue 38): rows that no alignment
-        # or whole tile covers, and quantizer blocks on the ue8m0 recipes' scale edges.
+        # Appended after the cases pinned before them, so that those keep their seeds and
+        # digests: rows that no alignment or whole tile covers, and quantizer blocks on
+        # the ue8m0 recipes' scale edges.
         for aspect, m, g, pattern, dist, out in _ROW_CASES:
             k, n = shape.wi if aspect == "wi" else shape.wo
             cases.append(_make_case(suite, aspect, g, pattern, dist, out, seed, mkn=(m, k, n)))

@@ -32,8 +32,8 @@ def _moe_f32(torch, x, w_router, wi, wo, top_k: int):
 @contextlib.contextmanager
 def torch_single_thread():
     """Run torch ops on one intra-op thread, restoring the setting after.  The model's
-    matmuls are tiny ([64, 128] x [128, 256]): thread hand-offs cost more than they save
-    (measured: a dense f32 step 59 ms with 2 threads, 9 ms with 1, on the 2-core CI box)."""
+    matmuls are tiny ([64, 128] x [128, 256]): at that size thread hand-offs cost more
+    than the second thread saves."""
     import torch
 
     n = torch.get_num_threads()

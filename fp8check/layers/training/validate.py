@@ -33,10 +33,9 @@ the AUC limit), and is skipped with one seed.
 What each suite runs (`SUITES`, by framework: JAX models are the Pallas family's and a
 user's JAX kernels', torch models the Triton family's and a user's torch kernels'), 64
 tokens a step: the ci suite trains JAX for 4 seeds x 60 steps (the whole step is one
-jitted XLA program: ~25 ms a Pallas FP8 step in interpret mode; measured 16 s for the
-four seeds, tracing included) and torch for 2 seeds x 50 steps (Triton's interpret mode;
-measured 59 s a seed, three precisions and the SNR probes, on the shared 2-core box), so
-each framework's seed test runs in ci too (2 seeds: a weak test, it can only flag a gap
+jitted XLA program, cheap even with Pallas in interpret mode) and torch for 2 seeds x 50
+steps (Triton's interpret mode runs every kernel call in Python, so fewer), so each
+framework's seed test runs in ci too (2 seeds: a weak test, it can only flag a gap
 consistent across both); `full` runs 1000 steps on the Markov task (8 seeds for JAX, 3
 for torch) and on text (vocab 256; 3 seeds for JAX, 2 for torch); `smoke` one JAX seed of
 50 steps and one torch seed of 8 steps (a wiring check that cannot show learning, so its
