@@ -27,6 +27,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from fp8check.errors import Interrupted
+from fp8check.gate.caught import next_result, recorded
 from fp8check.gate.kernels import load_kernels
 from fp8check.gate.plan import GatePlan
 from fp8check.gate.runner import Batch, Sink, plan_batches
@@ -70,10 +71,12 @@ def _serve(plan: GatePlan, conn: Connection) -> None:
             return
         i, start = task
         prepare = batches[i].prepare
+        prepared: list = []  # the preparation's warnings, on each result that used it
         if prepare is not None:
             conn.send(("preparing",))
             try:
-                prepare()
+                with recorded() as prepared:
+                    prepare()
             except Exception:
                 conn.send(("raised", traceback.format_exc()))
                 return
@@ -81,7 +84,7 @@ def _serve(plan: GatePlan, conn: Connection) -> None:
         for j in range(start, batches[i].size + 1):
             conn.send(("start", j))
             try:
-                res = next(results, None)
+                res = next_result(results, prepared)
             except Exception:
                 conn.send(("raised", traceback.format_exc()))
                 return

@@ -19,6 +19,7 @@ from fp8check import cases as cases_mod
 from fp8check import registry
 from fp8check.cases import Case
 from fp8check.errors import UsageError
+from fp8check.gate.caught import next_result
 from fp8check.gate.failure import failure_line
 from fp8check.gate.kernels import LoadedKernel, LoadedKernels
 from fp8check.gate.plan import GatePlan
@@ -307,5 +308,6 @@ def run_batches(batches: list[Batch], sink: Sink) -> None:
     """Every batch in this process, in order (`--no-isolate`)."""
     for batch in batches:
         sink.bar.set_description(batch.label)
-        for res in batch.results(0):
+        results = batch.results(0)
+        while (res := next_result(results)) is not None:
             sink(res, batch.repro(res))
