@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from fp8check.contracts import CONTRACTS
+from fp8check.contracts import CONTRACTS, CONTRACTS_BY_NAME
 from fp8check.nonfinite_inputs import plant as plant_nonfinite
 from fp8check.references.quant import BLOCK
 from fp8check.subnormal_data import SUBNORMAL_DIST, SUBNORMAL_RECIPE, subnormal_inputs
@@ -152,12 +152,13 @@ class Case:
 
     def contracts(self) -> tuple[str, ...]:
         """The contracts whose kernels run on this case: a quantizer-only case (K not a
-        multiple of 128) is for the quantizer contract alone, a streamed case for gmm-fp8
-        alone (the streamed summary is gmm-fp8's reference); every other case is for all."""
+        multiple of 128) is for the quantizer contract alone (no matmul,
+        `Contract.matmul`), a streamed case for gmm-fp8 alone (the one with a streamed
+        reference, `Contract.streamed`); every other case is for all."""
         if self.quantizer_only:
-            return ("quantizer",)
+            return tuple(c.name for c in CONTRACTS_BY_NAME.values() if not c.matmul)
         if self.streamed:
-            return ("gmm-fp8",)
+            return tuple(c.name for c in CONTRACTS_BY_NAME.values() if c.streamed)
         return CONTRACTS
 
     def applies_to(self, contract: str) -> bool:

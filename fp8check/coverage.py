@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fp8check.cases import RANDOM_PATTERN, Case
-from fp8check.contracts import CONTRACTS
+from fp8check.contracts import CONTRACTS, contract_of
 from fp8check.references.quant import BLOCK
 
 N_TILE = 256  # the widest N tile a real kernel uses: N % 256 != 0 leaves a partial one
@@ -65,7 +65,7 @@ def group_end(case: Case) -> int:
 
 def for_matmul(case: Case) -> bool:
     """Whether some matmul contract (not only the quantizer) runs on the case."""
-    return any(c != "quantizer" for c in case.contracts())
+    return any(contract_of(c).matmul for c in case.contracts())
 
 
 def _pattern_family(pattern: str) -> str:

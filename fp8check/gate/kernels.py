@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fp8check import registry
-from fp8check.contracts import KernelSpec, load_target, spec_from_target
+from fp8check.contracts import KernelSpec, contract_of, load_target, spec_from_target
 from fp8check.errors import UsageError, usage_errors
 from fp8check.gate.plan import GatePlan
 from fp8check.layers.moe.user import UserKernels
@@ -64,13 +64,14 @@ def load_kernels(plan: GatePlan) -> LoadedKernels:
 
 def _backward_kernel(target: str | None, role: str, framework: str
                      ) -> Callable[..., Any] | None:
-    """The function `--tgmm` / `--dgrad` names (a plain function, or a KernelSpec of that
-    contract and the forward's framework); ValueError otherwise."""
+    """The function `--tgmm` / `--dgrad` names (a plain function, or a KernelSpec in the
+    forward's framework of a contract that is that backward kernel,
+    `Contract.layer_backward`); ValueError otherwise."""
     if target is None:
         return None
     obj = load_target(target)
     if isinstance(obj, KernelSpec):
-        if obj.contract != role or obj.framework != framework:
+        if contract_of(obj.contract).layer_backward != role or obj.framework != framework:
             raise ValueError(f"--{role} {target} is a {obj.framework} {obj.contract} "
                              f"KernelSpec; layers 2 and 3 need a {framework} {role}")
         return obj.fn

@@ -12,6 +12,7 @@ from typing import Any
 from fp8check import cases as cases_mod
 from fp8check import registry
 from fp8check.config import MAX_TIMEOUT, GateConfig, valid_timeout
+from fp8check.contracts import LAYER_CONTRACTS, contract_of
 from fp8check.errors import UsageError, usage_errors
 from fp8check.gate.repro import PlainDeclarations, parse_block
 from fp8check.profiles import get_profile
@@ -158,7 +159,7 @@ def check_plain(plain: PlainDeclarations) -> None:
                                           ("--fmt", plain.fmt),
                                           ("--division-ulps", plain.division_ulps))
                  if value is not None]
-    if quantizer and plain.contract != "quantizer":
+    if quantizer and (plain.contract is None or contract_of(plain.contract).matmul):
         raise UsageError(f"{', '.join(quantizer)} declare a quantizer: they need "
                          f"--contract quantizer")
     if plain.recipe is not None and plain.recipe not in RECIPES:
@@ -199,7 +200,6 @@ def _layer_kernel(opts: GateOptions, cfg: GateConfig) -> tuple[str | None, str |
     they run; (None, None) when they do not.  UsageError for --tgmm / --dgrad that have no
     MoE layer to go into."""
     from fp8check.layers.moe.matmuls import LAYER_FRAMEWORKS
-    from fp8check.layers.moe.user import LAYER_CONTRACTS
 
     plain = opts.plain
     user = _user_kernels(cfg.kernels)
@@ -218,7 +218,7 @@ def _layer_kernel(opts: GateOptions, cfg: GateConfig) -> tuple[str | None, str |
     if len(user) > 1:
         return None, (f"layers 2 and 3 build one MoE layer around one forward kernel; "
                       f"--kernel names {len(user)} of yours")
-    if plain.contract is not None and plain.contract not in LAYER_CONTRACTS:
+    if plain.contract is not None and contract_of(plain.contract).layer_variant is None:
         return None, (f"layers 2 and 3 build a MoE layer around a forward kernel of "
                       f"contract {' or '.join(LAYER_CONTRACTS)}; --contract is "
                       f"{plain.contract}")

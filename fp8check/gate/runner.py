@@ -18,6 +18,7 @@ from typing import Any
 from fp8check import cases as cases_mod
 from fp8check import registry
 from fp8check.cases import Case
+from fp8check.contracts import contract_of
 from fp8check.errors import UsageError
 from fp8check.gate.caught import next_result
 from fp8check.gate.failure import failure_line
@@ -130,20 +131,11 @@ def _layer0(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
 # --- layer 1 ----------------------------------------------------------------------------------
 
 
-def _skip_reason(k: LoadedKernel, case: Case) -> str | None:
-    """Why `k` does not run on `case` (an output dtype or alignment it does not declare;
-    for a quantizer, partial blocks it declares it does not take)."""
-    if k.spec.contract == "quantizer":
-        return (None if k.spec.partial_blocks or not case.quantizer_only else
-                "partial quantization blocks (K % 128 != 0), which the quantizer declares it "
-                "does not take (KernelSpec.partial_blocks=False)")
-    return cases_mod.supported(case, k.spec.out_dtypes, k.spec.m_align)
-
-
 def _needs_problem(k: LoadedKernel, case: Case) -> bool:
-    """Whether `k`'s result on `case` compares with the case's shared Problem (a quantizer
-    quantizes the case's operand itself)."""
-    return k.spec.contract != "quantizer" and _skip_reason(k, case) is None
+    """Whether `k`'s result on `case` compares with the case's shared Problem (its
+    contract has one, `Contract.problem`, and `k` runs on the case)."""
+    contract = contract_of(k.spec.contract)
+    return contract.problem is not None and contract.skip_reason(k.spec, case) is None
 
 
 def _op_result(k: LoadedKernel, case: Case, profile: Profile,
@@ -154,10 +146,11 @@ def _op_result(k: LoadedKernel, case: Case, profile: Profile,
     from fp8check.reports.plotdata import plot_data
 
     spec = k.spec
-    reason = _skip_reason(k, case)
+    contract = contract_of(spec.contract)
+    reason = contract.skip_reason(spec, case)
     if reason is not None:
         return skipped_result(spec, case, reason)
-    if spec.contract == "quantizer":  # quantizes the case's operand: no output dtype
+    if contract.problem is None:  # a quantizer quantizes the case's operand itself
         return validate_case(spec, case, profile)
     try:
         prob, built = problems.get(spec.contract, case)

@@ -31,10 +31,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from fp8check.cases import SUITE_SHAPES
-from fp8check.contracts import NUMPY_DTYPES, KernelSpec, framework_dtype, takes_out_dtype
+from fp8check.contracts import KernelSpec, contract_of, framework_dtype, takes_out_dtype
 from fp8check.native.cuda import CudaBuild, fp8_mma
 from fp8check.native.tpu import TpuBuild
 from fp8check.results.model import CaseResult, Criterion
@@ -52,6 +50,10 @@ class NativeShape:
     k: int
     n: int
     g: int
+
+    def sizes(self) -> dict[str, int]:
+        """The sizes by the names a contract's argument table uses (`Contract.arg_shapes`)."""
+        return {"m": self.m, "k": self.k, "n": self.n, "g": self.g}
 
 
 # The production MoE model's shapes: wi (M=65536 routed rows, K=2048 d_model, N=512 d_ff,
@@ -209,31 +211,18 @@ def _triton(builds: Sequence[Any], shape: NativeShape, gpu: str) -> Iterator[Cas
                       {"phase": build.phase, **gpu_metrics(b)}, b.error, b.seconds)
 
 
-def contract_args(spec: KernelSpec, shape: NativeShape) -> list[tuple[tuple[int, ...], Any]]:
-    """(shape, dtype) of the arguments `spec`'s contract hands the kernel at `shape`."""
-    m, k, n, g = shape.m, shape.k, shape.n, shape.g
-    f32, bf16, fp8 = (NUMPY_DTYPES[d] for d in ("f32", "bf16", "e4m3fn"))
-    i32 = np.dtype(np.int32)
-    if spec.contract == "gmm-fp8":
-        return [((m, k), fp8), ((m, k // 128), f32), ((g, k, n), fp8),
-                ((g, k // 128, n // 128), f32), ((g,), i32)]
-    if spec.contract == "gmm":
-        return [((m, k), bf16), ((g, k, n), bf16), ((g,), i32)]
-    if spec.contract == "tgmm":
-        return [((m, k), bf16), ((m, n), bf16), ((g,), i32)]
-    return [((m, k), NUMPY_DTYPES[spec.in_dtype])]  # quantizer
-
-
 def _user_tpu(spec: KernelSpec, shape: NativeShape,
               chips: Sequence[str]) -> Iterator[CaseResult]:
     from fp8check.native.tpu import compile_for_tpu
 
+    contract = contract_of(spec.contract)
     fn = spec.native_fn or spec.fn
-    if spec.contract != "quantizer" and takes_out_dtype(fn):
+    if contract.matmul and takes_out_dtype(fn):
         fn = functools.partial(fn, out_dtype=framework_dtype("jax", spec.out_dtypes[0]))
     for chip in chips:
-        b = compile_for_tpu(spec.name, fn, contract_args(spec, shape), chip)
-        crit = tpu_criteria(b, fp8_feed="all" if spec.contract == "gmm-fp8" else None,
+        b = compile_for_tpu(spec.name, fn, contract.arg_shapes(shape.sizes(), spec.in_dtype),
+                            chip)
+        crit = tpu_criteria(b, fp8_feed="all" if contract.fp8 else None,
                             mosaic=b.llo is not None, budget=None)
         yield _result(spec.name, f"{spec.contract}-{shape.name}-{chip}", crit,
                       tpu_metrics(b), b.error, b.seconds)
@@ -247,7 +236,7 @@ def _user_gpu(spec: KernelSpec, jobs: Sequence[Any], shape: NativeShape,
 
     jobs = [dataclasses.replace(job, capability=target(gpu).capability) for job in jobs]
     for job, b in zip(jobs, compile_many(jobs), strict=True):
-        crit = gpu_criteria(b, fp8=spec.contract == "gmm-fp8", claims_tma=False)
+        crit = gpu_criteria(b, fp8=contract_of(spec.contract).fp8, claims_tma=False)
         yield _result(spec.name, f"{job.name}-{shape.name}-{gpu}", crit,
                       gpu_metrics(b), b.error, b.seconds)
 

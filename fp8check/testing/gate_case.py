@@ -9,7 +9,13 @@ from typing import Any
 import numpy as np
 
 from fp8check.cases import Case, CaseInputs, case_inputs, supported
-from fp8check.contracts import ARG_NAMES, NUMPY_DTYPES, framework_dtype, to_framework
+from fp8check.contracts import (
+    CONTRACTS_BY_NAME,
+    NUMPY_DTYPES,
+    contract_of,
+    framework_dtype,
+    to_framework,
+)
 from fp8check.gate.repro import PlainDeclarations, gate_command
 from fp8check.integrity import changes, inputs_criterion, merged, raw_bits
 from fp8check.layers.op import LAYER, Problem, ProblemCache
@@ -20,10 +26,6 @@ from fp8check.testing.asserts import F32_UNIT_ROUNDOFF
 from fp8check.testing.engine import check_matmul
 from fp8check.testing.inputs import as_array
 from fp8check.testing.replay_record import ReplayRecord
-
-# the kernel arguments' names in a ReplayRecord, per contract (group sizes apart)
-_ARG_NAMES = {"gmm-fp8": ("lhs_values", "lhs_scales", "rhs_values", "rhs_scales"),
-              "gmm": ("lhs", "rhs"), "tgmm": ("lhs", "dy")}
 
 
 @dataclass
@@ -55,9 +57,11 @@ class GateCase:
     _handed: list[tuple[Any, ...]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        if self.contract not in _ARG_NAMES:
+        known = CONTRACTS_BY_NAME.get(self.contract)
+        if known is None or not known.matmul:
+            matmuls = ", ".join(c.name for c in CONTRACTS_BY_NAME.values() if c.matmul)
             raise ValueError(f"fp8check_case: contract {self.contract!r} is not a matmul "
-                             "contract (gmm-fp8, gmm, tgmm); for quantizers use "
+                             f"contract ({matmuls}); for quantizers use "
                              "assert_quantizer_matches on case.inputs")
         get_profile(self.profile)
 
@@ -117,19 +121,20 @@ class GateCase:
         """Assert the kernel's output on `args` passes the gate's criteria for this case.
         `flushes_subnormals` as `KernelSpec`'s: None means True for the jax framework."""
         __tracebackhide__ = True
-        if accum is not None and self.contract != "gmm-fp8":
+        contract = contract_of(self.contract)
+        if accum is not None and not contract.fp8:
             raise ValueError("accum is only meaningful for the gmm-fp8 contract")
         o = as_array(out, "out")
         prob = self.problem
         if o.dtype != NUMPY_DTYPES[prob.out_dtype] or o.shape != prob.exact.shape:
             raise ValueError(f"out is {o.dtype}{list(o.shape)}; case {self.case.id} expects "
                              f"{NUMPY_DTYPES[prob.out_dtype]}{list(prob.exact.shape)}")
-        arrays = dict(zip(_ARG_NAMES[self.contract], prob.args[:-1], strict=True))
-        unq = (self.inputs.x, self.inputs.dy if self.contract == "tgmm" else self.inputs.w)
+        arrays = dict(zip((a.replay for a in contract.args[:-1]), prob.args[:-1], strict=True))
         if prob.impact_not_gated is None:  # replay measures impact the same way
-            arrays.update(x=unq[0], w=unq[1])
-        kind = "tgmm" if self.contract == "tgmm" else "gmm"
-        record = ReplayRecord(kind, arrays | {"out": o, "group_sizes": prob.args[-1]},
+            inputs = self.inputs  # the unquantized operands: x and w (dy for tgmm)
+            x, w = (getattr(inputs, op.source) for op in contract.operands)
+            arrays.update(x=x, w=w)
+        record = ReplayRecord(contract.replay, arrays | {"out": o, "group_sizes": prob.args[-1]},
                               accum=accum, profile=self.profile,
                               acc_unit_roundoff=acc_unit_roundoff,
                               flushes_subnormals=(self.framework == "jax"
@@ -147,6 +152,7 @@ class GateCase:
         if not self._handed:
             return []
         before = [raw_bits(a, copy=False) for a in prob.args]
-        found = merged(*(changes(ARG_NAMES[self.contract], h, before) for h in self._handed))
+        names = contract_of(self.contract).arg_names
+        found = merged(*(changes(names, h, before) for h in self._handed))
         self._handed.clear()
         return [inputs_criterion(found)]

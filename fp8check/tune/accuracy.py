@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from fp8check import registry
 from fp8check.cases import DEFAULT_RECIPE, EXACT_RECIPE, Case, case_id
-from fp8check.contracts import NUMPY_DTYPES, KernelSpec
+from fp8check.contracts import GMM, GMM_FP8, NUMPY_DTYPES, TGMM, KernelSpec, contract_of
 from fp8check.kernels.pallas.tiling import Tiling
 from fp8check.layers.op import ProblemCache, validate_case
 from fp8check.profiles import get_profile
@@ -66,8 +66,8 @@ STRICT_SEED = 1
 REFERENCE_MAC_BUDGET = 2**29
 # Contract and built-in kernel whose declarations (accum, out dtypes, fidelity fixes) a
 # phase inherits.
-PHASE_CONTRACT = {"fwd": ("gmm-fp8", "pallas-fp8"), "dgrad": ("gmm", "pallas-bf16"),
-                  "tgmm": ("tgmm", "pallas-tgmm")}
+PHASE_CONTRACT = {"fwd": (GMM_FP8, "pallas-fp8"), "dgrad": (GMM, "pallas-bf16"),
+                  "tgmm": (TGMM, "pallas-tgmm")}
 
 
 @dataclass(frozen=True)
@@ -190,12 +190,13 @@ class AccuracyChecker:
             prof = get_profile(profile)
             spec = self.kernel_for(phase, tiling)
             contract = PHASE_CONTRACT[phase][0]
-            if spec.contract != contract:
+            if contract_of(spec.contract) is not contract:
                 raise ValueError(f"kernel for {phase} has contract {spec.contract!r}, "
-                                 f"expected {contract!r}")
+                                 f"expected {contract.name!r}")
             from fp8check.reports.plotdata import plot_data
 
-            results = [validate_case(spec, case, prof, self._problems.get(contract, case)[0],
+            results = [validate_case(spec, case, prof,
+                                     self._problems.get(contract.name, case)[0],
                                      plots=plot_data)
                        for case in self.cases(phase, tiling, profile)]
             passed = bool(results) and all(r.passed is True for r in results)

@@ -19,7 +19,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from fp8check.contracts import OUT_DTYPES, KernelSpec
+from fp8check.contracts import OUT_DTYPES, KernelSpec, contract_of
 
 from ._common import QBLOCK
 from .fidelity import probe_fidelity
@@ -72,7 +72,7 @@ def triton_spec(name: str, contract: str, fn: Callable, backend: str, *,
                          "when triton is first imported)")
     fixes = tuple(probe_fidelity().fixes)
     extra: dict[str, Any]
-    if contract == "quantizer":
+    if not contract_of(contract).matmul:
         extra = {"recipe": recipe, "block": (1, 128)}
     elif resolved == "native" or dot in TENSOR_CORE_RECIPES:
         interval = QBLOCK  # the dot never promotes; the kernel does, every block

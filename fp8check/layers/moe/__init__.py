@@ -5,8 +5,9 @@ grouped matmuls, `ExpertMatmuls` (`matmuls`): a kernel family's, or a user's ker
 (`user`: `UserKernels` -> `user_matmuls`, with the framework pieces in `jax_grouped` and
 `torch_grouped`)."""
 
+from fp8check.contracts import LAYER_CONTRACTS
 from fp8check.layers.moe.matmuls import VARIANTS, ExpertMatmuls, family_matmuls
-from fp8check.layers.moe.user import LAYER_CONTRACTS, UserKernels, tested_variant, user_matmuls
+from fp8check.layers.moe.user import UserKernels, tested_variant, user_matmuls
 from fp8check.layers.moe.validate import (
     LAYER,
     SUITES,

@@ -30,12 +30,18 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from fp8check.contracts import ARG_NAMES, KernelSpec, out_dtype_kwargs, takes_out_dtype
+from fp8check.contracts import (
+    LAYER_CONTRACTS,
+    TGMM,
+    KernelSpec,
+    Operand,
+    contract_of,
+    out_dtype_kwargs,
+    takes_out_dtype,
+)
 from fp8check.integrity import raise_if_changed, watched_call
 from fp8check.layers.moe.matmuls import LAYER_FRAMEWORKS, ExpertMatmuls
 
-# The forward contracts layers 2 and 3 can build around -> the variant their kernel is.
-LAYER_CONTRACTS = {"gmm-fp8": "fp8", "gmm": "bf16"}
 REFERENCE_BACKWARD = "fp8check's bf16 reference (bf16 operands, float32 accumulation)"
 
 
@@ -65,12 +71,14 @@ class UserKernels:
 
 
 def tested_variant(contract: str, name: str = "the forward kernel") -> str:
-    """The variant ("fp8" or "bf16") a forward kernel of `contract` is; ValueError for a
-    contract layers 2 and 3 cannot build around (naming the kernel `name`)."""
-    if contract not in LAYER_CONTRACTS:
+    """The variant ("fp8" or "bf16") a forward kernel of `contract` is
+    (`Contract.layer_variant`); ValueError for a contract layers 2 and 3 cannot build
+    around (naming the kernel `name`)."""
+    variant = contract_of(contract).layer_variant
+    if variant is None:
         raise ValueError(f"layers 2 and 3 build a MoE layer around a forward kernel of "
                          f"contract {' or '.join(LAYER_CONTRACTS)}; {name} is {contract}")
-    return LAYER_CONTRACTS[contract]
+    return variant
 
 
 def _ops(framework: str) -> ModuleType:
@@ -94,6 +102,12 @@ def _checked(ops: ModuleType, out: Any, shape: tuple[int, ...], what: str,
     return out
 
 
+def _handed(ops: ModuleType, a: Any, operand: Operand) -> tuple[Any, ...]:
+    """What a forward kernel is handed of its operand `a`: (values, scales) quantized in
+    the operand's block, or `a` rounded to bf16 (`Operand`)."""
+    return (ops.to_bf16(a),) if operand.block is None else tuple(ops.quantize(a, operand.block))
+
+
 def _forward(spec: KernelSpec, ops: ModuleType) -> tuple[Callable[..., Any], str]:
     """(the forward (x, w, group_sizes) -> [M, N] bf16 around `spec`, what its output
     is).  A kernel that takes `out_dtype` is asked for bf16 when it declares bf16 (the
@@ -106,17 +120,15 @@ def _forward(spec: KernelSpec, ops: ModuleType) -> tuple[Callable[..., Any], str
         wanted = spec.out_dtypes
     kwargs = out_dtype_kwargs(spec, wanted[0])
     seen: list[str] = []
+    contract = contract_of(spec.contract)
+    lhs, rhs = contract.operands
 
     def forward(x: Any, w: Any, group_sizes: Any) -> Any:
-        if spec.contract == "gmm-fp8":
-            args = (*ops.quantize(x, (1, 128)), *ops.quantize(w, (128, 128)), group_sizes)
-        else:
-            args = (ops.to_bf16(x), ops.to_bf16(w), group_sizes)
+        args = (*_handed(ops, x, lhs), *_handed(ops, w, rhs), group_sizes)
         who = f"forward kernel {spec.name}"
-        out, written = watched_call(spec.fn, args, ARG_NAMES[spec.contract], kwargs)
+        out, written = watched_call(spec.fn, args, contract.arg_names, kwargs)
         raise_if_changed(written, who)
-        shape = (x.shape[0], w.shape[2])
-        out = _checked(ops, out, shape, who, tuple(seen) or wanted)
+        out = _checked(ops, out, contract.out_shape(args), who, tuple(seen) or wanted)
         seen[:] = [ops.dtype_name(out)]
         return ops.to_bf16(out)
 
@@ -163,8 +175,7 @@ def user_matmuls(k: UserKernels) -> ExpertMatmuls:
                       lambda dy, w, gs: (dy.shape[0], w.shape[1]),
                       ("dy", "rhs", "group_sizes"))
     tgmm = _backward(k.tgmm, ops.bf16_tgmm, f"tgmm kernel {k.tgmm_name}", ops,
-                     lambda x, dy, gs: (gs.shape[0], x.shape[1], dy.shape[1]),
-                     ARG_NAMES["tgmm"])
+                     lambda x, dy, gs: TGMM.out_shape((x, dy, gs)), TGMM.arg_names)
     variant = tested_variant(spec.contract)
     variants = {variant: ops.differentiable(forward, dgrad, tgmm)}
     if variant == "fp8":

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fp8check.cases import NONFINITE, Case, case_inputs
-from fp8check.contracts import NUMPY_DTYPES
+from fp8check.contracts import NUMPY_DTYPES, contract_of
 from fp8check.profiles import IMPACT_REPORT_ONLY
 from fp8check.references.baselines import grouped_matmul, grouped_tmatmul
 from fp8check.references.casts import to_float64
@@ -224,6 +225,12 @@ def tgmm_problem(
     )
 
 
+# The Problem builder of each matmul contract, by `Contract.problem`: (lhs, rhs, group
+# sizes, out dtype, the unquantized operands, **facts) -> Problem.
+PROBLEM_BUILDERS: dict[str, Callable[..., Problem]] = {
+    "gmm_fp8": gmm_fp8_problem, "plain_gmm": plain_gmm_problem, "tgmm": tgmm_problem}
+
+
 # Rows quantized at a time for a streamed case: quantize's float32 and float64 temporaries
 # of a whole production operand would take several GiB.
 _QUANT_ROWS = 4096
@@ -261,9 +268,9 @@ def streamed_gmm_fp8_problem(lq: Any, rq: Any, group_sizes: np.ndarray, out_dtyp
 
 
 def streamed_problem(contract: str, case: Case) -> StreamedProblem:
-    """The StreamedProblem of a streamed `case` (gmm-fp8 only: the streamed summary is the
-    gmm-fp8 reference's; ValueError for another contract)."""
-    if contract != "gmm-fp8":
+    """The StreamedProblem of a streamed `case` (gmm-fp8 only, `Contract.streamed`: the
+    streamed summary is the gmm-fp8 reference's; ValueError for another contract)."""
+    if not contract_of(contract).streamed:
         raise ValueError(f"case {case.id} is checked through the streamed gmm-fp8 summary; "
                          f"contract {contract!r} has no streamed reference")
     inp = case_inputs(case)
@@ -277,7 +284,9 @@ def streamed_problem(contract: str, case: Case) -> StreamedProblem:
 
 def build_problem(contract: str, case: Case) -> AnyProblem:
     """Kernel arguments and references of `case` under a matmul contract (a
-    StreamedProblem for a streamed case)."""
+    StreamedProblem for a streamed case): the case's operands (`Contract.operands`),
+    quantized in their blocks with the case's recipe or rounded to bf16, handed to the
+    contract's builder (`PROBLEM_BUILDERS`)."""
     from fp8check.references import quantize
 
     if not case.applies_to(contract):
@@ -285,21 +294,17 @@ def build_problem(contract: str, case: Case) -> AnyProblem:
                          f"{', '.join(case.contracts())}")
     if case.streamed:
         return streamed_problem(contract, case)
+    c = contract_of(contract)
+    if c.problem is None:
+        raise ValueError(f"contract {contract!r} has no matmul problem")
     inp = case_inputs(case)
-    gs = inp.group_sizes
-    facts = {"exact_partials": case.exact_partials,
-             "impact_not_gated": IMPACT_REPORT_ONLY.get(case.distribution)}
-    bf16 = NUMPY_DTYPES["bf16"]
-    if contract == "gmm-fp8":
-        # nan="propagate": a non-finite input reaches the kernel as the recipe makes it
-        # (docs/contract.md, "Non-finite inputs"); identical to "raise" on finite data.
-        lq = quantize(inp.x, (1, 128), case.recipe, nan="propagate")
-        rq = quantize(inp.w, (128, 128), case.recipe, nan="propagate")
-        return gmm_fp8_problem(lq, rq, gs, case.out_dtype, (inp.x, inp.w), **facts)
-    if contract == "gmm":
-        return plain_gmm_problem(inp.x.astype(bf16), inp.w.astype(bf16), gs, case.out_dtype,
-                                 (inp.x, inp.w), **facts)
-    if contract == "tgmm":
-        return tgmm_problem(inp.x.astype(bf16), inp.dy.astype(bf16), gs, case.out_dtype,
-                            (inp.x, inp.dy), **facts)
-    raise ValueError(f"contract {contract!r} has no matmul problem")
+    unquantized = tuple(getattr(inp, o.source) for o in c.operands)
+    # nan="propagate": a non-finite input reaches the kernel as the recipe makes it
+    # (docs/contract.md, "Non-finite inputs"); identical to "raise" on finite data.
+    handed = [a.astype(NUMPY_DTYPES["bf16"]) if o.block is None else
+              quantize(a, o.block, case.recipe, nan="propagate")
+              for a, o in zip(unquantized, c.operands, strict=True)]
+    return PROBLEM_BUILDERS[c.problem](
+        *handed, inp.group_sizes, case.out_dtype, unquantized,
+        exact_partials=case.exact_partials,
+        impact_not_gated=IMPACT_REPORT_ONLY.get(case.distribution))
