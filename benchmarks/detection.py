@@ -24,10 +24,13 @@ between the kernels of one contract per (case, seed) as the gate shares them
 Suites: those the catalog's bugs name (`--suites` restricts them); correct variants run
 on each of them.  `--case-filter REGEX` keeps the cases whose id matches (re.search): the
 `full` suite (211 cases at M = 2048) takes hours on 2 cores over 5 seeds, a filter bounds
-it.  `--json PATH` writes the same numbers for the closing note.
+it.  `--json PATH` writes the same numbers for the closing note.  `--merge A.json B.json
+...` joins the `--json` files of runs sharded with `--first-seed` (same suite, other seeds)
+into one table, without running anything.
 
     python benchmarks/detection.py [--seeds 5] [--suites ci] [--case-filter REGEX]
                                    [--json PATH]
+    python benchmarks/detection.py --merge ci-s0.json ci-s1.json ... [--json PATH]
 """
 
 from __future__ import annotations
@@ -154,6 +157,7 @@ class SuiteScore:
             "catching_cases": self.catching_cases, "single_case": self.single_case,
             "single_element": self.single_element,
             "false_alarm_runs": self.n_false_alarm_runs, "correct_runs": self.n_correct_runs,
+            "correct": self.correct,
             "false_alarms": [dict(kernel=k, seed=s, case=c, failed=f)
                              for k, s, c, f in self.false_alarms],
             "closest": {n: vars(c) for n, c in self.closest.items()},
@@ -240,6 +244,59 @@ def print_score(sc: SuiteScore) -> None:
                                                  for s in sc.seeds))
 
 
+def from_dict(d: Mapping[str, Any]) -> SuiteScore:
+    """The SuiteScore a `--json` file holds (`SuiteScore.to_dict`), seeds as integers."""
+    ints = {int(k): v for k, v in d["cases"].items()}
+    seeds = [int(x) for x in d["seeds"]]
+    # files written before "correct" was recorded ran the whole catalog's variants
+    correct = sorted(d.get("correct") or CORRECT)
+    if len(correct) * len(seeds) != d["correct_runs"]:
+        raise ValueError(f"suite {d['suite']}: {d['correct_runs']} correct runs over "
+                         f"{len(seeds)} seeds, but {len(correct)} correct variants")
+    sc = SuiteScore(suite=d["suite"], seeds=seeds, n_cases=ints,
+                    bugs=sorted(d["catching_cases"]), seconds=d["seconds"], correct=correct)
+    sc.missed = {b: [int(x) for x in s] for b, s in d["missed"].items()}
+    sc.catching_cases = {b: {int(k): v for k, v in c.items()}
+                         for b, c in d["catching_cases"].items()}
+    sc.single_case = {b: [int(x) for x in s] for b, s in d["single_case"].items()}
+    sc.single_element = {b: [int(x) for x in s] for b, s in d["single_element"].items()}
+    sc.false_alarms = [(f["kernel"], int(f["seed"]), f["case"], f["failed"])
+                       for f in d["false_alarms"]]
+    sc.closest = {n: Closest(**c) for n, c in d["closest"].items()}
+    return sc
+
+
+def merged(scores: Sequence[SuiteScore]) -> SuiteScore:
+    """One suite's scores from runs over disjoint seeds (`--first-seed` shards) as one:
+    ValueError when they are of different suites, bugs or correct variants, or share a
+    seed."""
+    first = scores[0]
+    out = SuiteScore(suite=first.suite, seeds=[], n_cases={}, bugs=first.bugs,
+                     correct=first.correct)
+    for sc in scores:
+        if (sc.suite, sc.bugs, sc.correct) != (first.suite, first.bugs, first.correct):
+            raise ValueError(f"--merge: runs of different suites, bugs or correct variants "
+                             f"({first.suite} and {sc.suite})")
+        if set(sc.seeds) & set(out.seeds):
+            raise ValueError(f"--merge: seed {sorted(set(sc.seeds) & set(out.seeds))[0]} "
+                             f"appears twice")
+        out.seeds += sc.seeds
+        out.n_cases.update(sc.n_cases)
+        for b in sc.bugs:
+            out.catching_cases.setdefault(b, {}).update(sc.catching_cases[b])
+        for table, theirs in ((out.missed, sc.missed), (out.single_case, sc.single_case),
+                              (out.single_element, sc.single_element)):
+            for b, seeds in theirs.items():
+                table.setdefault(b, []).extend(seeds)
+        out.false_alarms += sc.false_alarms
+        for c in sc.closest.values():
+            # a Closest holds the measure itself (a margin for ">="): against limit 0
+            _closer(out.closest, c.criterion, c.value, 0.0, c.kernel, c.case, c.seed)
+        out.seconds += sc.seconds
+    out.seeds.sort()
+    return out
+
+
 def detect_suite(
     suite: str, bugs: Mapping[str, SeededBug], correct: Mapping[str, KernelSpec],
     seeds: Sequence[int], case_filter: str | None = None,
@@ -273,6 +330,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       "this regex (full's production cases take minutes per "
                                       "kernel: e.g. 'int16|vectorised')")
     ap.add_argument("--json", type=Path, help="write the scores here")
+    ap.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                    help="join these --json files of seed shards into one table instead "
+                         "of running")
     args = ap.parse_args(argv)
     suites = [s for s in args.suites.split(",") if s]
     if args.seeds < 1:
@@ -284,6 +344,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             re.compile(pattern or "")
         except re.error as e:
             ap.error(f"{flag} {pattern!r}: {e}")
+    if args.merge:
+        try:
+            docs = [json.loads(p.read_text()) for p in args.merge]
+            by_suite: dict[str, list[SuiteScore]] = {}
+            for d in docs:
+                for s in d["suites"]:
+                    by_suite.setdefault(s["suite"], []).append(from_dict(s))
+            scores = [merged(v) for v in by_suite.values()]
+        except (OSError, ValueError, KeyError) as e:
+            ap.error(f"--merge: {e}")
+        for sc in scores:
+            print_score(sc)
+        _write(args.json, None, None, scores)
+        return 0 if all(s.passed for s in scores) else 1
     bugs = {n: b for n, b in BUGS.items() if re.search(args.kernels or "", n)}
     correct = {n: c for n, c in CORRECT.items() if re.search(args.kernels or "", n)}
     scores = []
@@ -292,12 +366,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         sc = detect_suite(suite, bugs, correct, seeds, args.case_filter)
         print_score(sc)
         scores.append(sc)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"case_filter": args.case_filter,
-                                         "kernels": args.kernels,
-                                         "suites": [s.to_dict() for s in scores]}, indent=1))
+    _write(args.json, args.case_filter, args.kernels, scores)
     return 0 if all(s.passed for s in scores) else 1
+
+
+def _write(path: Path | None, case_filter: str | None, kernels: str | None,
+           scores: Sequence[SuiteScore]) -> None:
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"case_filter": case_filter, "kernels": kernels,
+                                    "suites": [s.to_dict() for s in scores]}, indent=1))
 
 
 if __name__ == "__main__":

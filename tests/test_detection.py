@@ -111,3 +111,25 @@ def test_bad_arguments_exit_2(capsys):
         with pytest.raises(SystemExit) as e:
             detection.main(argv)
         assert e.value.code == 2
+
+
+def test_seed_shards_merge_into_the_table_of_their_seeds(results):
+    """`--merge`: the scores of two runs over other seeds, through their JSON, join into
+    one table: seeds, per-seed catches, misses and false alarms of both, the closest
+    values the more extreme; the same seed twice is bad input."""
+    bugs = {BUG: SeededBug(BUGS[BUG].spec, Catch("smoke", "bound_ratio"))}
+    a = detection.score("smoke", bugs, [GOOD], results, [0], {0: 2})
+    b = detection.from_dict(a.to_dict())  # seed 0 read back, then relabelled seed 1
+    b.seeds, b.n_cases = [1], {1: 2}
+    b.catching_cases = {BUG: {1: 0}}
+    b.missed, b.single_case = {BUG: [1]}, {}
+    b.false_alarms = [(GOOD, 1, "c", "bias_z")]
+    b.closest = {"bias_z": detection.Closest("bias_z", "max_abs", 5.5, GOOD, "c", 1)}
+    m = detection.merged([detection.from_dict(a.to_dict()), b])
+    assert m.seeds == [0, 1] and m.catching_cases == {BUG: {0: 1, 1: 0}}
+    assert m.missed == {BUG: [1]} and m.single_case == {BUG: [0]}
+    assert (m.n_false_alarm_runs, m.n_correct_runs) == (1, 2) and not m.passed
+    assert m.closest["bias_z"].value == 5.5 and m.closest["bias_z"].seed == 1
+    assert m.closest["bound_ratio"] == a.closest["bound_ratio"]
+    with pytest.raises(ValueError, match="seed 0 appears twice"):
+        detection.merged([a, a])
