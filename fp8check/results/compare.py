@@ -32,6 +32,8 @@ from typing import Any, Literal
 
 from fp8check.profiles import EXACT_FRACTION_DRIFT, drift_of
 from fp8check.results.documents import RESULT_IDS
+from fp8check.results.model import _shown as shown
+from fp8check.results.model import jsonable
 
 ResultId = tuple[str, int, str]  # (kernel, layer, case)
 Kind = Literal["regression", "improvement"]
@@ -61,7 +63,7 @@ class Move:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kernel": self.kernel, "layer": self.layer, "case": self.case,
-                "what": self.what, "base": _json(self.base), "head": _json(self.head),
+                "what": self.what, "base": jsonable(self.base), "head": jsonable(self.head),
                 "kind": self.kind, "how": self.how}
 
 
@@ -264,10 +266,5 @@ def _number(v: Any) -> float | None:
 
 
 def _shown(v: Any) -> str:
-    if v is None:
-        return "absent"
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
-def _json(v: Any) -> Any:
-    return str(v) if isinstance(v, float) and not math.isfinite(v) else v
+    """A value in a move's line: as criteria show values, "absent" for None."""
+    return "absent" if v is None else shown(v)
