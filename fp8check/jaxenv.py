@@ -15,8 +15,8 @@ TPU device files), where jax must find the chips.
   that is not a TPU VM (deviceless compiles for every chip are unaffected: tested).
 * ``XLA_FLAGS += --xla_cpu_max_isa=AVX`` (interpret-mode fidelity fix ``xla-cpu-no-fma``):
   XLA:CPU contracts the FP8 kernel's scale step ``acc + (P * sa) * sb`` into an FMA in some
-  grid structures and not in others (measured: a one-program grid rounds twice, a longer
-  grid fuses), so interpret mode would compute two recipes.  Without FMA instructions it
+  grid structures and not in others (a one-program grid rounds twice, a longer grid
+  fuses), so interpret mode would compute two recipes.  Without FMA instructions it
   rounds every operation, which is what the TPU does (its Mosaic LLO shows separate
   ``vmul.f32`` and ``vadd.f32``; `fp8check.native.tpu`).  Set FP8CHECK_XLA_FMA=1 to keep
   FMA; `kernels.pallas.fidelity` then measures and reports what interpret mode computes.

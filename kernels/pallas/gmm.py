@@ -28,7 +28,7 @@ Scale layout inside the kernel: the scales are regrouped per K tile at the bound
 (lhs [K/tk, M, nsub], rhs [G, K/tk, nsub, N] with one rhs scale per output lane) so each
 grid step's block covers whole minor dimensions and the subchannel picks its scale with a
 static slice of a loaded value.  Indexing a [tm, K/128] block with a dynamic `pl.ds`
-along lanes, as an earlier version did, does not compile for any TPU (Mosaic E2003:
+along lanes instead does not compile for any TPU (Mosaic E2003:
 unproven 128-alignment of the lane index).  The contract's layout (`gmm_fp8`'s
 arguments) is unchanged.
 """

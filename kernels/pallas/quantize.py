@@ -45,18 +45,19 @@ def quantize_deepgemm(x, block: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
     x32 = jnp.pad(x.astype(jnp.float32), [(0, 0)] * len(lead) + [(0, rp - r), (0, cp - c)])
     blocks = x32.reshape(*lead, rp // br, br, cp // bc, bc)
     amax = jnp.max(jnp.abs(blocks), axis=(-3, -1))
-    # XLA's max reduction does not carry NaN reliably (measured on CPU: a NaN at element
-    # 44 of a 1x128 block gave the finite max of the others, masking the NaN block), while
-    # the recipe's max is NaN for a block holding one: say so explicitly.
+    # XLA's max reduction does not carry NaN reliably (on XLA:CPU a NaN inside a 1x128
+    # block can give the finite max of the others), while the recipe's max is NaN for a
+    # block holding one: say so explicitly.
     amax = jnp.where(jnp.isnan(blocks).any(axis=(-3, -1)), jnp.float32(jnp.nan), amax)
     # XLA's algebraic simplifier rewrites x / 448 into x * RN(1/448) and 1 / (a / 448) into
-    # 448 / a, neither of which is the recipe (measured: scales and values off by one ulp;
+    # 448 / a, neither of which is the recipe (scales and values one ulp off;
     # optimization_barrier does not stop it).  It cannot fold 0 * amax (that is NaN for an
     # infinite amax), so `hide` makes a constant opaque, and the divisions stay true IEEE
     # divisions.  The opaque zero is 0 * min(amax, 1): zero for every finite or infinite
-    # amax, NaN for a NaN block (as the reference).  It was 0 * amax, NaN for an infinite
-    # amax too: an Inf block got a NaN scale and all-NaN values where the reference has an
-    # infinite scale, zero values and NaN only at the infinities (x * RN(1/inf) = x * 0).
+    # amax, NaN for a NaN block (as the reference).  Not 0 * amax: that is NaN for an
+    # infinite amax too, giving an Inf block a NaN scale and all-NaN values where the
+    # reference has an infinite scale, zero values and NaN only at the infinities
+    # (x * RN(1/inf) = x * 0).
     opaque_zero = jnp.float32(0) * jnp.minimum(amax, jnp.float32(1))
 
     def hide(c):
