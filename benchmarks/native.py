@@ -6,7 +6,7 @@
   space) with TFLOP/s, padding-free vs padded speedup, memory saved, and the fraction of the
   chip's dense FP8 peak (a table of datasheet peaks by device name below).
 * TPU: the Pallas FP8 and bf16 GMMs natively at the dev shape (M=8192, K=2048, N=512,
-  G=32), and the FP8/bf16 speedup beside the seed's observation (1.07x-1.24x for GMM,
+  G=32), and the FP8/bf16 speedup beside the source design's observation (1.07x-1.24x for GMM,
   against 1.81x for a bare matmul on v7x).
 * CUDA GPU, `--model-check` (also on a CPU, under the interpreter's Hopper-faithful dot,
   to exercise the script): the one measurement a GPU settles for the Hopper FP8 MMA model

@@ -295,7 +295,7 @@ def test_parallel_workers_compile_for_v7x_and_sm_100a(tmp_path):
     """`fp8check gate --layers 0 --suite smoke --targets v7x,sm_100a --jobs 2`, as a user
     runs it, on the shipped FP8 GEMMs and a bf16 Pallas kernel: everything passes, with the
     chip's FP8 datapath in the JSON and the HTML report (pallas-fp8 on v7x: `e4m3b`;
-    triton-fp8 on sm_100a: `tcgen05`), and the seed's production tilings among the v7x
+    triton-fp8 on sm_100a: `tcgen05`), and the source design's production tilings among the v7x
     builds.  Two workers compile for TPU at once, each reading back the Mosaic dumps its
     own compiles add: with one dump directory for both (the parent's, inherited), a third
     of the results lost their VMEM and LLO figures and failed."""
@@ -324,7 +324,8 @@ def test_parallel_workers_compile_for_v7x_and_sm_100a(tmp_path):
     assert all(r["metrics"]["mma_shapes"].startswith("tcgen05 kind::f8f6f4 ")
                and r["criteria"]["fp8_tensor_core"]["passed"]
                and r["criteria"]["tmem_within_limit"]["passed"] for r in triton)
-    # the seed's production tilings: wi (256, 2048, .) with 16 subchannels, wo (256, 512, 2048)
+    # the source design's production tilings: wi (256, 2048, .) with 16 subchannels,
+    # wo (256, 512, 2048)
     cases = {r["case"] for r in pallas}
     assert any(c.startswith("fwd-256x2048x512-wi-prod") for c in cases), cases
     assert any(c.startswith("fwd-256x512x2048-wo-prod") for c in cases), cases

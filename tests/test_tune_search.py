@@ -114,7 +114,7 @@ def test_planted_fast_but_wrong_tiling_is_never_best(kernels):
 
     checker = AccuracyChecker(SMALL, kernel_for)
     res = TilingSearch(SMALL, checker, rounds=1, population=2, seed=0, finalists=1,
-                       phases=("fwd",), extra_seeds={"fwd": [planted]}).run()
+                       phases=("fwd",), extra_starts={"fwd": [planted]}).run()
     state = res.phases["fwd"]
     bad = state.seen[planted]
     assert bad.status == "inaccurate" and bad.reason.startswith("explore:")

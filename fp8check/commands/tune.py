@@ -41,7 +41,7 @@ from fp8check.tune.shapes import NAMED_SHAPES, parse_shape
 from fp8check.userfiles import check_output
 
 KERNELS = ("pallas-fp8",)
-_SEED_TILING = re.compile(r"^(fwd|tgmm|dgrad)=(\d+)x(\d+)x(\d+)$")
+_START_TILING = re.compile(r"^(fwd|tgmm|dgrad)=(\d+)x(\d+)x(\d+)$")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,13 +72,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _start_tilings(items: list[str]) -> dict[str, list[Tiling]]:
-    seeds: dict[str, list[Tiling]] = {}
+    starts: dict[str, list[Tiling]] = {}
     for item in items:
-        m = _SEED_TILING.match(item)
+        m = _START_TILING.match(item)
         if m is None:
             raise ValueError(f"--start {item!r}: expected PHASE=TMxTKxTN, e.g. fwd=256x1024x512")
-        seeds.setdefault(m.group(1), []).append(Tiling(*map(int, m.groups()[1:])))
-    return seeds
+        starts.setdefault(m.group(1), []).append(Tiling(*map(int, m.groups()[1:])))
+    return starts
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             shape, checker, rounds=args.rounds, population=args.population, seed=args.seed,
             finalists=args.finalists, phases=phases, fitness_label=label,
             fitness=(lambda ph, t: measure_us(ph, t, shape)) if measured else None,
-            extra_seeds=starts, native_check=native_check,
+            extra_starts=starts, native_check=native_check,
             on_round=lambda r, states: print(round_table(r, states, label), flush=True))
     try:
         res = search.run()

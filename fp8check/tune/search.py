@@ -1,8 +1,8 @@
 """The evolutionary tiling search: per phase, mutate the fastest accurate survivors.
 
 Each phase (fwd, tgmm, dgrad) is searched independently (its reduction dimension differs,
-so its best tiling does too).  Round 0 evaluates the seeds: the baseline (tk = 128), the
-kernels' current default and any `extra_seeds`.  Every later round draws `population`
+so its best tiling does too).  Round 0 evaluates the start tilings: the baseline (tk = 128),
+the kernels' current default and any `extra_starts`.  Every later round draws `population`
 new runnable tilings per phase, each one directed mutation (`space.MUTATIONS`) of a
 survivor chosen with rank weights 1, 1/2, 1/3...; the survivors are the `population`
 fastest accepted tilings seen so far (elitist).  A candidate is
@@ -109,7 +109,7 @@ class TilingSearch:
                  population: int, seed: int, finalists: int = 2,
                  fitness: Fitness | None = None, fitness_label: str = FITNESS_LABEL,
                  phases: tuple[str, ...] = PHASES,
-                 extra_seeds: dict[str, list[Tiling]] | None = None,
+                 extra_starts: dict[str, list[Tiling]] | None = None,
                  native_check: NativeCheck | None = None,
                  on_round: Callable[[int, dict[str, PhaseSearch]], None] | None = None) -> None:
         if rounds < 0 or population < 1 or finalists < 1:
@@ -124,7 +124,7 @@ class TilingSearch:
         self.fitness = fitness or (lambda ph, t: phase_cost(ph, t, shape).total_us)
         self.fitness_label = fitness_label
         self.phases = phases
-        self.extra_seeds = extra_seeds or {}
+        self.extra_starts = extra_starts or {}
         self.native_check = native_check
         self.on_round = on_round
 
@@ -146,7 +146,7 @@ class TilingSearch:
         cand.reason = "" if verdict.passed else f"explore: {verdict.reason}"
         return cand
 
-    def _seed_round(self, phase: str) -> PhaseSearch:
+    def _start_round(self, phase: str) -> PhaseSearch:
         base_t = baseline_tiling(phase, self.shape)
         base = self._evaluate(phase, base_t, "baseline (tk = 128)", 0, None)
         if base.fitness_us is None:
@@ -154,10 +154,10 @@ class TilingSearch:
                              f"{self.shape.label()}: {base.reason}")
         state = PhaseSearch(phase, base)
         state.seen[base_t] = base
-        seeds = [(default_tiling(phase, self.shape), "kernel default")]
-        seeds += [(Tiling(*t), "given seed") for t in self.extra_seeds.get(phase, [])]
+        starts = [(default_tiling(phase, self.shape), "kernel default")]
+        starts += [(Tiling(*t), "given start") for t in self.extra_starts.get(phase, [])]
         first = [base]
-        for t, origin in seeds:
+        for t, origin in starts:
             if t not in state.seen:
                 cand = self._evaluate(phase, t, origin, 0, base.fitness_us)
                 state.seen[t] = cand
@@ -201,7 +201,7 @@ class TilingSearch:
                 state.best = cand
 
     def run(self) -> SearchResult:
-        states = {ph: self._seed_round(ph) for ph in self.phases}
+        states = {ph: self._start_round(ph) for ph in self.phases}
         if self.on_round:
             self.on_round(0, states)
         rngs = {ph: np.random.default_rng((self.seed, PHASES.index(ph))) for ph in self.phases}

@@ -17,7 +17,7 @@ apply to it.  Reasoning per entry:
   quantization block, so take the whole K (wi tk=2048, 16 subchannels; wo tk=512, 4): the
   MXU gets 16 (or 4) back-to-back 128-deep matmuls per grid step and the scale multiplies
   on the VPU overlap with them.  tm=256 fills the MXU rows; tn as wide as the output
-  allows (the seed's production tilings: wi (256, 2048, 1024), wo (256, 512, 2048); wi's
+  allows (the source design's production tilings: wi (256, 2048, 1024), wo (256, 512, 2048); wi's
   tn=1024 clamps to N=512 here).
 * tgmm: the reduction is M.  Each step holds the [tm, tk] lhs tile, its transpose [tk, tm]
   (a VMEM transpose keeps both copies), the [tm, tn] dY tile and a [tk, tn] f32

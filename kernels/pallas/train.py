@@ -10,7 +10,7 @@ identity: straight-through):
     d lhs = dgrad(dy, rhs)      d rhs = tgmm(lhs, dy)
 so the gradients are those of the dense bf16 function out_g = lhs_g @ rhs_g.  Quantizing
 in the backward costs an online quantization of dy (and a transposed one of lhs for tgmm)
-at a precision risk, for little gain; the seed measured better accuracy and no slowdown
+at a precision risk, for little gain; the source design found better accuracy and no slowdown
 without it.
 """
 
