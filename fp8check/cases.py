@@ -234,7 +234,7 @@ def _production_group_sizes(rng: np.random.Generator, m: int, g: int) -> np.ndar
     multinomially over the non-empty experts.  int64[g], sum in [m - 127, m - 1]."""
     p = rng.dirichlet(np.full(g, 0.5))
     p[rng.choice(g, size=max(1, g // 10), replace=False)] = 0.0
-    routed = m - int(rng.integers(1, 128))
+    routed = m - int(rng.integers(1, BLOCK))
     return rng.multinomial(routed, p / p.sum())
 
 

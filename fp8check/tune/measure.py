@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from fp8check.kernels.pallas.tiling import Tiling
+from fp8check.references.quant import BLOCK
 from fp8check.tune.cost_model import balanced_group_sizes
 from fp8check.tune.shapes import GmmShape
 
@@ -48,8 +49,8 @@ def _phase_call(phase: str, tiling: Tiling, shape: GmmShape):
     if phase == "fwd":
         lhs = jax.random.normal(keys[0], (m, k), jnp.float32).astype(jnp.float8_e4m3fn)
         rhs = jax.random.normal(keys[1], (g, k, n), jnp.float32).astype(jnp.float8_e4m3fn)
-        ls = jnp.ones((m, k // 128), jnp.float32)
-        rs = jnp.ones((g, k // 128, n // 128), jnp.float32)
+        ls = jnp.ones((m, k // BLOCK), jnp.float32)
+        rs = jnp.ones((g, k // BLOCK, n // BLOCK), jnp.float32)
         return lambda: gmm_fp8(lhs, ls, rhs, rs, gs, tiling=tiling, interpret=False)
     w = jax.random.normal(keys[1], (g, k, n), jnp.bfloat16)
     if phase == "dgrad":

@@ -16,6 +16,7 @@ import re
 from typing import NamedTuple
 
 from fp8check.kernels.pallas.tiling import PHASES, PRODUCTION_SHAPES
+from fp8check.references.quant import BLOCK
 
 
 class GmmShape(NamedTuple):
@@ -73,6 +74,6 @@ def parse_shape(text: str) -> GmmShape:
     shape = GmmShape(**sizes)
     if min(shape) < 1:
         raise ValueError(f"shape {text!r}: sizes must be positive")
-    if shape.k % 128 or shape.n % 128:
-        raise ValueError(f"shape {text!r}: K and N must be multiples of 128")
+    if shape.k % BLOCK or shape.n % BLOCK:
+        raise ValueError(f"shape {text!r}: K and N must be multiples of {BLOCK}")
     return shape

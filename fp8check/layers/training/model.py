@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fp8check.references.quant import BLOCK
+
 Params = dict[str, np.ndarray]
 # (params, tokens [T] int32, targets [T] int32) -> (mean loss in nats, grads like params)
 GradFn = Callable[[Params, np.ndarray, np.ndarray], tuple[float, Params]]
@@ -44,8 +46,8 @@ class ModelConfig:
     blocks: int = 2
 
     def __post_init__(self) -> None:
-        if self.d_model % 128 or self.d_ff % 128:
-            raise ValueError(f"d_model and d_ff must be multiples of 128, got "
+        if self.d_model % BLOCK or self.d_ff % BLOCK:
+            raise ValueError(f"d_model and d_ff must be multiples of {BLOCK}, got "
                              f"{self.d_model}, {self.d_ff}")
         if not 1 <= self.top_k <= self.experts:
             raise ValueError(f"top_k must be in [1, {self.experts}], got {self.top_k}")
