@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from fp8check.logs import maxtext, megatron, plain, tensorboard, torchtitan, wandb
+from fp8check.logs import keyed, maxtext, megatron, tensorboard, torchtitan, wandb
 from fp8check.logs.records import LogOptions, LogRecords, strip_ansi
 
 Reader = Callable[[Path, str, LogOptions], LogRecords]
@@ -32,9 +32,9 @@ FORMATS: dict[str, tuple[Reader, frozenset[str]]] = {
     "wandb": (wandb.read_history, frozenset({"step_key", "loss_key"})),
     "wandb-panel": (wandb.read_panel, frozenset({"step_key", "loss_key", "run"})),
     "tensorboard": (tensorboard.read, frozenset({"loss_key"})),
-    "csv": (plain.read_csv, frozenset({"step_key", "loss_key"})),
-    "jsonl": (plain.read_jsonl, frozenset({"step_key", "loss_key"})),
-    "gate": (plain.read_gate, frozenset({"selector"})),
+    "csv": (keyed.read_csv, frozenset({"step_key", "loss_key"})),
+    "jsonl": (keyed.read_jsonl, frozenset({"step_key", "loss_key"})),
+    "gate": (keyed.read_gate, frozenset({"selector"})),
 }
 CONSOLE = (("megatron", megatron.LINE), ("maxtext-log", maxtext.LINE),
            ("torchtitan", torchtitan.LINE))
@@ -54,13 +54,13 @@ def is_binary(head: bytes) -> bool:
 
 def detect_text(text: str) -> str:
     """The format of a text log (module docstring)."""
-    plain_text = strip_ansi(text)
+    stripped = strip_ansi(text)
     for name, pat in CONSOLE:
-        if pat.search(plain_text):
+        if pat.search(stripped):
             return name
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     if first.startswith("{"):
-        if plain.is_gate_file(text):
+        if keyed.is_gate_file(text):
             return "gate"
         return "maxtext" if re.search(r'"learning/loss"\s*:', text) else "jsonl"
     try:

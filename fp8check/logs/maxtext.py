@@ -20,7 +20,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from fp8check.logs.plain import read_jsonl
+from fp8check.logs.keyed import read_jsonl
 from fp8check.logs.records import LogOptions, LogRecords, number, scan_lines
 
 LINE = re.compile(r"\bcompleted step:\s*(\d+),.*\bloss:\s*([^,\s]+)")

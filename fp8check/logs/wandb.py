@@ -5,7 +5,7 @@
   `_runtime`, `_timestamp` and every logged key (`train/loss`, Megatron's `lm loss`,
   torchtitan's `loss_metrics/global_avg_loss`, ...); a row logged without the loss (an
   eval row) has an empty cell and is no record.  Read as a keyed CSV log
-  (`fp8check.logs.plain`).
+  (`fp8check.logs.keyed`).
 * panel (format `wandb-panel`): a line plot's "Export panel data" CSV, written by W&B's
   web app (closed source, so no source file to cite: this is the exported files' shape),
   one column triple per run:
@@ -22,7 +22,7 @@ import csv
 import io
 from pathlib import Path
 
-from fp8check.logs.plain import read_csv
+from fp8check.logs.keyed import read_csv
 from fp8check.logs.records import LogOptions, LogRecords, number, pick_key
 
 SEP = " - "
