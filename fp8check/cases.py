@@ -142,7 +142,7 @@ class Case:
     group_sizes: tuple[int, ...]
     recipe: str = DEFAULT_RECIPE
     exact_partials: bool = False
-    # Checked through the streamed summary (`fp8check.totals`): no [M, N] float64
+    # Checked chunk by chunk (`fp8check.layers.op.streamed`): no [M, N] float64
     # reference is ever built (production shapes, see `PRODUCTION_SHAPES`).
     streamed: bool = False
     quantizer_only: bool = False
@@ -214,7 +214,7 @@ def _random_group_sizes(rng: np.random.Generator, m: int, g: int) -> np.ndarray:
     return np.diff(np.concatenate(([0], np.sort(cuts), [end])))
 
 
-# Production MoE shapes of the `full` suite, checked through the streamed summary: wi
+# Production MoE shapes of the `full` suite, checked chunk by chunk (streamed): wi
 # (M = 65536 routed rows, K = 2048, N = 512, G = 256 experts) and wo (K and N swapped),
 # each with its distribution and output dtype.  At this M the group offsets pass 32767
 # (int16) and a 128-row tile grid has over 512 tiles.

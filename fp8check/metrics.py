@@ -36,6 +36,7 @@ from fp8check.references.casts import rounded, to_float64
 
 BiasMode = Literal["magnitude", "signed"]
 """`bias_z`'s modes: the error toward or away from zero, or toward -inf or +inf."""
+BIAS_MODES: tuple[BiasMode, ...] = ("magnitude", "signed")
 
 ULP_NAN: int = int(np.iinfo(np.int64).max)
 """ULP distance reported where either operand is NaN: larger than any real distance."""
@@ -155,8 +156,14 @@ def sqnr_db(ref: ArrayLike, out: ArrayLike) -> float:
     if not np.all(np.isfinite(o)):
         return -math.inf
     scale = _common_scale(r, o)
-    signal = float(np.sum(np.square(r / scale)))
-    noise = float(np.sum(np.square((r - o) / scale)))
+    return sqnr_db_of_sums(float(np.sum(np.square(r / scale))),
+                           float(np.sum(np.square((r - o) / scale))))
+
+
+def sqnr_db_of_sums(signal: float, noise: float) -> float:
+    """`sqnr_db` from its two sums over a finite output, signal = sum ref^2 and noise =
+    sum (ref - out)^2 (>= 0, in any one scale: the ratio is what counts): inf when noise
+    is 0, -inf when signal is 0 and noise is not."""
     if noise == 0.0:
         return math.inf
     if signal == 0.0:
@@ -177,10 +184,15 @@ def calc_diff(x: ArrayLike, y: ArrayLike) -> float:
         return math.inf
     scale = _common_scale(a, b)
     a, b = a / scale, b / scale
-    denom = float(np.sum(a * a + b * b))
-    if denom == 0.0:
+    return calc_diff_of_sums(float(np.sum(a * b)), float(np.sum(a * a + b * b)))
+
+
+def calc_diff_of_sums(cross: float, squares: float) -> float:
+    """`calc_diff` from its two sums over finite x and y, cross = sum x y and squares =
+    sum (x^2 + y^2) (in any one scale): 0 when squares is 0."""
+    if squares == 0.0:
         return 0.0
-    return 1.0 - 2.0 * float(np.sum(a * b)) / denom
+    return 1.0 - 2.0 * cross / squares
 
 
 def rel_fro(ref: ArrayLike, out: ArrayLike) -> float:
@@ -737,12 +749,20 @@ def error_ratio(out: ArrayLike, ref: ArrayLike, naive: ArrayLike) -> float:
         raise ValueError("error_ratio: naive contains NaN or Inf; the baseline must be finite")
     if not np.all(np.isfinite(o)):
         return math.inf
-    if r.size == 0:
-        return 1.0
     d_out, d_naive = o - r, nv - r
     scale = _common_scale(d_out, d_naive)  # power of two: keeps the squares in range
-    err_out, err_naive = (float(np.sqrt(np.mean(np.square(np.divide(d, scale, out=d), out=d))))
-                          for d in (d_out, d_naive))
+    out_sq, naive_sq = (float(np.sum(np.square(np.divide(d, scale, out=d), out=d)))
+                        for d in (d_out, d_naive))
+    return error_ratio_of_sums(out_sq, naive_sq, r.size)
+
+
+def error_ratio_of_sums(out_sq: float, naive_sq: float, n: int) -> float:
+    """`error_ratio` of a finite output from its sums over n elements, out_sq = sum
+    (out - ref)^2 and naive_sq = sum (naive - ref)^2 (in any one scale): 1.0 for n == 0
+    or when both are 0, inf when only naive_sq is."""
+    if n == 0:
+        return 1.0
+    err_out, err_naive = math.sqrt(out_sq / n), math.sqrt(naive_sq / n)
     if err_naive == 0.0:
         return 1.0 if err_out == 0.0 else math.inf
     return err_out / err_naive

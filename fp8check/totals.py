@@ -21,17 +21,19 @@ when reduced:
   row and per (group, 128-column tile) (`metrics.bias_sums`), exact integer counts, so
   the streamed statistic is the in-memory one bit for bit.
 
-`gmm_metric_totals` streams a gmm-fp8 output through it group by group and row chunk by row
-chunk, computing the exact reference, |A||B| and the recipe reference for one chunk at a
-time (the two references from one pass over the exact partials, `gmm_and_exact`): memory
-is the output plus operands plus O(chunk), never a float64 copy of a whole operand or
-output.  `MetricTotals.merge` combines the chunks.
+`gmm_reference_chunks` computes a gmm-fp8 output's exact reference, |A||B| and recipe
+reference one row chunk of one group at a time (the two references from one pass over the
+exact partials, `gmm_and_exact`): memory is the output plus operands plus O(chunk), never a
+float64 copy of a whole operand or output.  `gmm_metric_totals` streams an output through
+`metric_totals` on those chunks, and `MetricTotals.merge` combines them; the layer-1
+criteria engine reads the same chunks (`fp8check.layers.op.chunks.StreamedChunks`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import ml_dtypes
@@ -40,7 +42,15 @@ import numpy as np
 
 from fp8check.bits import F64_MAX, bits_f32, exponent, pow2
 from fp8check.formats import get_format
-from fp8check.metrics import ULP_NAN, BiasMode, BiasSums, bias_sums, ratio_of, underflow_floor
+from fp8check.metrics import (
+    BIAS_MODES,
+    ULP_NAN,
+    BiasSums,
+    bias_sums,
+    ratio_of,
+    sqnr_db_of_sums,
+    underflow_floor,
+)
 
 _BLOCK = 1 << 16  # elements per parallel work item; fixes the order of the float64 sums
 _SUB = 1024  # elements per vectorized sub-block (buffers stay in L1)
@@ -74,11 +84,7 @@ class MetricTotals:
         all-zero exact value but nonzero error (as `metrics.sqnr_db`)."""
         if self.n_nonfinite or not (math.isfinite(self.signal) and math.isfinite(self.noise)):
             return -math.inf  # a float64 sum overflows only past 1e154, far outside float32
-        if self.noise == 0.0:
-            return math.inf
-        if self.signal == 0.0:
-            return -math.inf
-        return 10.0 * (math.log10(self.signal) - math.log10(self.noise))
+        return sqnr_db_of_sums(self.signal, self.noise)
 
     @classmethod
     def empty(cls, with_ref: bool) -> MetricTotals:
@@ -279,42 +285,42 @@ def metric_totals(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | N
     )
 
 
-def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepgemm",
-                rows_per_chunk: int = 2048, u: float = 2.0**-24,
-                interval: int = 128, ftz: bool = False) -> MetricTotals:
-    """`metric_totals` of a gmm-fp8 output `out` [M, N] (float32 or bfloat16) against the
-    exact reference of lhs [M,K] (1x128) and rhs [G,K,N] (128x128) QTensors, streamed
-    `rows_per_chunk` rows of one group at a time (the references of consecutive small
-    groups computed together, up to `rows_per_chunk` rows); `accum` (None to skip) adds the
-    bit-exact count against `gmm(..., accum=accum, interval=interval)` (`interval`:
-    a tensor-core recipe's promotion interval); `u` is the accumulator's unit roundoff of the
-    bound.  Only rows below sum(group_sizes) are compared, as in the gate.  The bound's
-    underflow term is the operands' (`underflow.fp8_model`), for a kernel that flushes
-    subnormals when `ftz`."""
-    from fp8check.references import abs_product, gmm, gmm_and_exact
-    from fp8check.references.casts import rounded
-    from fp8check.references.gmm import TENSOR_CORE_ACCUMS, check_group_sizes, group_offsets
-    from fp8check.references.quant import QTensor
-    from fp8check.underflow import fp8_model
+@dataclass(frozen=True)
+class ReferenceChunk:
+    """Rows [start, stop) of one group of a gmm-fp8 output [M, N] with their references:
+    `exact` (float64, the exact value correctly rounded), `abs_ab` (float64, the |A||B|
+    bound of `references.abs_product`) and `ref` (the output's dtype: the recipe's output,
+    None when no recipe was asked for)."""
 
-    out = np.asarray(out)
+    group: int
+    start: int
+    stop: int
+    exact: np.ndarray
+    abs_ab: np.ndarray
+    ref: np.ndarray | None
+
+
+def gmm_reference_chunks(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
+                         rows_per_chunk: int, interval: int = 128) -> Iterator[ReferenceChunk]:
+    """The references of the compared rows (below sum(group_sizes)) of a gmm-fp8 output,
+    lhs [M,K] (1x128) and rhs [G,K,N] (128x128) QTensors, in row order, one group's rows at
+    most `rows_per_chunk` at a time (a large group in several chunks, an empty group in
+    none); with `accum`, also `gmm(..., out_dtype, accum, interval=interval)`.  Memory is
+    O(rows_per_chunk (K + N)): the references of consecutive chunks that fit in one chunk's
+    rows are computed together (a call per group would pack each group's rhs for every
+    thread and pay the call's fixed cost per group: the same values, per element), from one
+    pass over the exact partials where it can (`gmm_and_exact`)."""
+    from fp8check.references import abs_product, gmm, gmm_and_exact
+    from fp8check.references.gmm import check_group_sizes, group_offsets
+    from fp8check.references.quant import QTensor
+
     if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):
-        raise ValueError("gmm_metric_totals: lhs and rhs must be QTensors")
-    m, g, n = lhs.shape[0], rhs.shape[0], rhs.shape[2]
-    if out.shape != (m, n):
-        raise ValueError(f"gmm_metric_totals: out must be [M, N] = {(m, n)}, got {out.shape}")
+        raise ValueError("gmm_reference_chunks: lhs and rhs must be QTensors")
     if int(rows_per_chunk) != rows_per_chunk or rows_per_chunk < 1:
-        raise ValueError(f"gmm_metric_totals: rows_per_chunk must be >= 1, got {rows_per_chunk!r}")
-    gs = check_group_sizes(group_sizes, g, m)
-    offs = group_offsets(gs)
-    underflow = fp8_model(lhs, rhs, lhs.shape[1]).term(ftz=ftz, u=u)
-    total = MetricTotals.empty(accum is not None)
-    block = rhs.block[-1]  # the columns one rhs scale covers: bias_z's column tiles
-    total = dataclasses.replace(total, bias={k: BiasSums.empty(g, n, block) for k in BIAS_MODES})
-    # One row chunk of one group at a time (a large group in several), as the totals are
-    # merged; the exact and recipe references of consecutive chunks that fit in one chunk's
-    # rows are computed together (a call per group would pack each group's rhs for every
-    # thread and pay the call's fixed cost per group: the same values, per element).
+        raise ValueError(f"gmm_reference_chunks: rows_per_chunk must be >= 1, got "
+                         f"{rows_per_chunk!r}")
+    g = rhs.shape[0]
+    offs = group_offsets(check_group_sizes(group_sizes, g, lhs.shape[0]))
     chunks = [(gi, r0, min(r0 + rows_per_chunk, offs[gi + 1])) for gi in range(g)
               for r0 in range(offs[gi], offs[gi + 1], rows_per_chunk)]
     i = 0
@@ -327,22 +333,52 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
         a, b = lhs.leading(b0, b1), rhs.leading(g0, g1 + 1)
         if accum is None:
             exact, ref = gmm(a, b, sizes, out_dtype=np.float64, accum="exact"), None
-        else:  # one pass over the exact partials serves both where it can
-            ref, exact = gmm_and_exact(a, b, sizes, out.dtype, accum, interval=interval)
+        else:
+            ref, exact = gmm_and_exact(a, b, sizes, out_dtype, accum, interval=interval)
         abs_ab = abs_product(a, b, sizes)
         for gi, r0, r1 in chunks[i:j]:
             rows = slice(r0 - b0, r1 - b0)
-            part = metric_totals(out[r0:r1], exact[rows], abs_ab[rows], lhs.shape[1], u=u,
-                                 ref=None if ref is None else ref[rows], underflow=underflow)
-            # bias against RN(exact), or against the model a tensor-core kernel declares
-            against = (ref[rows] if accum in TENSOR_CORE_ACCUMS and ref is not None
-                       else rounded(exact[rows], out.dtype))
-            total = total.merge(_with_bias(part, out[r0:r1], against, gi, g, block), r0 * n)
+            yield ReferenceChunk(gi, r0, r1, exact[rows], abs_ab[rows],
+                                 None if ref is None else ref[rows])
         i = j
+
+
+def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepgemm",
+                rows_per_chunk: int = 2048, u: float = 2.0**-24,
+                interval: int = 128, ftz: bool = False) -> MetricTotals:
+    """`metric_totals` of a gmm-fp8 output `out` [M, N] (float32 or bfloat16) against the
+    exact reference of lhs [M,K] (1x128) and rhs [G,K,N] (128x128) QTensors, streamed
+    `rows_per_chunk` rows of one group at a time (`gmm_reference_chunks`); `accum` (None to
+    skip) adds the bit-exact count against `gmm(..., accum=accum, interval=interval)`
+    (`interval`: a tensor-core recipe's promotion interval); `u` is the accumulator's unit
+    roundoff of the bound.  Only rows below sum(group_sizes) are compared, as in the gate.
+    The bound's underflow term is the operands' (`underflow.fp8_model`), for a kernel that
+    flushes subnormals when `ftz`."""
+    from fp8check.references.casts import rounded
+    from fp8check.references.gmm import TENSOR_CORE_ACCUMS
+    from fp8check.references.quant import QTensor
+    from fp8check.underflow import fp8_model
+
+    out = np.asarray(out)
+    if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):
+        raise ValueError("gmm_metric_totals: lhs and rhs must be QTensors")
+    m, g, n = lhs.shape[0], rhs.shape[0], rhs.shape[2]
+    if out.shape != (m, n):
+        raise ValueError(f"gmm_metric_totals: out must be [M, N] = {(m, n)}, got {out.shape}")
+    underflow = fp8_model(lhs, rhs, lhs.shape[1]).term(ftz=ftz, u=u)
+    block = rhs.block[-1]  # the columns one rhs scale covers: bias_z's column tiles
+    total = dataclasses.replace(MetricTotals.empty(accum is not None),
+                                bias={k: BiasSums.empty(g, n, block) for k in BIAS_MODES})
+    for c in gmm_reference_chunks(lhs, rhs, group_sizes, out.dtype, accum=accum,
+                                  rows_per_chunk=rows_per_chunk, interval=interval):
+        part = metric_totals(out[c.start:c.stop], c.exact, c.abs_ab, lhs.shape[1], u=u,
+                             ref=c.ref, underflow=underflow)
+        # bias against RN(exact), or against the model a tensor-core kernel declares
+        against = (c.ref if accum in TENSOR_CORE_ACCUMS and c.ref is not None
+                   else rounded(c.exact, out.dtype))
+        total = total.merge(_with_bias(part, out[c.start:c.stop], against, c.group, g, block),
+                            c.start * n)
     return total
-
-
-BIAS_MODES: tuple[BiasMode, ...] = ("magnitude", "signed")
 
 
 def _with_bias(part: MetricTotals, out: np.ndarray, against: np.ndarray, group: int,

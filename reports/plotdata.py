@@ -204,7 +204,7 @@ def plot_data(out: np.ndarray, prob: Problem, u: float, ulps: np.ndarray,
     unquantized = prob.unquantized
     sl = slice(0, prob.rows)
     o, exact = to_float64(out), prob.exact[sl]
-    group_sizes = np.asarray(prob.args[-1])
+    group_sizes = np.asarray(prob.group_sizes)
     if o.ndim == 3:  # tgmm: [G, K, N], every group a K x N slab
         g, k_rows, n_cols = o.shape
         tiles = tile_max(ratio.reshape(g * k_rows, n_cols))

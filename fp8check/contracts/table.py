@@ -120,6 +120,14 @@ class Contract:
                     found.setdefault(dim, int(size))
         return found
 
+    def group_sizes(self, args: Sequence[Any]) -> np.ndarray:
+        """A matmul's group sizes ([G] integers, rows per group) among `args` (in call
+        order), found by their name in the argument table."""
+        names = self.arg_names
+        if "group_sizes" not in names:
+            raise ValueError(f"a {self.name} kernel takes no group sizes")
+        return np.asarray(args[names.index("group_sizes")])
+
     def out_shape(self, args: Sequence[Any]) -> tuple[int, ...]:
         """The shape a matmul kernel called on `args` must return (`out`)."""
         if self.out is None:

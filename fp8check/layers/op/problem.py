@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fp8check.cases import NONFINITE, Case, case_inputs
-from fp8check.contracts import NUMPY_DTYPES, contract_of
+from fp8check.contracts import GMM, GMM_FP8, NUMPY_DTYPES, TGMM, contract_of
 from fp8check.profiles import IMPACT_REPORT_ONLY
 from fp8check.references.baselines import grouped_matmul, grouped_tmatmul
 from fp8check.references.casts import to_float64
@@ -24,7 +24,9 @@ from fp8check.underflow import UnderflowModel, fp8_model, plain_model
 class Problem:
     """Kernel arguments and everything the criteria compare against (numpy, float64 refs).
 
-    `rows` is how many leading rows are compared (all of them for tgmm); `k`, `n_terms`
+    `contract` names the contract it is posed under (its argument table says where the
+    group sizes are, `group_sizes`).  `rows` is how many leading rows of the output are
+    compared (all of them for tgmm); `k`, `n_terms`
     and `underflow` (what the bound's underflow / flush-to-zero term needs,
     `fp8check.underflow`) feed the error bound.  `out_dtype` is the dtype the output must
     have; `exact_partials` says every 128-wide partial is exact in float32 (then a
@@ -45,6 +47,7 @@ class Problem:
     n_terms: int | None
     out_dtype: str
     underflow: UnderflowModel
+    contract: str
     exact_partials: bool = False
     impact_not_gated: str | None = None
     quantized: tuple[Any, Any] | None = None  # (lhs QTensor, rhs QTensor) for gmm-fp8
@@ -55,6 +58,11 @@ class Problem:
         if self.quantized is None:
             raise ValueError("a recipe reference needs quantized operands (gmm-fp8 problems)")
         return self.quantized
+
+    @property
+    def group_sizes(self) -> np.ndarray:
+        """The group sizes among the kernel's arguments (`Contract.group_sizes`)."""
+        return contract_of(self.contract).group_sizes(self.args)
 
     @property
     def rhs_block_columns(self) -> int:
@@ -70,7 +78,8 @@ class Problem:
         key = (accum, out_dtype, interval)
         if key not in self._accum_refs:
             lq, rq = self._operands()
-            self._accum_refs[key] = gmm(lq, rq, self.args[-1], out_dtype=NUMPY_DTYPES[out_dtype],
+            self._accum_refs[key] = gmm(lq, rq, self.group_sizes,
+                                        out_dtype=NUMPY_DTYPES[out_dtype],
                                         accum=accum, interval=interval)
         return self._accum_refs[key]
 
@@ -85,7 +94,7 @@ class Problem:
         if key not in self._tensor_core_terms:
             lq, rq = self._operands()
             self._tensor_core_terms[key] = truncation_term(
-                lq, rq, self.args[-1], interval=interval,
+                lq, rq, self.group_sizes, interval=interval,
                 model=mma_model(TENSOR_CORE_ACCUMS[accum]))
         return self._tensor_core_terms[key]
 
@@ -93,11 +102,12 @@ class Problem:
 @dataclass
 class StreamedProblem:
     """The `gmm-fp8` problem of a streamed (production-shape) case: the kernel's arguments
-    and quantized operands only.  No reference is held: `fp8check.totals` computes the
-    exact value, |A||B| and a recipe reference chunk by chunk while it reduces the
-    metrics, so memory is the operands, the output and O(chunk), never an [M, N] float64
-    array.  `rows`, `k`, `out_dtype` and `exact_partials` as in Problem; `out_shape` is
-    the [M, N] shape the kernel must return."""
+    and quantized operands only.  No reference is held: the criteria engine computes the
+    exact value, |A||B| and a recipe reference one row chunk at a time
+    (`chunks.StreamedChunks`, `fp8check.totals.gmm_reference_chunks`), so memory is the
+    operands, the output and O(chunk), never an [M, N] float64 array.  `rows`, `k`,
+    `out_dtype`, `underflow` and `exact_partials` as in Problem (the contract is
+    gmm-fp8's); `out_shape` is the [M, N] shape the kernel must return."""
 
     args: tuple[np.ndarray, ...]
     quantized: tuple[Any, Any]
@@ -105,7 +115,19 @@ class StreamedProblem:
     rows: int
     k: int
     out_dtype: str
+    underflow: UnderflowModel
     exact_partials: bool = False
+    contract: str = GMM_FP8.name
+
+    @property
+    def group_sizes(self) -> np.ndarray:
+        """The group sizes among the kernel's arguments (`Contract.group_sizes`)."""
+        return contract_of(self.contract).group_sizes(self.args)
+
+    @property
+    def rhs_block_columns(self) -> int:
+        """The N width of the rhs's scale blocks (as `Problem.rhs_block_columns`)."""
+        return int(self.quantized[1].block[-1])
 
 
 AnyProblem = Problem | StreamedProblem
@@ -177,7 +199,8 @@ def gmm_fp8_problem(
         naive=grouped_matmul(dequantize(lq), dequantize(rq), gs).astype(NUMPY_DTYPES[out_dtype]),
         unquantized=None if unquantized is None else grouped_matmul(*unquantized, gs, np.float64),
         rows=int(gs.sum()), k=lq.shape[1], n_terms=None, out_dtype=out_dtype,
-        underflow=fp8_model(lq, rq, lq.shape[1]), quantized=(lq, rq), **facts,
+        underflow=fp8_model(lq, rq, lq.shape[1]), contract=GMM_FP8.name, quantized=(lq, rq),
+        **facts,
     )
 
 
@@ -197,7 +220,7 @@ def plain_gmm_problem(
         unquantized=None if unquantized is None else grouped_matmul(*unquantized, gs, np.float64),
         # No scales in a plain matmul: only the K-term sum rounds.
         rows=int(gs.sum()), k=lhs.shape[1], n_terms=lhs.shape[1], out_dtype=out_dtype,
-        underflow=plain_model(lhs, rhs, lhs.shape[1]), **facts,
+        underflow=plain_model(lhs, rhs, lhs.shape[1]), contract=GMM.name, **facts,
     )
 
 
@@ -221,7 +244,7 @@ def tgmm_problem(
         naive=grouped_tmatmul(lhs, dy, gs).astype(NUMPY_DTYPES[out_dtype]),
         unquantized=None if unquantized is None else grouped_tmatmul(*unquantized, gs, np.float64),
         rows=len(gs), k=k, n_terms=k, out_dtype=out_dtype,
-        underflow=plain_model(lhs, dy, k), **facts,
+        underflow=plain_model(lhs, dy, k), contract=TGMM.name, **facts,
     )
 
 
@@ -263,7 +286,8 @@ def streamed_gmm_fp8_problem(lq: Any, rq: Any, group_sizes: np.ndarray, out_dtyp
     return StreamedProblem(
         args=(lq.values, lq.scales, rq.values, rq.scales, gs), quantized=(lq, rq),
         out_shape=(lq.shape[0], rq.shape[2]), rows=int(gs.sum()), k=lq.shape[1],
-        out_dtype=out_dtype, exact_partials=exact_partials,
+        out_dtype=out_dtype, underflow=fp8_model(lq, rq, lq.shape[1]),
+        exact_partials=exact_partials,
     )
 
 

@@ -47,8 +47,8 @@ def validate_case(
         profile: the limits the criteria apply.
         problem: `build_problem(spec.contract, case)`, shared between the kernels of a
             contract (built here when None; unused by a quantizer).  A streamed case's
-            StreamedProblem is checked through the streamed summary (`op.streamed`:
-            fewer criteria, no plots).
+            StreamedProblem is checked chunk by chunk (`op.streamed`: the criteria whose
+            references are streamed, no plots).
         plots: makes the report's plot data of the output (`criteria.PlotHook`).
 
     Returns:
