@@ -33,6 +33,7 @@ from numpy.typing import ArrayLike
 from fp8check.bits import F64_MAX
 from fp8check.formats import Format, get_format, ulp_of
 from fp8check.references.casts import rounded, to_float64
+from fp8check.references.quant import BLOCK
 
 BiasMode = Literal["magnitude", "signed"]
 """`bias_z`'s modes: the error toward or away from zero, or toward -inf or +inf."""
@@ -374,6 +375,22 @@ def error_bound(
         np.shape(exact))
 
 
+def gamma_n(k: int, u: float, n: int | None = None, fn: str = "gamma_n") -> float:
+    """Higham's gamma_n = n u / (1 - n u), the bound's slope in |A||B|, for a K of `k`
+    products: n = k + 2 ceil(k / BLOCK) + 2 rounded operations per output unless given (the
+    k products' sum, each K block's two scale multiplications, the output's).  A one-line
+    ValueError from `fn` for k or n not a positive integer, or u outside 0 < u, n u < 1."""
+    if int(k) != k or k < 1:
+        raise ValueError(f"{fn}: k must be a positive integer, got {k!r}")
+    if n is None:
+        n = int(k) + 2 * math.ceil(k / BLOCK) + 2
+    if int(n) != n or n < 1:
+        raise ValueError(f"{fn}: n must be a positive integer, got {n!r}")
+    if not (0 < u and n * u < 1):
+        raise ValueError(f"{fn}: need 0 < u and n*u < 1, got u={u!r}, n={n}")
+    return n * u / (1 - n * u)
+
+
 def _bound_operands(
     out: ArrayLike, exact: np.ndarray, abs_ab: np.ndarray, k: int, u: float, out_dtype,
     n: int | None, extra: np.ndarray | None, fn: str,
@@ -392,20 +409,12 @@ def _bound_operands(
             raise ValueError(f"{fn}: {name} contains NaN or Inf")
     if np.any(ab < 0):
         raise ValueError(f"{fn}: abs_ab must be >= 0")
-    if int(k) != k or k < 1:
-        raise ValueError(f"{fn}: k must be a positive integer, got {k!r}")
-    if n is None:
-        n = int(k) + 2 * math.ceil(k / 128) + 2
-    if int(n) != n or n < 1:
-        raise ValueError(f"{fn}: n must be a positive integer, got {n!r}")
-    if not (0 < u and n * u < 1):
-        raise ValueError(f"{fn}: need 0 < u and n*u < 1, got u={u!r}, n={n}")
+    gamma = gamma_n(k, u, n, fn)
     f = get_format(out_dtype)
     if f.name == "f64":
         # 0.5 ulp of float64's smallest subnormal is not a float64: the bound's rounding
         # term would round to 0, and exact == abs_ab == 0 would give 0/0.
         raise ValueError(f"{fn}: out_dtype must be narrower than float64 (f32, bf16, fp8)")
-    gamma = n * u / (1 - n * u)
     if extra is not None:
         extra = np.asarray(extra)
         if extra.dtype != np.float64 or extra.shape != o.shape or not (

@@ -47,6 +47,7 @@ from fp8check.metrics import (
     ULP_NAN,
     BiasSums,
     bias_sums,
+    gamma_n,
     ratio_of,
     sqnr_db_of_sums,
     underflow_floor,
@@ -255,16 +256,12 @@ def metric_totals(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | N
                              f"got {arr.dtype} {arr.shape}")
     if ref is not None and (np.asarray(ref).dtype != out.dtype or np.shape(ref) != out.shape):
         raise ValueError(f"metric_totals: ref must match out ({out.dtype} {out.shape})")
-    if int(k) != k or k < 1:
-        raise ValueError(f"metric_totals: k must be a positive integer, got {k!r}")
-    n = int(k) + 2 * math.ceil(k / 128) + 2 if n is None else n
-    if not (0 < u and n * u < 1):
-        raise ValueError(f"metric_totals: need 0 < u and n*u < 1, got u={u!r}, n={n}")
+    gamma = gamma_n(k, u, n, "metric_totals")
     ex, ab = np.ascontiguousarray(ex).ravel(), np.ascontiguousarray(ab).ravel()
     fmt = get_format(out.dtype)
     o32 = _f32_view(out, "out")
     r32 = _f32_view(ref, "ref") if ref is not None else o32
-    p, gamma = fmt.mantissa_bits + 1, n * u / (1 - n * u)
+    p = fmt.mantissa_bits + 1
     floor = underflow_floor(underflow, gamma, "metric_totals")
     ints, flt = _reduce(o32, ex, ab, r32, ref is not None, gamma, p, fmt.min_exponent,
                         fmt.mantissa_bits, shift, floor)

@@ -76,14 +76,6 @@ def _directed4(v: float, up: bool) -> float:
     return float((_UP if up else _DOWN).plus(Decimal(v)))
 
 
-def gamma_n(k: int, u: float, n: int | None = None) -> float:
-    """Higham's gamma_n = n u / (1 - n u) with the n of `metrics.bound_ratio`
-    (n = k + 2 ceil(k / 128) + 2 unless given): the slope of the bound in |A||B|."""
-    if n is None:
-        n = k + 2 * math.ceil(k / 128) + 2
-    return n * u / (1 - n * u)
-
-
 def ulp_histogram(ulps: np.ndarray, over: np.ndarray) -> dict[str, Any]:
     """Power-of-two histogram of int64 ULP distances, NaN sentinels counted apart, with
     the number of elements of each bin that are over the bound (`over`: a boolean array
@@ -233,7 +225,7 @@ def plot_data(out: np.ndarray, prob: Problem, u: float, ulps: np.ndarray,
                                        strict=True)]
     return {
         "ulp_hist": ulp_histogram(ulps, ratio > 1),
-        "err_vs_ab": {"gamma": gamma_n(prob.k, u, prob.n_terms), "n_elements": int(o.size),
+        "err_vs_ab": {"gamma": metrics.gamma_n(prob.k, u, prob.n_terms), "n_elements": int(o.size),
                       "points": points},
         "bound_tiles": tiles,
         "group_sqnr": {
