@@ -35,16 +35,16 @@ Plain (unquantized bf16 / float32) operands have no blocks and no scales: their 
 is `exact`, rounded once to out_dtype; `references.matmul.exact_matmul` (also behind
 `tgmm` and `dgrad`) explains how it is exact at nearly the speed of float64 BLAS.
 
-Speed: the e4m3 recipes run fused (`_gmm_e4m3`: partials per 64-row chunk consumed in
-cache, parallel); the float32 fma is vectorized with an exact fallback where float64 may
-double-round (`_accumulate_row`).  Where the CPU allows, the exact partials come from
-integer dot products of the values' digits instead of float64 BLAS: AMX int8 tiles
-(`_gmm_e4m3_amx`, `references.amx`; the partials handed over already rounded once to
-float32), else AVX512-VNNI int16 dot products with the recipe fused in C
-(`references.vnni`); the exact recipe takes its float64 partials from the VNNI ones too
-(`vnni.exact_partials`).  `PARTIALS` names the path taken here.  None of these changes a bit
-of the result: operands holding a NaN code, which the integer digits cannot carry, take
-the float64 BLAS path.
+Speed: where the CPU allows, the whole e4m3 pass runs in C on integer dot products of the
+values' digits (`references.intdot`): AMX int8 tiles (`references.amx`), else AVX512-VNNI
+int16 dot products (`references.vnni`), each with the recipe fused in (hardware float32
+operations, correctly rounded); the exact recipe takes its float64 partials from the same
+path (`DigitPath.exact_partials`).  Elsewhere the e4m3 recipes run fused in numba
+(`_gmm_e4m3`: float64 BLAS partials per 64-row chunk consumed in cache, parallel; the
+float32 fma vectorized with an exact fallback where float64 may double-round,
+`_accumulate_row`).  `PARTIALS` names the path taken here.  None of these changes a bit of
+the result: operands holding a NaN code, which the integer digits cannot carry, take the
+float64 BLAS path.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ from fp8check.references.exact import (
     two_product,
     two_sum,
 )
+from fp8check.references.intdot import DigitPath
 from fp8check.references.matmul import PLAIN_DTYPES, check_plain, exact_matmul
 from fp8check.references.quant import QTensor
 
@@ -281,34 +282,6 @@ def _gmm_e4m3(values, lut, b64, sa, sb, code, rows):
 
 
 @numba.njit(parallel=True, cache=True)
-def _gmm_e4m3_amx(values, table, tiles, sa, sb, code, rows):
-    """`_gmm_e4m3` with the exact partials from AMX int8 tiles (`amx.block_partials`):
-    values [m, K] uint8 (C-contiguous), table = `amx.TABLE`, tiles the group's rhs as
-    `amx.rhs_tiles`, sa, sb, code as there.  Parallel over 128-column slices, K blocks in
-    order, `rows` rows at a time: a slice's rhs tiles of one K block (48 KiB) stay in
-    cache for every row of the group, and so do its float32 accumulators."""
-    m, k = values.shape
-    kb_n, n = k // 128, sb.shape[1]
-    m16 = (m + 15) // 16 * 16  # AMX tiles hold 16 rows: zero digits pad the last
-    planes = np.zeros((kb_n, 3, m16, 128), np.int8)
-    amx.lhs_planes(values, table, planes)
-    out = np.empty((m, n), np.float32)
-    for q in numba.prange(n // 128):
-        acc = np.zeros((m, 128), np.float32)
-        part = np.empty((rows, 128), np.float32)  # RN32 of the exact partials
-        old = np.empty(128, np.float32)
-        for kb in range(kb_n):
-            for r0 in range(0, m16, rows):
-                nr = min(rows, m16 - r0)
-                amx.block_partials(planes[kb], r0, nr, tiles[kb], 8 * q, 8, part)
-                for i in range(min(nr, m - r0)):
-                    _accumulate_row(acc[r0 + i], part[i], sa[r0 + i, kb],
-                                    sb[kb, 128 * q : 128 * (q + 1)], code, old)
-        out[:, 128 * q : 128 * (q + 1)] = acc
-    return out
-
-
-@numba.njit(parallel=True, cache=True)
 def _accumulate_exact(p_hi, p_lo, sa, sb, prec, emin):
     """Exact sum over K blocks of (p_hi + p_lo) * sa * sb, rounded once -> float64 [m, N]
     (parallel over rows).
@@ -384,10 +357,9 @@ def _partials(a64: np.ndarray, b64: np.ndarray, fmt: str) -> tuple[np.ndarray, n
     return _exact_pair_partials(a3, np.ascontiguousarray(b64.reshape(kb, 128, -1)))
 
 
-def _vnni_fits(lhs: QTensor, rhs: QTensor, gs) -> bool:
-    """Whether the VNNI path takes the whole gmm: no AMX path for it, no NaN codes."""
-    return (vnni.AVAILABLE and not _amx_fits(rhs.values.shape[2])
-            and _no_nan_codes(lhs, rhs, gs))
+def _digit_path() -> DigitPath | None:
+    """The fastest integer-digit path this CPU runs (AMX, else VNNI), or None."""
+    return amx.PATH if amx.AVAILABLE else vnni.PATH if vnni.AVAILABLE else None
 
 
 def _no_nan_codes(lhs: QTensor, rhs: QTensor, gs) -> bool:
@@ -400,9 +372,10 @@ def _gmm_blockwise(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, 
                    interval: int = 128):
     if accum in TENSOR_CORE_ACCUMS:  # the model's partials: no exact-partial fast path
         _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=False, interval=interval)
-    elif lhs.fmt == "e4m3fn" and accum != "exact" and _vnni_fits(lhs, rhs, gs):
+    elif (lhs.fmt == "e4m3fn" and accum != "exact" and (path := _digit_path()) is not None
+          and _no_nan_codes(lhs, rhs, gs)):
         acc = out if out.dtype == np.float32 else np.zeros(out.shape, np.float32)
-        vnni.gmm(lhs.values.view(np.uint8), lhs.scales, rhs.values.view(np.uint8), rhs.scales,
+        path.gmm(lhs.values.view(np.uint8), lhs.scales, rhs.values.view(np.uint8), rhs.scales,
                  group_offsets(gs), accum, acc)
         if acc is not out:
             out[...] = acc  # the kernel's output rounding to bf16 (RNE)
@@ -414,17 +387,9 @@ def _gmm_blockwise(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, 
         _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=False)
 
 
-def _amx_fits(n: int) -> bool:
-    return amx.AVAILABLE and n % 128 == 0  # the AMX path takes whole 128-column slices
-
-
 def _gmm_e4m3_group(codes, b_codes, sa, sb, accum: str) -> np.ndarray:
-    """Recipe `accum` of one group of e4m3 codes on AMX tiles where they fit, else float64
-    BLAS: lhs codes [m, K], rhs codes [K, N], sa [m, KB], sb [KB, N] (expanded) float32
-    -> float32 [m, N]."""
-    if _amx_fits(b_codes.shape[1]) and not (has_nan_code(codes) or has_nan_code(b_codes)):
-        return _gmm_e4m3_amx(np.ascontiguousarray(codes), amx.TABLE, amx.rhs_tiles(b_codes),
-                             sa, sb, _ACCUM_CODE[accum], _FUSED_ROWS)
+    """Recipe `accum` of one group of e4m3 codes on float64 BLAS partials: lhs codes
+    [m, K], rhs codes [K, N], sa [m, KB], sb [KB, N] (expanded) float32 -> float32 [m, N]."""
     e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
     return _gmm_e4m3(codes, _LUT[e4m3], _to_f64(b_codes.view(e4m3)), sa, sb,
                      _ACCUM_CODE[accum], _FUSED_ROWS)
@@ -489,10 +454,10 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
                                         rhs.values[g].view(np.uint8), sa, sb, accum)
             continue
         b_codes = rhs.values[g].view(np.uint8)
-        # The exact recipe's e4m3 partials from the VNNI integer dot products where they
-        # apply (no NaN code: the same float64 values as BLAS's), else from float64 BLAS.
-        packed = (vnni.pack_rhs(b_codes) if accum == "exact" and lhs.fmt == rhs.fmt == "e4m3fn"
-                  and vnni.AVAILABLE and not has_nan_code(b_codes) else None)
+        # The exact recipe's e4m3 partials from an integer-digit path where one applies (no
+        # NaN code: the same float64 values as BLAS's), else from float64 BLAS.
+        path = _digit_path() if accum == "exact" and lhs.fmt == rhs.fmt == "e4m3fn" else None
+        packed = path.pack_rhs(b_codes) if path and not has_nan_code(b_codes) else None
         b64 = None if packed is not None else _to_f64(rhs.values[g])
         if packed is not None and scratch is None:
             scratch = np.empty(kb * min(chunk, int(gs.max())) * n)
@@ -505,8 +470,9 @@ def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, pre
             if accum in TENSOR_CORE_ACCUMS:
                 p_hi = _tensor_core_partials(a_codes, b_codes, lhs.fmt, interval, accum)
                 p_lo = _NO_REMAINDER
-            elif packed is not None and not has_nan_code(a_codes):
-                p_hi, p_lo = vnni.exact_partials(a_codes, packed, n, scratch=scratch), _NO_REMAINDER
+            elif path and packed is not None and not has_nan_code(a_codes):
+                p_hi = path.exact_partials(a_codes, packed, n, scratch=scratch)
+                p_lo = _NO_REMAINDER
             else:
                 a64, b64 = _to_f64(lhs.values[r0:r1]), _operand_f64(b64, rhs.values[g])
                 p_hi, p_lo = _partials(a64, b64, lhs.fmt)

@@ -44,6 +44,7 @@
 */
 #include <immintrin.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ROWS 8   /* lhs rows per micro-kernel call: 24 accumulators + 3 rhs vectors */
@@ -231,18 +232,19 @@ static void group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t 
      b       rhs codes [G][k][n];  sb  rhs scales [G][k / 128][nb];
      offs    [G + 1] int64, the first row of each group and the end of the last;
      out     [M][n] float32 (row stride ldo floats): the groups' rows in [m0, m1)
-             overwritten, all other rows left alone;
-     scratch k / 128 * ceil(n / 16) * 64 * 3 * 32 int16, the packed rhs of one group. */
-void fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n,
-                       uint64_t poffs, int64_t g, int64_t m0, int64_t m1, uint64_t psa,
-                       uint64_t psb, int64_t nb, int64_t code, uint64_t pout, int64_t ldo,
-                       uint64_t pscratch) {
+             overwritten, all other rows left alone.
+   Returns 0, or -1 (nothing written) when the packed rhs of a group cannot be allocated. */
+int fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n,
+                      uint64_t poffs, int64_t g, int64_t m0, int64_t m1, uint64_t psa,
+                      uint64_t psb, int64_t nb, int64_t code, uint64_t pout, int64_t ldo) {
     const uint8_t *a = (const uint8_t *)pa, *b = (const uint8_t *)pb;
     const int64_t *offs = (const int64_t *)poffs;
     const float *sa = (const float *)psa, *sb = (const float *)psb;
     float *out = (float *)pout;
-    int16_t *bp = (int16_t *)pscratch;
     const int64_t kbn = k / 128;
+    int16_t *bp = malloc((kbn * ((n + 15) / 16) * VEC_I16 + 1) * sizeof(int16_t));
+    if (!bp)
+        return -1;
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
     const digit_tables t = make_tables();
@@ -256,14 +258,17 @@ void fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t
               code, out + r0 * ldo, ldo);
     }
     _mm_setcsr(csr);
+    free(bp);
+    return 0;
 }
 
 /* The exact 128-wide partials of rows [0, rows) of one group, float64 in value units (the
    partial of an e4m3 K block is below 2^44 units of 2^-18: exact, see the header), for
    the exact recipe:
      a    their lhs codes [rows][k] (row stride lda bytes);  bp  the group's packed rhs;
-     out  [k / 128][...][n] float64, row r of block kb at out + kb * ldk + r * n. */
-void fp8check_vnni_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uint64_t pbp,
+     out  [k / 128][...][n] float64, row r of block kb at out + kb * ldk + r * n.
+   Returns 0 (the AMX path's twin can fail to allocate; this one cannot). */
+int fp8check_vnni_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uint64_t pbp,
                             int64_t n, uint64_t pout, int64_t ldk) {
     const uint8_t *a = (const uint8_t *)pa;
     const int16_t *bp = (const int16_t *)pbp;
@@ -288,4 +293,5 @@ void fp8check_vnni_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, u
                 }
             }
         }
+    return 0;
 }

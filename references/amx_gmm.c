@@ -1,0 +1,374 @@
+/* The e4m3fn gmm recipes on AMX int8 tiles (fp8check).
+
+   Exactness.  An e4m3fn value times 2^9 is an integer X with |X| <= 448 * 2^9 < 2^18,
+   written as three signed digits X = d_0 + d_1 2^7 + d_2 2^14, sign and magnitude
+   (|d_0|, |d_1| <= 127, |d_2| = |X| >> 14 <= 14, all of X's sign).  A 128-wide K block's
+   partial sum_k a_k b_k (units of 2^-18) is sum over digit pairs (i, j) of 2^(7 (i + j))
+   times an int8 dot product, which TDPBSSD computes exactly in int32 (its true sums are
+   far inside int32, so wrap-around never happens, in any order):
+
+       C_0 = (0,0)             |C_0| <= 128 * 127^2            < 2^21
+       C_1 = (0,1) + (1,0)     |C_1| <= 2 * 128 * 127^2        < 2^22
+       C_2 = (0,2) + (1,1) + (2,0)  <= 128 * (127^2 + 2*127*14) < 2^22
+       C_3 = (1,2) + (2,1)     |C_3| <= 2 * 128 * 127 * 14     < 2^19
+       C_4 = (2,2)             |C_4| <= 128 * 14^2             < 2^15
+
+   Then lo = C_0 + 2^7 C_1 and hi = C_2 + 2^7 C_3 + 2^14 C_4 are exact in int32 (both
+   below 2^30), and P 2^18 = 2^14 hi + lo (below 2^45) is exact in float64, fma or not;
+   times 2^-18 it is the partial in value units, still exact: the float64 that the
+   float64 BLAS path returns, which the exact recipe consumes (`fp8check_amx_partials`).
+   One conversion to float32 (round to nearest even; P is 0 or at least 2^-18, far from
+   float32's subnormals, so the scaling by 2^-18 commutes with the rounding) gives RN32 of
+   it, which the other recipes consume.
+
+   The recipes then run in float32 with the hardware's correctly rounded operations
+   (VFMADD: one rounding; -ffp-contract=off keeps every other multiply and add apart),
+   round to nearest even with subnormals honoured (MXCSR set so for the call, restored
+   after), exactly as in vnni_gmm.c:
+
+       deepgemm  acc = fma(RN(sa*sb), P, acc)
+       cublas    acc = fma(RN(P*sa), sb, acc)
+       tokamax   acc = RN(RN(RN(P*sa)*sb) + acc)
+
+   Layouts (references/amx.py reads them):
+     rhs tiles  [k / 128][3][2][nt][16][64] int8 (nt = ceil(n / 16)): element [k4][4 col
+                + t] of tile [kb][d][kk][ct] is digit d of rhs[128 kb + 64 kk + 4 k4 + t]
+                [16 ct + col] (zero past n): the layout TDPBSSD reads, each tile 1 KiB;
+     lhs planes [k / 128][3][plane_rows][128] int8: digit d of a chunk of lhs rows, one K
+                block at a time (plane_rows: the chunk's rows rounded up to 16, the rows
+                past its end zero), made inside.
+
+   Loop order (for cache reuse; any order gives the same bits, each output element's K
+   blocks being consumed in K order): per chunk of rows, K block by K block (its rhs
+   tiles, 6 KiB per column tile, stay in L2 across the chunk), BLOCK_TILES row tiles at a
+   time (their planes stay in L1 across the column tiles).
+*/
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+#define CHUNK_ROWS 256 /* lhs rows whose planes are packed at once (16 row tiles) */
+#define BLOCK_TILES 4   /* row tiles whose K block's planes (24 KiB) stay in L1 */
+
+/* Ask Linux for the AMX tile state (once per process, for all its threads); 0 on success. */
+int fp8check_amx_init(void) {
+    return (int)syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
+}
+
+typedef struct {
+    uint8_t palette_id, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((packed)) tile_config;
+
+/* Eight 16 x 64-byte tiles (per thread: each exported call configures its own). */
+static void configure_tiles(void) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* The digits of 64 codes: lo[d] and hi[d] hold digit d of the 128 non-negative codes
+   (two halves of 64); a negative code's digits are the negated ones (sign and magnitude).
+   AVX512-VBMI byte permutes: 64 table lookups an instruction. */
+typedef struct { __m512i lo[3], hi[3]; } digit_table;
+
+static digit_table make_table(void) {
+    int8_t tab[3][128];
+    for (int c = 0; c < 128; c++) {
+        int e = c >> 3, f = c & 7;
+        int x = (c == 0x7F) ? 0 : (e ? (8 + f) << (e - 1) : f); /* NaN code: callers exclude */
+        tab[0][c] = (int8_t)(x & 127);
+        tab[1][c] = (int8_t)((x >> 7) & 127);
+        tab[2][c] = (int8_t)(x >> 14);
+    }
+    digit_table t;
+    for (int d = 0; d < 3; d++) {
+        t.lo[d] = _mm512_loadu_si512(tab[d]);
+        t.hi[d] = _mm512_loadu_si512(tab[d] + 64);
+    }
+    return t;
+}
+
+static inline void digits64(const digit_table *t, __m512i codes, int8_t *o0, int8_t *o1,
+                            int8_t *o2) {
+    __mmask64 neg = _mm512_movepi8_mask(codes);
+    __m512i mag = _mm512_and_si512(codes, _mm512_set1_epi8(0x7F));
+    int8_t *out[3] = {o0, o1, o2};
+    for (int d = 0; d < 3; d++) {
+        __m512i v = _mm512_permutex2var_epi8(t->lo[d], mag, t->hi[d]);
+        v = _mm512_mask_sub_epi8(v, neg, _mm512_setzero_si512(), v);
+        _mm512_storeu_si512(out[d], v);
+    }
+}
+
+/* One expert's rhs codes [k][n] -> its digit tiles (layout above): four 16-byte row
+   pieces (masked past n), interleaved by one byte permute. */
+void fp8check_amx_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t ptiles) {
+    const uint8_t *codes = (const uint8_t *)pcodes;
+    int8_t *tiles = (int8_t *)ptiles;
+    const digit_table t = make_table();
+    uint8_t perm[64];
+    for (int col = 0; col < 16; col++)
+        for (int r = 0; r < 4; r++)
+            perm[4 * col + r] = (uint8_t)(16 * r + col);
+    const __m512i interleave = _mm512_loadu_si512(perm);
+    const int64_t nt = (n + 15) / 16, plane = 2 * nt * 1024; /* bytes of one digit's tiles */
+    for (int64_t kb = 0; kb < k / 128; kb++)
+        for (int kk = 0; kk < 2; kk++)
+            for (int k4 = 0; k4 < 16; k4++) {
+                const uint8_t *row = codes + (128 * kb + 64 * kk + 4 * k4) * n;
+                for (int64_t ct = 0; ct < nt; ct++) {
+                    const int64_t valid = n - 16 * ct < 16 ? n - 16 * ct : 16;
+                    const __mmask16 m = (__mmask16)((1u << valid) - 1);
+                    __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(m, row + 16 * ct));
+                    for (int r = 1; r < 4; r++) {
+                        __m128i x = _mm_maskz_loadu_epi8(m, row + r * n + 16 * ct);
+                        v = _mm512_mask_broadcast_i32x4(v, (__mmask16)(0xF << (4 * r)), x);
+                    }
+                    v = _mm512_permutexvar_epi8(interleave, v);
+                    int8_t *o = tiles + kb * 3 * plane + ((int64_t)kk * nt + ct) * 1024 + 64 * k4;
+                    digits64(&t, v, o, o + plane, o + 2 * plane);
+                }
+            }
+}
+
+/* Planes of rows [0, rows) of lhs codes (row stride lda bytes, k columns), plane_rows
+   = rows rounded up to 16; the planes' rows past `rows` are zeroed. */
+static void lhs_planes(const digit_table *t, const uint8_t *codes, int64_t lda, int64_t rows,
+                       int64_t plane_rows, int64_t k, int8_t *planes) {
+    for (int64_t kb = 0; kb < k / 128; kb++)
+        for (int d = 0; d < 3 && rows < plane_rows; d++)
+            memset(planes + ((kb * 3 + d) * plane_rows + rows) * 128, 0,
+                   (plane_rows - rows) * 128);
+    const int64_t plane = plane_rows * 128;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t c = 0; c < k; c += 64) {
+            int8_t *o = planes + (c / 128) * 3 * plane + i * 128 + c % 128;
+            digits64(t, _mm512_loadu_si512(codes + i * lda + c), o, o + plane, o + 2 * plane);
+        }
+}
+
+/* C_0 .. C_4 (header) of one 16 x 16 output tile and one K block, added into tiles 0-4
+   (zero before): a the K block's lhs planes at the row tile (row stride 128 bytes, digit
+   planes `plane` bytes apart), b the K block's rhs tiles, ct the column tile. */
+static inline void tile_sums(const int8_t *a, int64_t plane, const int8_t *b, int64_t nt,
+                             int64_t ct) {
+#define TA(i, kk) (a + (i) * plane + (kk) * 64)
+#define TB(j, kk) (b + ((int64_t)((j) * 2 + (kk)) * nt + ct) * 1024)
+    /* tiles 0-4: C_s; 5 and 7: lhs digits; 6: rhs digit */
+    for (int kk = 0; kk < 2; kk++) {
+        _tile_loadd(5, TA(0, kk), 128);
+        _tile_loadd(7, TA(1, kk), 128);
+        _tile_loadd(6, TB(0, kk), 64);
+        _tile_dpbssd(0, 5, 6); _tile_dpbssd(1, 7, 6);
+        _tile_loadd(6, TB(1, kk), 64);
+        _tile_dpbssd(1, 5, 6); _tile_dpbssd(2, 7, 6);
+        _tile_loadd(6, TB(2, kk), 64);
+        _tile_dpbssd(2, 5, 6); _tile_dpbssd(3, 7, 6);
+        _tile_loadd(5, TA(2, kk), 128);
+        _tile_loadd(6, TB(0, kk), 64);
+        _tile_dpbssd(2, 5, 6);
+        _tile_loadd(6, TB(1, kk), 64);
+        _tile_dpbssd(3, 5, 6);
+        _tile_loadd(6, TB(2, kk), 64);
+        _tile_dpbssd(4, 5, 6);
+    }
+#undef TA
+#undef TB
+}
+
+/* Tiles 0-4 into c, and zero again. */
+static inline void store_sums(int32_t c[5][16][16]) {
+    _tile_stored(0, c[0], 64); _tile_stored(1, c[1], 64); _tile_stored(2, c[2], 64);
+    _tile_stored(3, c[3], 64); _tile_stored(4, c[4], 64);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4);
+}
+
+/* Row r's 16 exact partials of a tile, in units of 2^-18: v[0] columns 0-7, v[1] 8-15
+   (the header's 2^14 hi + lo, exact in float64). */
+static inline void exact_row(int32_t c[5][16][16], int r, __m512d v[2]) {
+    const __m512i c0 = _mm512_load_si512(c[0][r]), c1 = _mm512_load_si512(c[1][r]);
+    const __m512i c2 = _mm512_load_si512(c[2][r]), c3 = _mm512_load_si512(c[3][r]);
+    const __m512i c4 = _mm512_load_si512(c[4][r]);
+    const __m512i lo = _mm512_add_epi32(c0, _mm512_slli_epi32(c1, 7));
+    const __m512i hi = _mm512_add_epi32(_mm512_add_epi32(c2, _mm512_slli_epi32(c3, 7)),
+                                        _mm512_slli_epi32(c4, 14));
+    const __m512d c14 = _mm512_set1_pd(0x1p14);
+    v[0] = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(hi)), c14,
+                           _mm512_cvtepi32_pd(_mm512_castsi512_si256(lo)));
+    v[1] = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(hi, 1)), c14,
+                           _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(lo, 1)));
+}
+
+/* RN32 of row r's 16 exact partials, in value units: one rounding of the exact float64
+   (the scaling by 2^-18 after it is exact: header). */
+static inline __m512 rn32_row(int32_t c[5][16][16], int r) {
+    const int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m512d v[2];
+    exact_row(c, r, v);
+    const __m512 p = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvt_roundpd_ps(v[0], rn)),
+                                        _mm512_cvt_roundpd_ps(v[1], rn), 1);
+    return _mm512_mul_ps(p, _mm512_set1_ps(0x1p-18f));
+}
+
+/* Where one chunk's partials go: the recipe `code` (0 deepgemm, 1 cublas, 2 tokamax) into
+   float32 rows, or (code 3) the exact partials into float64 [k / 128][...][n]. */
+typedef struct {
+    int64_t code, kbn, n, nb;
+    const float *sa; /* [rows][kbn] of the chunk's first row */
+    const float *sb; /* [kbn][nb] of the group */
+    float *out;      /* code 0-2: the chunk's first output row, row stride ldo floats */
+    int64_t ldo;
+    double *pout;    /* code 3: block kb, row r at pout + kb * ldk + r * n */
+    int64_t ldk;
+} sink;
+
+/* Every row of a stashed tile c (of rows r0.., K block kb, column tile ct) below `rows`
+   into the sink.  The first K block stores, the others accumulate (a zero start gives the
+   same bits: every recipe adds +0 to its first term, as the float64 BLAS path does). */
+static void consume_tile(const sink *s, int32_t c[5][16][16], int64_t rows, int64_t r0,
+                         int64_t kb, int64_t ct) {
+    const int nr = rows - r0 < 16 ? (int)(rows - r0) : 16;
+    const int64_t valid = s->n - 16 * ct < 16 ? s->n - 16 * ct : 16;
+    if (s->code == 3) {
+        const __mmask8 m0 = (__mmask8)((1u << (valid < 8 ? valid : 8)) - 1);
+        const __mmask8 m1 = (__mmask8)(valid > 8 ? (1u << (valid - 8)) - 1 : 0);
+        const __m512d c18 = _mm512_set1_pd(0x1p-18);
+        double *o = s->pout + kb * s->ldk + r0 * s->n + 16 * ct;
+        __m512d v[2];
+        for (int r = 0; r < nr; r++, o += s->n) {
+            exact_row(c, r, v);
+            _mm512_mask_storeu_pd(o, m0, _mm512_mul_pd(v[0], c18)); /* exact */
+            _mm512_mask_storeu_pd(o + 8, m1, _mm512_mul_pd(v[1], c18));
+        }
+        return;
+    }
+    const __mmask16 m = (__mmask16)((1u << valid) - 1);
+    const float s_b = s->sb[kb * s->nb + (16 * ct) / 128];
+    const __m512 vsb = _mm512_set1_ps(s_b);
+    const float *sa = s->sa + r0 * s->kbn + kb;
+    float *o = s->out + r0 * s->ldo + 16 * ct;
+    for (int r = 0; r < nr; r++, o += s->ldo, sa += s->kbn) {
+        const __m512 p = rn32_row(c, r);
+        __m512 acc = kb ? _mm512_maskz_loadu_ps(m, o) : _mm512_setzero_ps();
+        if (s->code == 0)
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(*sa * s_b), p, acc);
+        else if (s->code == 1)
+            acc = _mm512_fmadd_ps(_mm512_mul_ps(p, _mm512_set1_ps(*sa)), vsb, acc);
+        else
+            acc = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, _mm512_set1_ps(*sa)), vsb), acc);
+        _mm512_mask_storeu_ps(o, m, acc);
+    }
+}
+
+/* Rows [0, rows) of one group (a chunk), every K block in order, every column tile, into
+   the sink: planes their lhs planes (`lhs_planes`), tiles the group's rhs tiles. */
+static void chunk(const int8_t *planes, int64_t rows, const int8_t *tiles, const sink *s) {
+    const int64_t nt = (s->n + 15) / 16, plane = (rows + 15) / 16 * 16 * 128;
+    /* Two stashes: the tile unit forms one output tile's sums while the vector unit
+       consumes the previous one's (each element's K blocks still in K order). */
+    _Alignas(64) int32_t c[2][5][16][16];
+    int64_t prev[3] = {-1, 0, 0}; /* r0, kb, ct of the stashed tile; r0 < 0: none */
+#define CONSUME_PREV consume_tile(s, c[buf ^ 1], rows, prev[0], prev[1], prev[2])
+    int buf = 0;
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4);
+    for (int64_t kb = 0; kb < s->kbn; kb++)
+        for (int64_t rb = 0; rb < rows; rb += 16 * BLOCK_TILES)
+            for (int64_t ct = 0; ct < nt; ct++)
+                for (int64_t r0 = rb; r0 < rows && r0 < rb + 16 * BLOCK_TILES; r0 += 16) {
+                    tile_sums(planes + kb * 3 * plane + r0 * 128, plane,
+                              tiles + kb * 6 * nt * 1024, nt, ct);
+                    if (prev[0] >= 0)
+                        CONSUME_PREV;
+                    store_sums(c[buf]);
+                    prev[0] = r0, prev[1] = kb, prev[2] = ct;
+                    buf ^= 1;
+                }
+    if (prev[0] >= 0)
+        CONSUME_PREV;
+#undef CONSUME_PREV
+}
+
+/* The gmm recipe `code` (0 deepgemm, 1 cublas, 2 tokamax) for rows [m0, m1) of the output
+   (one thread's share; each group's rhs tiles packed once per share it meets):
+     a        lhs codes [M][k] (row stride lda bytes);  sa  lhs scales [M][k / 128];
+     b        rhs codes [G][k][n];  sb  rhs scales [G][k / 128][nb];
+     offs     [G + 1] int64, the first row of each group and the end of the last;
+     out      [M][n] float32 (row stride ldo floats): the groups' rows in [m0, m1)
+              overwritten, all other rows left alone.
+   Returns 0, or -1 (nothing written) when its scratch cannot be allocated. */
+int fp8check_amx_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n,
+                     uint64_t poffs, int64_t g, int64_t m0, int64_t m1, uint64_t psa,
+                     uint64_t psb, int64_t nb, int64_t code, uint64_t pout, int64_t ldo) {
+    const uint8_t *a = (const uint8_t *)pa, *b = (const uint8_t *)pb;
+    const int64_t *offs = (const int64_t *)poffs;
+    const int64_t kbn = k / 128, nt = (n + 15) / 16;
+    /* 64-byte aligned: a tile row that straddles two cache lines loads far slower */
+    int8_t *tiles = aligned_alloc(64, kbn * 3 * (2 * nt * 1024 + CHUNK_ROWS * 128) + 64);
+    if (!tiles)
+        return -1;
+    int8_t *planes = tiles + kbn * 6 * nt * 1024;
+    const digit_table t = make_table();
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
+    configure_tiles();
+    for (int64_t gi = 0; gi < g; gi++) {
+        const int64_t r0 = offs[gi] > m0 ? offs[gi] : m0;
+        const int64_t r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
+        if (r1 <= r0)
+            continue;
+        if (kbn == 0) {
+            for (int64_t r = r0; r < r1; r++)
+                memset((float *)pout + r * ldo, 0, n * sizeof(float));
+            continue;
+        }
+        fp8check_amx_pack_rhs((uint64_t)(b + gi * k * n), k, n, (uint64_t)tiles);
+        for (int64_t rb = r0; rb < r1; rb += CHUNK_ROWS) {
+            const int64_t rows = r1 - rb < CHUNK_ROWS ? r1 - rb : CHUNK_ROWS;
+            lhs_planes(&t, a + rb * lda, lda, rows, (rows + 15) / 16 * 16, k, planes);
+            const sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn,
+                            (const float *)psb + gi * kbn * nb, (float *)pout + rb * ldo, ldo,
+                            NULL, 0};
+            chunk(planes, rows, tiles, &s);
+        }
+    }
+    _tile_release();
+    _mm_setcsr(csr);
+    free(tiles);
+    return 0;
+}
+
+/* The exact 128-wide partials of rows [0, rows) of one group, float64 in value units,
+   for the exact recipe: a their lhs codes [rows][k] (row stride lda bytes), tiles the
+   group's rhs tiles (`fp8check_amx_pack_rhs`), out [k / 128][...][n] float64 with row r
+   of block kb at out + kb * ldk + r * n.  Returns 0, or -1 (nothing written) when its
+   scratch cannot be allocated. */
+int fp8check_amx_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uint64_t ptiles,
+                          int64_t n, uint64_t pout, int64_t ldk) {
+    const uint8_t *a = (const uint8_t *)pa;
+    int8_t *planes = aligned_alloc(64, k / 128 * 3 * CHUNK_ROWS * 128 + 64);
+    if (!planes)
+        return -1;
+    const digit_table t = make_table();
+    configure_tiles();
+    for (int64_t rb = 0; rb < rows; rb += CHUNK_ROWS) {
+        const int64_t nr = rows - rb < CHUNK_ROWS ? rows - rb : CHUNK_ROWS;
+        lhs_planes(&t, a + rb * lda, lda, nr, (nr + 15) / 16 * 16, k, planes);
+        const sink s = {3, k / 128, n, 0, NULL, NULL, NULL, 0, (double *)pout + rb * n, ldk};
+        chunk(planes, nr, (const int8_t *)ptiles, &s);
+    }
+    _tile_release();
+    free(planes);
+    return 0;
+}

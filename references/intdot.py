@@ -1,0 +1,163 @@
+"""What the integer-digit paths of the e4m3 gmm reference share (`references.amx`: AMX
+int8 tiles; `references.vnni`: AVX512-VNNI int16 dot products): their C library's
+loading and calling convention, the cut of the rows into per-thread shares, and the
+threads that run them.
+
+Each path's C file exports, with these signatures (pointers as uint64):
+
+* `<prefix>_pack_rhs(codes, k, n, out)`: one expert's rhs codes [k, n] uint8 -> its
+  packed digits (the path's own layout, `DigitPath.packed_shape`);
+* `<prefix>_gmm(a, lda, k, b, n, offsets, g, m0, m1, sa, sb, nb, code, out, ldo) -> int`:
+  the recipe `code` (`RECIPE_CODES`) of rows [m0, m1) of a gmm in float32;
+* `<prefix>_partials(a, lda, rows, k, packed, n, out, ldk) -> int`: the exact 128-wide
+  K-block partials of rows of one group in float64;
+
+both returning 0, or -1 when their scratch cannot be allocated.  Every path gives the
+float64 BLAS path's bits (each C file's header has its exactness argument).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from fp8check.references import native
+
+RECIPE_CODES = {"deepgemm": 0, "cublas": 1, "tokamax": 2}
+_PANEL = 8  # rows: the unit of a share's cut inside a group
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:  # ctypes drops the GIL during the calls: the threads run in parallel
+        # numba.config sets its NUMBA_* attributes at import, out of mypy's sight.
+        _POOL = ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+    return _POOL
+
+
+def _forget_pool() -> None:
+    global _POOL
+    _POOL = None  # a forked child has none of the parent's threads: it starts its own
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _run(calls: list[tuple[Callable[..., int], tuple]]) -> None:
+    """Each (function, arguments) on the pool; MemoryError if one could not allocate."""
+    jobs = [_pool().submit(fn, *args) for fn, args in calls]
+    if any(job.result() != 0 for job in jobs):
+        raise MemoryError("an integer-digit gmm kernel could not allocate its scratch")
+
+
+def row_shares(offsets: np.ndarray, parts: int) -> np.ndarray:
+    """Boundaries [parts + 1] of `parts` contiguous row ranges of the groups (offsets
+    [G + 1]) of about equal cost, each starting at one of a group's 8-row panels.  A panel
+    costs 1 and packing a group's rhs about 1 more (measured: about the work of 8 rows of
+    the same K and N), so many tiny groups split as evenly as one large one."""
+    rows = np.diff(offsets)
+    panels = -(-rows // _PANEL)
+    first = np.repeat(np.cumsum(panels) - panels, panels)
+    idx = np.arange(panels.sum()) - first  # panel index within its group
+    start = np.repeat(offsets[:-1], panels) + _PANEL * idx
+    cost = 1 + (idx == 0)
+    before = np.cumsum(cost) - cost
+    j = np.searchsorted(before, np.arange(parts + 1) * cost.sum() / parts)
+    return np.append(start, offsets[-1])[j]
+
+
+class DigitPath:
+    """One integer-digit path: its C library where this CPU runs it, else `status` says
+    why not ("off (<reason>)"; `native.load`)."""
+
+    def __init__(self, name: str, source: Path, flags: tuple[str, ...],
+                 needs: tuple[str, ...], switch: str, prefix: str,
+                 packed_shape: Callable[[int, int], tuple[int, ...]], packed_dtype: type,
+                 start: Callable[[ctypes.CDLL], str] | None = None):
+        """`start(lib)`: "" once the library may run, else why not (AMX asks Linux for
+        the tile state)."""
+        self.prefix, self.packed_shape, self.packed_dtype = prefix, packed_shape, packed_dtype
+        lib, why = native.load(name, source, flags, needs, switch)
+        if lib is not None and start is not None:
+            why = start(lib)
+        self.lib = lib if not why else None
+        self.status = f"off ({why})" if why else name
+        if self.lib is not None:
+            for fn, args, ret in (("pack_rhs", [_P, _I, _I, _P], None),
+                                  ("gmm", [_P, _I, _I, _P, _I, _P, _I, _I, _I, _P, _P, _I,
+                                           _I, _P, _I], ctypes.c_int),
+                                  ("partials", [_P, _I, _I, _I, _P, _I, _P, _I],
+                                   ctypes.c_int)):
+                f = getattr(self.lib, f"{prefix}_{fn}")
+                f.argtypes, f.restype = args, ret
+
+    def _fn(self, name: str) -> Callable[..., int]:
+        if self.lib is None:
+            raise RuntimeError(f"the {self.prefix} path is {self.status}")
+        return getattr(self.lib, f"{self.prefix}_{name}")
+
+    def pack_rhs(self, codes: np.ndarray) -> np.ndarray:
+        """One expert's rhs e4m3fn codes [K, N] uint8 (K a multiple of 128) -> its packed
+        digits (`packed_shape(K, N)`, the layout its C file describes)."""
+        k, n = codes.shape
+        out: np.ndarray = np.empty(self.packed_shape(k, n), self.packed_dtype)
+        codes = np.ascontiguousarray(codes, dtype=np.uint8)
+        self._fn("pack_rhs")(codes.ctypes.data, k, n, out.ctypes.data)
+        return out
+
+    def gmm(self, a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: np.ndarray,
+            offsets: np.ndarray, recipe: str, out: np.ndarray, parts: int | None = None) -> None:
+        """The recipe's float32 output of every group into out [M, N] (float32,
+        C-contiguous; rows outside the groups are left alone): lhs codes [M, K] uint8 and
+        scales sa [M, K/128], rhs codes [G, K, N] uint8 and scales sb [G, K/128,
+        ceil(N/128)] float32, offsets [G + 1] (first row of each group, end of the last).
+        No NaN codes (the digits cannot carry them).  The rows are cut into `parts` shares
+        (`row_shares`; default numba's thread count) computed in parallel; the result does
+        not depend on the cut."""
+        m, k = a_codes.shape
+        g, _, n = b_codes.shape
+        a_codes = np.ascontiguousarray(a_codes, dtype=np.uint8)
+        b_codes = np.ascontiguousarray(b_codes, dtype=np.uint8)
+        sa = np.ascontiguousarray(sa, dtype=np.float32)
+        sb = np.ascontiguousarray(sb, dtype=np.float32)
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        if out.dtype != np.float32 or out.shape != (m, n) or not out.flags.c_contiguous:
+            raise ValueError(f"out must be C-contiguous float32 {(m, n)}")
+        cuts = row_shares(offsets, parts or numba.get_num_threads()).tolist()
+        fn = self._fn("gmm")
+        _run([(fn, (a_codes.ctypes.data, k, k, b_codes.ctypes.data, n, offsets.ctypes.data, g,
+                    r0, r1, sa.ctypes.data, sb.ctypes.data, sb.shape[2], RECIPE_CODES[recipe],
+                    out.ctypes.data, n))
+              for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0])
+
+    def exact_partials(self, a_codes: np.ndarray, b_packed: np.ndarray, n: int,
+                       parts: int | None = None,
+                       scratch: np.ndarray | None = None) -> np.ndarray:
+        """The exact 128-wide K-block partials sum_k a[r, k] b[k, j] of lhs e4m3fn codes
+        [m, K] (uint8, no NaN codes) and one expert's rhs packed by `pack_rhs` (N
+        columns), in value units -> float64 [K/128, m, N] (each exact), the rows cut into
+        `parts` shares (`row_shares`) computed in parallel (default numba's thread
+        count).  With `scratch` (flat float64, at least K/128 m N long) the result is a
+        view of its front: a caller that reuses one buffer saves the page faults of a
+        fresh one."""
+        m, k = a_codes.shape
+        a_codes = np.ascontiguousarray(a_codes, dtype=np.uint8)
+        size = (k // 128) * m * n
+        if scratch is not None and (scratch.dtype != np.float64 or scratch.ndim != 1
+                                    or scratch.size < size or not scratch.flags.c_contiguous):
+            raise ValueError(f"scratch must be flat contiguous float64 of >= {size} elements")
+        out = (np.empty(size) if scratch is None else scratch[:size]).reshape(k // 128, m, n)
+        cuts = row_shares(np.array([0, m]), parts or numba.get_num_threads()).tolist()
+        fn = self._fn("partials")
+        _run([(fn, (a_codes.ctypes.data + r0 * k, k, r1 - r0, k, b_packed.ctypes.data, n,
+                    out.ctypes.data + r0 * n * out.itemsize, m * n))
+              for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0])
+        return out
