@@ -371,7 +371,8 @@ def _no_nan_codes(lhs: QTensor, rhs: QTensor, gs) -> bool:
 def _gmm_blockwise(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec,
                    interval: int = 128):
     if accum in TENSOR_CORE_ACCUMS:  # the model's partials: no exact-partial fast path
-        _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=False, interval=interval)
+        if not (interval == 128 and _tensor_core_in_c(lhs, rhs, gs, out, accum)):
+            _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=False, interval=interval)
     elif (lhs.fmt == "e4m3fn" and accum != "exact" and (path := _digit_path()) is not None
           and _no_nan_codes(lhs, rhs, gs)):
         acc = out if out.dtype == np.float32 else np.zeros(out.shape, np.float32)
@@ -393,6 +394,20 @@ def _gmm_e4m3_group(codes, b_codes, sa, sb, accum: str) -> np.ndarray:
     e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
     return _gmm_e4m3(codes, _LUT[e4m3], _to_f64(b_codes.view(e4m3)), sa, sb,
                      _ACCUM_CODE[accum], _FUSED_ROWS)
+
+
+def _tensor_core_in_c(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str) -> bool:
+    """deepgemm's step on the tensor core's block partials (128-element chains) of every
+    group into out, in one C pass where `mma.deepgemm_gmm` applies; False, out untouched,
+    where it does not."""
+    acc = out if out.dtype == np.float32 else np.zeros(out.shape, np.float32)
+    if not mma.deepgemm_gmm(lhs.values.view(np.uint8), lhs.scales, rhs.values.view(np.uint8),
+                            rhs.scales, group_offsets(gs), lhs.fmt,
+                            mma.mma_model(TENSOR_CORE_ACCUMS[accum]), acc):
+        return False
+    if acc is not out:
+        out[...] = acc  # the kernel's output rounding to bf16 (RNE)
+    return True
 
 
 def _tensor_core_partials(a: np.ndarray, b: np.ndarray, fmt: str, interval: int,

@@ -1,7 +1,7 @@
 """What the integer-digit paths of the e4m3 gmm reference share (`references.amx`: AMX
 int8 tiles; `references.vnni`: AVX512-VNNI int16 dot products): their C library's
-loading and calling convention, the cut of the rows into per-thread shares, and the
-threads that run them.
+loading and calling convention, and the cut of the rows into per-thread shares (run on
+`native.run_parallel`'s threads).
 
 Each path's C file exports, with these signatures (pointers as uint64):
 
@@ -19,9 +19,7 @@ float64 BLAS path's bits (each C file's header has its exactness argument).
 from __future__ import annotations
 
 import ctypes
-import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numba
@@ -32,30 +30,6 @@ from fp8check.references import native
 RECIPE_CODES = {"deepgemm": 0, "cublas": 1, "tokamax": 2}
 _PANEL = 8  # rows: the unit of a share's cut inside a group
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:  # ctypes drops the GIL during the calls: the threads run in parallel
-        # numba.config sets its NUMBA_* attributes at import, out of mypy's sight.
-        _POOL = ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
-    return _POOL
-
-
-def _forget_pool() -> None:
-    global _POOL
-    _POOL = None  # a forked child has none of the parent's threads: it starts its own
-
-
-os.register_at_fork(after_in_child=_forget_pool)
-
-
-def _run(calls: list[tuple[Callable[..., int], tuple]]) -> None:
-    """Each (function, arguments) on the pool; MemoryError if one could not allocate."""
-    jobs = [_pool().submit(fn, *args) for fn, args in calls]
-    if any(job.result() != 0 for job in jobs):
-        raise MemoryError("an integer-digit gmm kernel could not allocate its scratch")
 
 
 def row_shares(offsets: np.ndarray, parts: int) -> np.ndarray:
@@ -133,10 +107,11 @@ class DigitPath:
             raise ValueError(f"out must be C-contiguous float32 {(m, n)}")
         cuts = row_shares(offsets, parts or numba.get_num_threads()).tolist()
         fn = self._fn("gmm")
-        _run([(fn, (a_codes.ctypes.data, k, k, b_codes.ctypes.data, n, offsets.ctypes.data, g,
-                    r0, r1, sa.ctypes.data, sb.ctypes.data, sb.shape[2], RECIPE_CODES[recipe],
-                    out.ctypes.data, n))
-              for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0])
+        native.run_parallel([
+            (fn, (a_codes.ctypes.data, k, k, b_codes.ctypes.data, n, offsets.ctypes.data, g,
+                  r0, r1, sa.ctypes.data, sb.ctypes.data, sb.shape[2], RECIPE_CODES[recipe],
+                  out.ctypes.data, n))
+            for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0])
 
     def exact_partials(self, a_codes: np.ndarray, b_packed: np.ndarray, n: int,
                        parts: int | None = None,
@@ -157,7 +132,8 @@ class DigitPath:
         out = (np.empty(size) if scratch is None else scratch[:size]).reshape(k // 128, m, n)
         cuts = row_shares(np.array([0, m]), parts or numba.get_num_threads()).tolist()
         fn = self._fn("partials")
-        _run([(fn, (a_codes.ctypes.data + r0 * k, k, r1 - r0, k, b_packed.ctypes.data, n,
-                    out.ctypes.data + r0 * n * out.itemsize, m * n))
-              for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0])
+        native.run_parallel([
+            (fn, (a_codes.ctypes.data + r0 * k, k, r1 - r0, k, b_packed.ctypes.data, n,
+                  out.ctypes.data + r0 * n * out.itemsize, m * n))
+            for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0])
         return out

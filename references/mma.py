@@ -141,12 +141,17 @@ alternative misses some and the undecided ones none):
 
 All arithmetic is on exact integers (numba, int64): no float rounding anywhere but the
 model's own.  `frac_bits` up to 40 fit int64 (40 already makes every e4m3 step exact).
+Where the CPU has AVX-512, the truncating models whose aligned terms fit int16
+(`HOPPER_FP8`) run on finite operands in C instead (`mma_rows.c`, the same integers step
+by step; `ROWS_STATUS` says whether it is on); the numba kernels serve everything else.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import ml_dtypes
 import numba
@@ -154,6 +159,7 @@ import numpy as np
 from numba.cpython.unsafe.numbers import leading_zeros
 
 from fp8check.bits import bits_f32, pow2
+from fp8check.references import native
 
 __all__ = ["BLACKWELL_FP8", "HOPPER_FP8", "MODELS", "MmaModel", "block_partial", "mma_block",
            "mma_dot", "mma_model", "probe_cases", "promoted_partial"]
@@ -617,7 +623,7 @@ def mma_dot(a_codes, b_codes, c=None, model: MmaModel = HOPPER_FP8, fmt=None) ->
 
     a_codes and b_codes [n, K] (the dtypes and `fmt` of `mma_block`); c float32 [n] or None
     for zeros.  Returns float32 [n]."""
-    a, b, (sa, ea, ka), (sb, eb, kb), p = _operands(a_codes, b_codes, fmt, model)
+    a, b, (sa, ea, ka), (sb, eb, kb), p, (fa, fb) = _operands(a_codes, b_codes, fmt, model)
     if b.shape != a.shape:
         raise ValueError(f"expected a_codes and b_codes of one shape [n, K], got {a.shape} "
                          f"and {b.shape}")
@@ -631,7 +637,8 @@ def mma_dot(a_codes, b_codes, c=None, model: MmaModel = HOPPER_FP8, fmt=None) ->
 
 def _operands(a_codes, b_codes, fmt, model):
     """(a, b as contiguous 2-D uint8 codes, a's and b's (significand, exponent, class)
-    tables, the model's kernel parameters), K checked against the model's group."""
+    tables, the model's kernel parameters, (a's format, b's format)), K checked against
+    the model's group."""
     fa, fb = _split_fmt(fmt)
     a, fa = _codes(a_codes, fa, "a_codes")
     b, fb = _codes(b_codes, fb, "b_codes")
@@ -646,7 +653,8 @@ def _operands(a_codes, b_codes, fmt, model):
     p = (model.group, model.frac_bits, mfa + mfb, _MODE[model.align_mode],
          _MODE[model.rounding], model.out_bits, int(model.c_in_alignment),
          int(model.normalized_products), sum_bits, _MODE[model.sum_rounding])
-    return (np.ascontiguousarray(a), np.ascontiguousarray(b), (sa, ea, ka), (sb, eb, kb), p)
+    return (np.ascontiguousarray(a), np.ascontiguousarray(b), (sa, ea, ka), (sb, eb, kb), p,
+            (fa, fb))
 
 
 def _c_array(c, shape):
@@ -659,10 +667,94 @@ def _c_array(c, shape):
     return np.ascontiguousarray(c)
 
 
+# -ffp-contract=off: no multiply and add fused behind the model's back (it has none).
+_ROWS_FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512cd",
+               "-ffp-contract=off")
+_ROWS_LIB, _why = native.load("AVX-512 mma rows", Path(__file__).with_name("mma_rows.c"),
+                              _ROWS_FLAGS, ("avx512f", "avx512bw", "avx512dq", "avx512vl",
+                                            "avx512cd"), "FP8CHECK_MMA_C")
+ROWS_STATUS = "avx512" if _ROWS_LIB is not None else f"off ({_why})"
+"""Whether the C row kernel runs here: "avx512", else "off (<reason>)" (no AVX-512, the
+compiler fails, or FP8CHECK_MMA_C=0); the numba kernels give the same bits."""
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+if _ROWS_LIB is not None:
+    _ROWS_LIB.fp8check_mma_rows.argtypes = [_P, _P, *[_I] * 6, _P, _P, _I, _I]
+    _ROWS_LIB.fp8check_mma_gmm.argtypes = [_P, _I, _I, _P, _I, _P, _I, _I, _I, _P, _P,
+                                           *[_I] * 4, _P, _I]
+    for _fn in (_ROWS_LIB.fp8check_mma_rows, _ROWS_LIB.fp8check_mma_gmm):
+        _fn.restype = ctypes.c_int
+_C_LIMIT = 2.0**100  # |C| below it: no step of FP8 products can overflow float32
+_FMT_CODE = {"e4m3fn": 0, "e5m2": 1}  # mma_rows.c's
+
+
+def _c_model_fits(model: MmaModel, fa: str, fb: str) -> bool:
+    """Whether `mma_rows.c` computes this model on these formats (its header): k32 steps,
+    C aligned with the products, every cut toward zero, unnormalised exponents, and the
+    largest significand product shifted into int16."""
+    mf = _TABLES[fa][3] + _TABLES[fb][3]
+    big = int(np.abs(_TABLES[fa][0]).max()) * int(np.abs(_TABLES[fb][0]).max())
+    return (_ROWS_LIB is not None and model.group == 32 and model.align_mode == "rz"
+            and model.rounding == "rz" and model.c_in_alignment
+            and not model.normalized_products and model.sum_frac_bits is None
+            and mf <= model.frac_bits < 23 and big << (model.frac_bits - mf) < 2**15)
+
+
+def _shares(m: int) -> list[tuple[int, int]]:
+    parts = max(1, min(numba.get_num_threads(), m))
+    cuts = np.linspace(0, m, parts + 1).astype(np.int64).tolist()
+    return [(r0, r1) for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0]
+
+
+def _c_rows(a, b, fa: str, fb: str, c, model: MmaModel, out) -> None:
+    """`mma_rows.c` into out: codes a [M, K] (format fa), b [K, N] (fb), C float32 [M, N];
+    rows cut into shares run in parallel."""
+    k, n = b.shape
+    fn = _ROWS_LIB.fp8check_mma_rows  # type: ignore[union-attr]
+    native.run_parallel([(fn, (a.ctypes.data, b.ctypes.data, k, n, _FMT_CODE[fa],
+                               _FMT_CODE[fb], model.frac_bits, model.out_bits, c.ctypes.data,
+                               out.ctypes.data, r0, r1))
+                         for r0, r1 in _shares(a.shape[0])])
+
+
+def deepgemm_gmm(a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: np.ndarray,
+                 offsets: np.ndarray, fmt: str, model: MmaModel, out: np.ndarray) -> bool:
+    """DeepGEMM's recipe on this model's block partials, where `mma_rows.c` computes it:
+    every 128-wide K block's P = `block_partial` (4 chained k32 steps from C = 0) taken
+    into a float32 accumulator by acc = fma(RN(sa sb), P, acc) (hardware fma, one
+    rounding; the float64 path's `_accumulate` gives the same bits), for every group into
+    out [M, N] (float32, C-contiguous; rows outside the groups left alone).  lhs codes
+    [M, K] uint8 and scales sa [M, K/128], rhs codes [G, K, N] uint8 and scales sb [G,
+    K/128, ceil(N/128)] float32, offsets [G + 1], both operands in `fmt`.  Returns False,
+    having done nothing, where the kernel does not apply: the model or format
+    (`_c_model_fits`), a non-finite code or scale."""
+    fmt = _fmt_name(fmt)
+    cls = _TABLES[fmt][2]
+    if not (_c_model_fits(model, fmt, fmt) and not cls[a_codes[:offsets[-1]]].any()
+            and not cls[b_codes].any() and np.isfinite(sa).all() and np.isfinite(sb).all()):
+        return False
+    m, k = a_codes.shape
+    g, _, n = b_codes.shape
+    a_codes, b_codes = np.ascontiguousarray(a_codes), np.ascontiguousarray(b_codes)
+    sa = np.ascontiguousarray(sa, np.float32)
+    sb = np.ascontiguousarray(sb, np.float32)
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    from fp8check.references.intdot import row_shares  # a share's rows: its own groups
+
+    cuts = row_shares(offsets, numba.get_num_threads()).tolist()
+    fn = _ROWS_LIB.fp8check_mma_gmm  # type: ignore[union-attr]
+    native.run_parallel([(fn, (a_codes.ctypes.data, k, k, b_codes.ctypes.data, n,
+                               offsets.ctypes.data, g, r0, r1, sa.ctypes.data, sb.ctypes.data,
+                               sb.shape[2], _FMT_CODE[fmt], model.frac_bits, model.out_bits,
+                               out.ctypes.data, n))
+                         for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0])
+    return True
+
+
 def _run(a_codes, b_codes, c, model, fmt, kernel):
-    """`mma_block` with the kernel chosen ("auto", "generic" or "rows": the row kernel
-    serves models that cut toward zero or -inf with unnormalised products)."""
-    a, b, (sa, ea, ka), (sb, eb, kb), p = _operands(a_codes, b_codes, fmt, model)
+    """`mma_block` with the kernel chosen ("auto", "generic" or "rows": the numba row kernel
+    serves models that cut toward zero or -inf with unnormalised products; "auto" takes
+    the C row kernel where it applies, `_c_rows_fit`)."""
+    a, b, (sa, ea, ka), (sb, eb, kb), p, (fa, fb) = _operands(a_codes, b_codes, fmt, model)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"expected A [M, K] and B [K, N], got {a.shape} and {b.shape}")
     m, n = a.shape[0], b.shape[1]
@@ -672,7 +764,10 @@ def _run(a_codes, b_codes, c, model, fmt, kernel):
     row_bad, col_bad = (a_cls != 0).any(axis=1), (bt_cls != 0).any(axis=1)
     rows_ok = p[3] in (0, 1) and model.frac_bits >= p[2] and not model.normalized_products
     out = np.empty((m, n), np.float32)
-    if kernel == "rows" or (kernel == "auto" and rows_ok):
+    if (kernel == "auto" and _c_model_fits(model, fa, fb) and not (row_bad.any() or col_bad.any())
+            and bool(np.all(np.abs(c) < _C_LIMIT))):
+        _c_rows(a, b, fa, fb, c, model, out)
+    elif kernel == "rows" or (kernel == "auto" and rows_ok):
         if not rows_ok:
             raise ValueError("the row kernel does not serve this model")
         _mma_rows(sa[a], ea[a], a_cls, sb[b], eb[b], kb[b], sb[bt], bt_cls, row_bad, col_bad,

@@ -5,7 +5,8 @@ time it is needed, into a cache folder (`$XDG_CACHE_HOME/fp8check` or
 `~/.cache/fp8check`), once per source and flags; a kernel is used only where the CPU has
 the instruction sets it is compiled for.  Each path can be switched off with an
 environment variable (`FP8CHECK_AMX=0`, `FP8CHECK_VNNI=0`): the references then take the
-next path, which gives the same bits.
+next path, which gives the same bits.  `run_parallel` runs a kernel's calls on the
+references' thread pool (ctypes drops the GIL during each call).
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ import os
 import platform
 import subprocess
 import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import numba
 
 
 def cpu_flags() -> set[str]:
@@ -71,3 +76,30 @@ def load(name: str, source: Path, flags: tuple[str, ...], needs: tuple[str, ...]
         return ctypes.CDLL(str(build(source, flags))), ""
     except OSError as e:
         return None, f"could not build the {name} kernel: {e}"
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:  # ctypes drops the GIL during the calls: the threads run in parallel
+        # numba.config sets its NUMBA_* attributes at import, out of mypy's sight.
+        _POOL = ThreadPoolExecutor(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+    return _POOL
+
+
+def _forget_pool() -> None:
+    global _POOL
+    _POOL = None  # a forked child has none of the parent's threads: it starts its own
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def run_parallel(calls: list[tuple[Callable[..., int], tuple]]) -> None:
+    """Each (C function, arguments) on the thread pool (numba's thread count); the C
+    functions return 0, or -1 when they could not allocate their scratch: MemoryError."""
+    jobs = [_pool().submit(fn, *args) for fn, args in calls]
+    if any(job.result() != 0 for job in jobs):
+        raise MemoryError("a references C kernel could not allocate its scratch")

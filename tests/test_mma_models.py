@@ -256,6 +256,31 @@ def test_row_kernel_equals_generic_kernel(fmt):
         mma._run(a, b, c, MODELS["rne"], fmt, "rows")
 
 
+@pytest.mark.skipif(mma.ROWS_STATUS != "avx512", reason=f"no C row kernel: {mma.ROWS_STATUS}")
+@pytest.mark.parametrize("fmts", [("e4m3fn", "e4m3fn"), ("e5m2", "e5m2"), ("e4m3fn", "e5m2")])
+def test_c_row_kernel_equals_numba_row_kernel(fmts, monkeypatch):
+    """`mma_rows.c` (the "auto" choice for HOPPER_FP8 on finite operands) gives the numba
+    row kernel's bits: every finite code, the largest, zeros, subnormal-only rows (the
+    smallest exponents), rows past a multiple of 4 and columns past a multiple of 16, C
+    absent, zero, -0, subnormal, tiny and large; and it really ran."""
+    rng = np.random.default_rng(41)
+    m, k, n = 39, 256, 50
+    a = rng.choice(FINITE[fmts[0]], (m, k))
+    b = rng.choice(FINITE[fmts[1]], (k, n))
+    a[0], b[:, 0] = MAXCODE[fmts[0]][0], MAXCODE[fmts[1]][1]
+    a[1, ::3], b[::5] = 0, 0
+    a[2] = rng.choice(FINITE[fmts[0]][:8], k)  # subnormals and zeros only
+    c = (rng.standard_normal((m, n)) * 10.0 ** rng.integers(-44, 29, (m, n))).astype(np.float32)
+    c[0, :4] = [0.0, -0.0, 2.0**-149, -(2.0**99)]
+    calls = []
+    real = mma._c_rows
+    monkeypatch.setattr(mma, "_c_rows", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    for cc in (None, c):
+        got = mma._run(a, b, cc, HOPPER_FP8, fmts, "auto")
+        assert same_bits(got, mma._run(a, b, cc, HOPPER_FP8, fmts, "rows"))
+    assert len(calls) == 2
+
+
 def test_mixed_formats_match_oracle():
     """wgmma takes e4m3 x e5m2 too: each operand decoded in its own format."""
     rng = np.random.default_rng(5)

@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fp8check.references import QTensor, amx, gmm, quantize, vnni
+from fp8check.references import QTensor, amx, gmm, mma, quantize, vnni
 from fp8check.references.gmm import has_nan_code
 from tests.oracle import E4M3_CODES
 
@@ -165,3 +165,34 @@ def test_gmm_and_exact_on_e5m2(accum, monkeypatch):
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(_bits(g), _bits(w))
     assert not got[0][67:].any() and np.any(got[0])
+
+
+@pytest.mark.parametrize("out_dtype", [np.float32, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+def test_tensor_core_c_pass_gives_the_block_path_bits(out_dtype, fmt, monkeypatch):
+    """deepgemm-hopper in one C pass (`mma.deepgemm_gmm`) gives the bits of the path that
+    forms each block's partials (`mma.promoted_partial`) and accumulates them in numba,
+    with an empty group, rows past the last and scales over many binades."""
+    if mma.ROWS_STATUS != "avx512":
+        pytest.skip(f"no C row kernel: {mma.ROWS_STATUS}")
+    rng = np.random.default_rng()
+    if fmt == "e4m3fn":
+        lhs, rhs, gs = _adversarial(rng, 300, 384, 150, 4)
+    else:
+        x = rng.standard_normal((300, 384)) * np.exp2(rng.integers(-12, 12, (300, 1)))
+        lhs = quantize(x.astype(np.float32), (1, 128), fmt="e5m2")
+        rhs = quantize(rng.standard_normal((3, 384, 150)).astype(np.float32), (128, 128),
+                       fmt="e5m2")
+        gs = np.array([120, 0, 170], np.int32)
+    calls = []
+    real = mma.deepgemm_gmm
+    with monkeypatch.context() as mp:
+        mp.setattr(mma, "deepgemm_gmm",
+                   lambda *a, **k: calls.append(real(*a, **k)) or calls[-1])
+        fast = gmm(lhs, rhs, gs, out_dtype, "deepgemm-hopper")
+    assert calls == [True]  # the C pass ran and took the whole gmm
+    with monkeypatch.context() as mp:
+        mp.setattr(mma, "deepgemm_gmm", lambda *a, **k: False)
+        slow = gmm(lhs, rhs, gs, out_dtype, "deepgemm-hopper")
+    np.testing.assert_array_equal(_bits(fast), _bits(slow))
+    assert np.any(fast.astype(np.float32)) and not fast[int(gs.sum()):].any()
