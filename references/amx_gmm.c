@@ -100,8 +100,9 @@ static digit_table make_table(void) {
     return t;
 }
 
-static inline void digits64(const digit_table *t, __m512i codes, int8_t *o0, int8_t *o1,
-                            int8_t *o2) {
+/* ... and whether one of the codes is a NaN (0x7F, 0xFF: the digits cannot carry it). */
+static inline int digits64(const digit_table *t, __m512i codes, int8_t *o0, int8_t *o1,
+                           int8_t *o2) {
     __mmask64 neg = _mm512_movepi8_mask(codes);
     __m512i mag = _mm512_and_si512(codes, _mm512_set1_epi8(0x7F));
     int8_t *out[3] = {o0, o1, o2};
@@ -110,11 +111,13 @@ static inline void digits64(const digit_table *t, __m512i codes, int8_t *o0, int
         v = _mm512_mask_sub_epi8(v, neg, _mm512_setzero_si512(), v);
         _mm512_storeu_si512(out[d], v);
     }
+    return _mm512_cmpeq_epi8_mask(mag, _mm512_set1_epi8(0x7F)) != 0;
 }
 
 /* One expert's rhs codes [k][n] -> its digit tiles (layout above): four 16-byte row
-   pieces (masked past n), interleaved by one byte permute. */
-void fp8check_amx_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t ptiles) {
+   pieces (masked past n), interleaved by one byte permute.  Returns 1 if a code is a NaN
+   (its digits are then zeros), else 0. */
+int fp8check_amx_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t ptiles) {
     const uint8_t *codes = (const uint8_t *)pcodes;
     int8_t *tiles = (int8_t *)ptiles;
     const digit_table t = make_table();
@@ -124,6 +127,7 @@ void fp8check_amx_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t ptile
             perm[4 * col + r] = (uint8_t)(16 * r + col);
     const __m512i interleave = _mm512_loadu_si512(perm);
     const int64_t nt = (n + 15) / 16, plane = 2 * nt * 1024; /* bytes of one digit's tiles */
+    int nan = 0;
     for (int64_t kb = 0; kb < k / 128; kb++)
         for (int kk = 0; kk < 2; kk++)
             for (int k4 = 0; k4 < 16; k4++) {
@@ -138,25 +142,30 @@ void fp8check_amx_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t ptile
                     }
                     v = _mm512_permutexvar_epi8(interleave, v);
                     int8_t *o = tiles + kb * 3 * plane + ((int64_t)kk * nt + ct) * 1024 + 64 * k4;
-                    digits64(&t, v, o, o + plane, o + 2 * plane);
+                    nan |= digits64(&t, v, o, o + plane, o + 2 * plane);
                 }
             }
+    return nan;
 }
 
 /* Planes of rows [0, rows) of lhs codes (row stride lda bytes, k columns), plane_rows
-   = rows rounded up to 16; the planes' rows past `rows` are zeroed. */
-static void lhs_planes(const digit_table *t, const uint8_t *codes, int64_t lda, int64_t rows,
+   = rows rounded up to 16; the planes' rows past `rows` are zeroed.  Returns 1 if a code
+   is a NaN, else 0. */
+static int lhs_planes(const digit_table *t, const uint8_t *codes, int64_t lda, int64_t rows,
                        int64_t plane_rows, int64_t k, int8_t *planes) {
     for (int64_t kb = 0; kb < k / 128; kb++)
         for (int d = 0; d < 3 && rows < plane_rows; d++)
             memset(planes + ((kb * 3 + d) * plane_rows + rows) * 128, 0,
                    (plane_rows - rows) * 128);
     const int64_t plane = plane_rows * 128;
+    int nan = 0;
     for (int64_t i = 0; i < rows; i++)
         for (int64_t c = 0; c < k; c += 64) {
             int8_t *o = planes + (c / 128) * 3 * plane + i * 128 + c % 128;
-            digits64(t, _mm512_loadu_si512(codes + i * lda + c), o, o + plane, o + 2 * plane);
+            nan |= digits64(t, _mm512_loadu_si512(codes + i * lda + c), o, o + plane,
+                            o + 2 * plane);
         }
+    return nan;
 }
 
 /* C_0 .. C_4 (header) of one 16 x 16 output tile and one K block, added into tiles 0-4
@@ -307,7 +316,9 @@ static void chunk(const int8_t *planes, int64_t rows, const int8_t *tiles, const
      offs     [G + 1] int64, the first row of each group and the end of the last;
      out      [M][n] float32 (row stride ldo floats): the groups' rows in [m0, m1)
               overwritten, all other rows left alone.
-   Returns 0, or -1 (nothing written) when its scratch cannot be allocated. */
+   Returns 0; 1 when an operand it reads holds a NaN code (the output rows then mean
+   nothing: the caller takes the float64 BLAS path); -1 (nothing written) when its
+   scratch cannot be allocated. */
 int fp8check_amx_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n,
                      uint64_t poffs, int64_t g, int64_t m0, int64_t m1, uint64_t psa,
                      uint64_t psb, int64_t nb, int64_t code, uint64_t pout, int64_t ldo) {
@@ -323,7 +334,8 @@ int fp8check_amx_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
     configure_tiles();
-    for (int64_t gi = 0; gi < g; gi++) {
+    int nan = 0;
+    for (int64_t gi = 0; gi < g && !nan; gi++) {
         const int64_t r0 = offs[gi] > m0 ? offs[gi] : m0;
         const int64_t r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
         if (r1 <= r0)
@@ -333,10 +345,10 @@ int fp8check_amx_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n
                 memset((float *)pout + r * ldo, 0, n * sizeof(float));
             continue;
         }
-        fp8check_amx_pack_rhs((uint64_t)(b + gi * k * n), k, n, (uint64_t)tiles);
-        for (int64_t rb = r0; rb < r1; rb += CHUNK_ROWS) {
+        nan |= fp8check_amx_pack_rhs((uint64_t)(b + gi * k * n), k, n, (uint64_t)tiles);
+        for (int64_t rb = r0; rb < r1 && !nan; rb += CHUNK_ROWS) {
             const int64_t rows = r1 - rb < CHUNK_ROWS ? r1 - rb : CHUNK_ROWS;
-            lhs_planes(&t, a + rb * lda, lda, rows, (rows + 15) / 16 * 16, k, planes);
+            nan |= lhs_planes(&t, a + rb * lda, lda, rows, (rows + 15) / 16 * 16, k, planes);
             const sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn,
                             (const float *)psb + gi * kbn * nb, (float *)pout + rb * ldo, ldo,
                             NULL, 0};
@@ -346,14 +358,14 @@ int fp8check_amx_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n
     _tile_release();
     _mm_setcsr(csr);
     free(tiles);
-    return 0;
+    return nan;
 }
 
 /* The exact 128-wide partials of rows [0, rows) of one group, float64 in value units,
    for the exact recipe: a their lhs codes [rows][k] (row stride lda bytes), tiles the
    group's rhs tiles (`fp8check_amx_pack_rhs`), out [k / 128][...][n] float64 with row r
-   of block kb at out + kb * ldk + r * n.  Returns 0, or -1 (nothing written) when its
-   scratch cannot be allocated. */
+   of block kb at out + kb * ldk + r * n; no NaN codes (the caller checks).  Returns 0,
+   or -1 (nothing written) when its scratch cannot be allocated. */
 int fp8check_amx_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uint64_t ptiles,
                           int64_t n, uint64_t pout, int64_t ldk) {
     const uint8_t *a = (const uint8_t *)pa;

@@ -362,6 +362,22 @@ def _digit_path() -> DigitPath | None:
     return amx.PATH if amx.AVAILABLE else vnni.PATH if vnni.AVAILABLE else None
 
 
+def _digit_gmm(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str) -> bool:
+    """Recipe `accum` of every group into out on the fastest integer-digit path; False
+    where none runs here or a code it reads is a NaN (the groups' rows of out then mean
+    nothing: the caller's path overwrites them)."""
+    path = _digit_path()
+    if path is None:
+        return False
+    acc = out if out.dtype == np.float32 else np.zeros(out.shape, np.float32)
+    if not path.gmm(lhs.values.view(np.uint8), lhs.scales, rhs.values.view(np.uint8),
+                    rhs.scales, group_offsets(gs), accum, acc):
+        return False
+    if acc is not out:
+        out[...] = acc  # the kernel's output rounding to bf16 (RNE)
+    return True
+
+
 def _no_nan_codes(lhs: QTensor, rhs: QTensor, gs) -> bool:
     """Whether lhs's rows in the groups and every rhs value hold no e4m3fn NaN code."""
     rows = lhs.values[: int(gs.sum())].view(np.uint8)
@@ -373,17 +389,11 @@ def _gmm_blockwise(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, 
     if accum in TENSOR_CORE_ACCUMS:  # the model's partials: no exact-partial fast path
         if not (interval == 128 and _tensor_core_in_c(lhs, rhs, gs, out, accum)):
             _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=False, interval=interval)
-    elif (lhs.fmt == "e4m3fn" and accum != "exact" and (path := _digit_path()) is not None
-          and _no_nan_codes(lhs, rhs, gs)):
-        acc = out if out.dtype == np.float32 else np.zeros(out.shape, np.float32)
-        path.gmm(lhs.values.view(np.uint8), lhs.scales, rhs.values.view(np.uint8), rhs.scales,
-                 group_offsets(gs), accum, acc)
-        if acc is not out:
-            out[...] = acc  # the kernel's output rounding to bf16 (RNE)
     elif lhs.fmt == "e4m3fn" and accum != "exact":
-        # One BLAS thread per numba thread: nested BLAS threads would oversubscribe.
-        with threadpool_limits(1, user_api="blas"):
-            _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=True)
+        if not _digit_gmm(lhs, rhs, gs, out, accum):
+            # One BLAS thread per numba thread: nested BLAS threads would oversubscribe.
+            with threadpool_limits(1, user_api="blas"):
+                _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=True)
     else:
         _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=False)
 

@@ -5,14 +5,15 @@ loading and calling convention, and the cut of the rows into per-thread shares (
 
 Each path's C file exports, with these signatures (pointers as uint64):
 
-* `<prefix>_pack_rhs(codes, k, n, out)`: one expert's rhs codes [k, n] uint8 -> its
-  packed digits (the path's own layout, `DigitPath.packed_shape`);
+* `<prefix>_pack_rhs(codes, k, n, out) -> int`: one expert's rhs codes [k, n] uint8 -> its
+  packed digits (the path's own layout, `DigitPath.packed_shape`); 1 if a code is a NaN;
 * `<prefix>_gmm(a, lda, k, b, n, offsets, g, m0, m1, sa, sb, nb, code, out, ldo) -> int`:
-  the recipe `code` (`RECIPE_CODES`) of rows [m0, m1) of a gmm in float32;
+  the recipe `code` (`RECIPE_CODES`) of rows [m0, m1) of a gmm in float32; 1 when a code
+  it reads is a NaN (which the digits cannot carry: the caller takes another path);
 * `<prefix>_partials(a, lda, rows, k, packed, n, out, ldk) -> int`: the exact 128-wide
-  K-block partials of rows of one group in float64;
+  K-block partials of rows of one group in float64 (no NaN codes: the caller checks);
 
-both returning 0, or -1 when their scratch cannot be allocated.  Every path gives the
+the last two returning -1 when their scratch cannot be allocated.  Every path gives the
 float64 BLAS path's bits (each C file's header has its exactness argument).
 """
 
@@ -65,7 +66,7 @@ class DigitPath:
         self.lib = lib if not why else None
         self.status = f"off ({why})" if why else name
         if self.lib is not None:
-            for fn, args, ret in (("pack_rhs", [_P, _I, _I, _P], None),
+            for fn, args, ret in (("pack_rhs", [_P, _I, _I, _P], ctypes.c_int),
                                   ("gmm", [_P, _I, _I, _P, _I, _P, _I, _I, _I, _P, _P, _I,
                                            _I, _P, _I], ctypes.c_int),
                                   ("partials", [_P, _I, _I, _I, _P, _I, _P, _I],
@@ -88,14 +89,15 @@ class DigitPath:
         return out
 
     def gmm(self, a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: np.ndarray,
-            offsets: np.ndarray, recipe: str, out: np.ndarray, parts: int | None = None) -> None:
+            offsets: np.ndarray, recipe: str, out: np.ndarray, parts: int | None = None) -> bool:
         """The recipe's float32 output of every group into out [M, N] (float32,
         C-contiguous; rows outside the groups are left alone): lhs codes [M, K] uint8 and
         scales sa [M, K/128], rhs codes [G, K, N] uint8 and scales sb [G, K/128,
         ceil(N/128)] float32, offsets [G + 1] (first row of each group, end of the last).
-        No NaN codes (the digits cannot carry them).  The rows are cut into `parts` shares
-        (`row_shares`; default numba's thread count) computed in parallel; the result does
-        not depend on the cut."""
+        Returns False where a code it reads (the groups' lhs rows, the rhs of a group with
+        rows) is a NaN, which the digits cannot carry: the groups' rows of out then mean
+        nothing.  The rows are cut into `parts` shares (`row_shares`; default numba's
+        thread count) computed in parallel; the result does not depend on the cut."""
         m, k = a_codes.shape
         g, _, n = b_codes.shape
         a_codes = np.ascontiguousarray(a_codes, dtype=np.uint8)
@@ -107,7 +109,7 @@ class DigitPath:
             raise ValueError(f"out must be C-contiguous float32 {(m, n)}")
         cuts = row_shares(offsets, parts or numba.get_num_threads()).tolist()
         fn = self._fn("gmm")
-        native.run_parallel([
+        return 1 not in native.run_parallel([
             (fn, (a_codes.ctypes.data, k, k, b_codes.ctypes.data, n, offsets.ctypes.data, g,
                   r0, r1, sa.ctypes.data, sb.ctypes.data, sb.shape[2], RECIPE_CODES[recipe],
                   out.ctypes.data, n))

@@ -141,9 +141,10 @@ alternative misses some and the undecided ones none):
 
 All arithmetic is on exact integers (numba, int64): no float rounding anywhere but the
 model's own.  `frac_bits` up to 40 fit int64 (40 already makes every e4m3 step exact).
-Where the CPU has AVX-512, the truncating models whose aligned terms fit int16
-(`HOPPER_FP8`) run on finite operands in C instead (`mma_rows.c`, the same integers step
-by step; `ROWS_STATUS` says whether it is on); the numba kernels serve everything else.
+Where the CPU has AVX-512, `HOPPER_FP8` and `BLACKWELL_FP8` (and the models of their
+kinds, `_c_model_kind`) run on finite operands in C instead (`mma_rows.c`, the same
+integers step by step; `ROWS_STATUS` says whether it is on); the numba kernels serve
+everything else.
 """
 
 from __future__ import annotations
@@ -678,25 +679,34 @@ ROWS_STATUS = "avx512" if _ROWS_LIB is not None else f"off ({_why})"
 compiler fails, or FP8CHECK_MMA_C=0); the numba kernels give the same bits."""
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 if _ROWS_LIB is not None:
-    _ROWS_LIB.fp8check_mma_rows.argtypes = [_P, _P, *[_I] * 6, _P, _P, _I, _I]
+    _ROWS_LIB.fp8check_mma_rows.argtypes = [_P, _P, *[_I] * 7, _P, _P, _I, _I]
     _ROWS_LIB.fp8check_mma_gmm.argtypes = [_P, _I, _I, _P, _I, _P, _I, _I, _I, _P, _P,
-                                           *[_I] * 4, _P, _I]
+                                           *[_I] * 5, _P, _I]
     for _fn in (_ROWS_LIB.fp8check_mma_rows, _ROWS_LIB.fp8check_mma_gmm):
         _fn.restype = ctypes.c_int
 _C_LIMIT = 2.0**100  # |C| below it: no step of FP8 products can overflow float32
 _FMT_CODE = {"e4m3fn": 0, "e5m2": 1}  # mma_rows.c's
 
 
-def _c_model_fits(model: MmaModel, fa: str, fb: str) -> bool:
-    """Whether `mma_rows.c` computes this model on these formats (its header): k32 steps,
-    C aligned with the products, every cut toward zero, unnormalised exponents, and the
-    largest significand product shifted into int16."""
+def _c_model_kind(model: MmaModel, fa: str, fb: str) -> int | None:
+    """The kind of model `mma_rows.c` computes on these formats (its header), or None: k32
+    steps of unnormalised products, each term cut toward zero, and either (0, HOPPER_FP8)
+    C aligned with them and the result truncated, the largest aligned term below 2^15, or
+    (1, BLACKWELL_FP8) their sum cut toward zero to a float32 and C added in float32, the
+    largest aligned term below 2^27."""
     mf = _TABLES[fa][3] + _TABLES[fb][3]
     big = int(np.abs(_TABLES[fa][0]).max()) * int(np.abs(_TABLES[fb][0]).max())
-    return (_ROWS_LIB is not None and model.group == 32 and model.align_mode == "rz"
-            and model.rounding == "rz" and model.c_in_alignment
-            and not model.normalized_products and model.sum_frac_bits is None
-            and mf <= model.frac_bits < 23 and big << (model.frac_bits - mf) < 2**15)
+    if (_ROWS_LIB is None or model.group != 32 or model.align_mode != "rz"
+            or model.normalized_products or model.frac_bits < mf):
+        return None
+    top = big << (model.frac_bits - mf)
+    if (model.c_in_alignment and model.rounding == "rz" and model.frac_bits < 23
+            and top < 2**15):
+        return 0
+    if (not model.c_in_alignment and model.sum_frac_bits == 23 and model.sum_rounding == "rz"
+            and model.rounding == "rne" and model.out_bits == 23 and top < 2**27):
+        return 1
+    return None
 
 
 def _shares(m: int) -> list[tuple[int, int]]:
@@ -705,14 +715,14 @@ def _shares(m: int) -> list[tuple[int, int]]:
     return [(r0, r1) for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0]
 
 
-def _c_rows(a, b, fa: str, fb: str, c, model: MmaModel, out) -> None:
-    """`mma_rows.c` into out: codes a [M, K] (format fa), b [K, N] (fb), C float32 [M, N];
-    rows cut into shares run in parallel."""
+def _c_rows(a, b, fa: str, fb: str, kind: int, c, model: MmaModel, out) -> None:
+    """`mma_rows.c` into out: codes a [M, K] (format fa), b [K, N] (fb), the model's kind
+    (`_c_model_kind`), C float32 [M, N]; rows cut into shares run in parallel."""
     k, n = b.shape
     fn = _ROWS_LIB.fp8check_mma_rows  # type: ignore[union-attr]
     native.run_parallel([(fn, (a.ctypes.data, b.ctypes.data, k, n, _FMT_CODE[fa],
-                               _FMT_CODE[fb], model.frac_bits, model.out_bits, c.ctypes.data,
-                               out.ctypes.data, r0, r1))
+                               _FMT_CODE[fb], kind, model.frac_bits, model.out_bits,
+                               c.ctypes.data, out.ctypes.data, r0, r1))
                          for r0, r1 in _shares(a.shape[0])])
 
 
@@ -726,10 +736,11 @@ def deepgemm_gmm(a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: n
     [M, K] uint8 and scales sa [M, K/128], rhs codes [G, K, N] uint8 and scales sb [G,
     K/128, ceil(N/128)] float32, offsets [G + 1], both operands in `fmt`.  Returns False,
     having done nothing, where the kernel does not apply: the model or format
-    (`_c_model_fits`), a non-finite code or scale."""
+    (`_c_model_kind`), a non-finite code or scale."""
     fmt = _fmt_name(fmt)
     cls = _TABLES[fmt][2]
-    if not (_c_model_fits(model, fmt, fmt) and not cls[a_codes[:offsets[-1]]].any()
+    kind = _c_model_kind(model, fmt, fmt)
+    if not (kind is not None and not cls[a_codes[:offsets[-1]]].any()
             and not cls[b_codes].any() and np.isfinite(sa).all() and np.isfinite(sb).all()):
         return False
     m, k = a_codes.shape
@@ -744,8 +755,8 @@ def deepgemm_gmm(a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: n
     fn = _ROWS_LIB.fp8check_mma_gmm  # type: ignore[union-attr]
     native.run_parallel([(fn, (a_codes.ctypes.data, k, k, b_codes.ctypes.data, n,
                                offsets.ctypes.data, g, r0, r1, sa.ctypes.data, sb.ctypes.data,
-                               sb.shape[2], _FMT_CODE[fmt], model.frac_bits, model.out_bits,
-                               out.ctypes.data, n))
+                               sb.shape[2], _FMT_CODE[fmt], kind, model.frac_bits,
+                               model.out_bits, out.ctypes.data, n))
                          for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0])
     return True
 
@@ -764,9 +775,10 @@ def _run(a_codes, b_codes, c, model, fmt, kernel):
     row_bad, col_bad = (a_cls != 0).any(axis=1), (bt_cls != 0).any(axis=1)
     rows_ok = p[3] in (0, 1) and model.frac_bits >= p[2] and not model.normalized_products
     out = np.empty((m, n), np.float32)
-    if (kernel == "auto" and _c_model_fits(model, fa, fb) and not (row_bad.any() or col_bad.any())
+    kind = _c_model_kind(model, fa, fb) if kernel == "auto" else None
+    if (kind is not None and not (row_bad.any() or col_bad.any())
             and bool(np.all(np.abs(c) < _C_LIMIT))):
-        _c_rows(a, b, fa, fb, c, model, out)
+        _c_rows(a, b, fa, fb, kind, c, model, out)
     elif kernel == "rows" or (kernel == "auto" and rows_ok):
         if not rows_ok:
             raise ValueError("the row kernel does not serve this model")

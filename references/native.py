@@ -97,9 +97,11 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def run_parallel(calls: list[tuple[Callable[..., int], tuple]]) -> None:
-    """Each (C function, arguments) on the thread pool (numba's thread count); the C
-    functions return 0, or -1 when they could not allocate their scratch: MemoryError."""
+def run_parallel(calls: list[tuple[Callable[..., int], tuple]]) -> list[int]:
+    """Each (C function, arguments) on the thread pool (numba's thread count) -> their
+    results; a C function returns -1 when it could not allocate its scratch: MemoryError."""
     jobs = [_pool().submit(fn, *args) for fn, args in calls]
-    if any(job.result() != 0 for job in jobs):
+    done = [job.result() for job in jobs]
+    if -1 in done:
         raise MemoryError("a references C kernel could not allocate its scratch")
+    return done

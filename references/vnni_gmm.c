@@ -72,8 +72,9 @@ static digit_tables make_tables(void) {
     return t;
 }
 
-/* The three digits of 32 codes (zero-extended to int16 lanes) into o[0], o[1], o[2]. */
-static inline void digits32(const digit_tables *t, __m512i w, int16_t *o0, int16_t *o1,
+/* The three digits of 32 codes (zero-extended to int16 lanes) into o[0], o[1], o[2];
+   whether one of the codes is a NaN (0x7F, 0xFF: the digits cannot carry it). */
+static inline int digits32(const digit_tables *t, __m512i w, int16_t *o0, int16_t *o1,
                             int16_t *o2) {
     __mmask32 neg = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x80));
     __mmask32 upper = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40));
@@ -86,15 +87,18 @@ static inline void digits32(const digit_tables *t, __m512i w, int16_t *o0, int16
         v = _mm512_mask_sub_epi16(v, neg, _mm512_setzero_si512(), v);
         _mm512_storeu_si512(out[d], v);
     }
+    return _mm512_cmpeq_epi16_mask(_mm512_and_si512(w, _mm512_set1_epi16(0x7F)),
+                                   _mm512_set1_epi16(0x7F)) != 0;
 }
 
 /* Pack one expert's rhs codes [K][N] into out [K/128][ceil(N/16)][64][3][16][2], the
-   layout above. */
-void fp8check_vnni_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t pout) {
+   layout above.  Returns 1 if a code is a NaN (its digits are then zeros), else 0. */
+int fp8check_vnni_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t pout) {
     const uint8_t *codes = (const uint8_t *)pcodes;
     int16_t *out = (int16_t *)pout;
     const int64_t nv = (n + 15) / 16;
     const digit_tables t = make_tables();
+    int nan = 0;
     for (int64_t kb = 0; kb < k / 128; kb++)
         for (int64_t v = 0; v < nv; v++) {
             int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
@@ -107,16 +111,18 @@ void fp8check_vnni_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t pout
                 __m256i both = _mm256_set_m128i(_mm_unpackhi_epi8(x0, x1),
                                                 _mm_unpacklo_epi8(x0, x1));
                 int16_t *q = o + p * 96;
-                digits32(&t, _mm512_cvtepu8_epi16(both), q, q + 32, q + 64);
+                nan |= digits32(&t, _mm512_cvtepu8_epi16(both), q, q + 32, q + 64);
             }
         }
+    return nan;
 }
 
 /* Digits of rows [r0, r0 + ROWS) of one K block of the lhs codes (rows past `rows` are
-   zero) into panel [ROWS][3][128]. */
-__attribute__((noinline)) static void pack_lhs(const digit_tables *t, const uint8_t *codes,
+   zero) into panel [ROWS][3][128]; 1 if a code is a NaN, else 0. */
+__attribute__((noinline)) static int pack_lhs(const digit_tables *t, const uint8_t *codes,
                                                int64_t lda, int64_t rows, int64_t r0,
                                                int64_t kb, int16_t *panel) {
+    int nan = 0;
     for (int r = 0; r < ROWS; r++) {
         int16_t *o = panel + r * 384;
         if (r0 + r >= rows) {
@@ -126,9 +132,10 @@ __attribute__((noinline)) static void pack_lhs(const digit_tables *t, const uint
         const uint8_t *src = codes + (r0 + r) * lda + 128 * kb;
         for (int c = 0; c < 128; c += 32) {
             __m256i x = _mm256_loadu_si256((const __m256i *)(src + c));
-            digits32(t, _mm512_cvtepu8_epi16(x), o + c, o + 128 + c, o + 256 + c);
+            nan |= digits32(t, _mm512_cvtepu8_epi16(x), o + c, o + 128 + c, o + 256 + c);
         }
     }
+    return nan;
 }
 
 /* The 24 accumulators are named variables, and the dot product is one instruction of
@@ -188,8 +195,9 @@ static inline __m512 rn32(__m512d p[2]) {
    1 cublas, 2 tokamax): a their lhs codes [rows][k] (row stride lda bytes), bp the
    group's packed rhs, sa [rows][k / 128] and sb [k / 128][nb] the scales, out [rows][n]
    float32 (row stride ldo floats), overwritten: the first K block stores, the others
-   accumulate (a zero start gives the same bits: every recipe adds +0 to its first term). */
-static void group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t rows,
+   accumulate (a zero start gives the same bits: every recipe adds +0 to its first term).
+   Returns 1, at once, when a lhs code is a NaN, else 0. */
+static int group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t rows,
                   int64_t k, const int16_t *bp, int64_t n, const float *sa, const float *sb,
                   int64_t nb, int64_t code, float *out, int64_t ldo) {
     const int64_t kbn = k / 128, nv = (n + 15) / 16;
@@ -200,7 +208,8 @@ static void group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t 
             memset(out + r * ldo, 0, n * sizeof(float));
     for (int64_t kb = 0; kb < kbn; kb++)
         for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
-            pack_lhs(t, a, lda, rows, r0, kb, panel);
+            if (pack_lhs(t, a, lda, rows, r0, kb, panel))
+                return 1;
             const int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
             for (int64_t v = 0; v < nv; v++) {
                 partials(panel, bp + (kb * nv + v) * VEC_I16, p);
@@ -224,6 +233,7 @@ static void group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t 
                 }
             }
         }
+    return 0;
 }
 
 /* The gmm recipe `code` (0 deepgemm, 1 cublas, 2 tokamax) for rows [m0, m1) of the output
@@ -233,7 +243,9 @@ static void group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t 
      offs    [G + 1] int64, the first row of each group and the end of the last;
      out     [M][n] float32 (row stride ldo floats): the groups' rows in [m0, m1)
              overwritten, all other rows left alone.
-   Returns 0, or -1 (nothing written) when the packed rhs of a group cannot be allocated. */
+   Returns 0; 1 when an operand it reads holds a NaN code (the output rows then mean
+   nothing: the caller takes the float64 BLAS path); -1 (nothing written) when the packed
+   rhs of a group cannot be allocated. */
 int fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n,
                       uint64_t poffs, int64_t g, int64_t m0, int64_t m1, uint64_t psa,
                       uint64_t psb, int64_t nb, int64_t code, uint64_t pout, int64_t ldo) {
@@ -248,18 +260,19 @@ int fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t 
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
     const digit_tables t = make_tables();
-    for (int64_t gi = 0; gi < g; gi++) {
+    int nan = 0;
+    for (int64_t gi = 0; gi < g && !nan; gi++) {
         const int64_t r0 = offs[gi] > m0 ? offs[gi] : m0;
         const int64_t r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
         if (r1 <= r0)
             continue;
-        fp8check_vnni_pack_rhs((uint64_t)(b + gi * k * n), k, n, (uint64_t)bp);
-        group(&t, a + r0 * lda, lda, r1 - r0, k, bp, n, sa + r0 * kbn, sb + gi * kbn * nb, nb,
-              code, out + r0 * ldo, ldo);
+        nan = fp8check_vnni_pack_rhs((uint64_t)(b + gi * k * n), k, n, (uint64_t)bp) ||
+              group(&t, a + r0 * lda, lda, r1 - r0, k, bp, n, sa + r0 * kbn,
+                    sb + gi * kbn * nb, nb, code, out + r0 * ldo, ldo);
     }
     _mm_setcsr(csr);
     free(bp);
-    return 0;
+    return nan;
 }
 
 /* The exact 128-wide partials of rows [0, rows) of one group, float64 in value units (the

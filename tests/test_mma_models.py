@@ -258,11 +258,12 @@ def test_row_kernel_equals_generic_kernel(fmt):
 
 @pytest.mark.skipif(mma.ROWS_STATUS != "avx512", reason=f"no C row kernel: {mma.ROWS_STATUS}")
 @pytest.mark.parametrize("fmts", [("e4m3fn", "e4m3fn"), ("e5m2", "e5m2"), ("e4m3fn", "e5m2")])
-def test_c_row_kernel_equals_numba_row_kernel(fmts, monkeypatch):
-    """`mma_rows.c` (the "auto" choice for HOPPER_FP8 on finite operands) gives the numba
-    row kernel's bits: every finite code, the largest, zeros, subnormal-only rows (the
-    smallest exponents), rows past a multiple of 4 and columns past a multiple of 16, C
-    absent, zero, -0, subnormal, tiny and large; and it really ran."""
+@pytest.mark.parametrize("model", [HOPPER_FP8, BLACKWELL_FP8], ids=["hopper", "blackwell"])
+def test_c_row_kernel_equals_numba_row_kernel(fmts, model, monkeypatch):
+    """`mma_rows.c` (the "auto" choice for HOPPER_FP8 and BLACKWELL_FP8 on finite operands)
+    gives the numba row kernel's bits: every finite code, the largest, zeros,
+    subnormal-only rows (the smallest exponents), rows past a multiple of 4 and columns
+    past a multiple of 16, C absent, zero, -0, subnormal, tiny and large; and it ran."""
     rng = np.random.default_rng(41)
     m, k, n = 39, 256, 50
     a = rng.choice(FINITE[fmts[0]], (m, k))
@@ -276,9 +277,18 @@ def test_c_row_kernel_equals_numba_row_kernel(fmts, monkeypatch):
     real = mma._c_rows
     monkeypatch.setattr(mma, "_c_rows", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     for cc in (None, c):
-        got = mma._run(a, b, cc, HOPPER_FP8, fmts, "auto")
-        assert same_bits(got, mma._run(a, b, cc, HOPPER_FP8, fmts, "rows"))
+        got = mma._run(a, b, cc, model, fmts, "auto")
+        assert same_bits(got, mma._run(a, b, cc, model, fmts, "rows"))
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_c_row_kernel_takes_only_its_kinds(name):
+    """The C kernel serves exactly the Hopper and Blackwell models (other readings change
+    a step it hard-codes) where the CPU has it."""
+    want = {"hopper": 0, "blackwell": 1}.get(name) if mma.ROWS_STATUS == "avx512" else None
+    for fmt in ("e4m3fn", "e5m2"):
+        assert mma._c_model_kind(MODELS[name], fmt, fmt) == want
 
 
 def test_mixed_formats_match_oracle():

@@ -99,6 +99,26 @@ def test_nan_input_takes_the_blas_path_and_propagates():
     assert np.isnan(out[3]).all() and np.isfinite(np.delete(out, 3, axis=0)).all()
 
 
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("where", ["lhs", "rhs", "rhs of an empty group"])
+def test_nan_codes_give_the_blas_bits(path, where, monkeypatch):
+    """A NaN code that a fast path reads sends the whole gmm to the BLAS path (the digits
+    cannot carry it; the kernel finds it while packing); one in an empty group's rhs,
+    which no output reads, does not matter."""
+    lhs, rhs, gs = _adversarial(np.random.default_rng(), 45, 256, 130, 3)  # groups 1, 2 empty
+    codes = {"lhs": (lhs.values, (4, 9)), "rhs": (rhs.values, (0, 7, 3)),
+             "rhs of an empty group": (rhs.values, (1, 7, 3))}[where]
+    codes[0].view(np.uint8)[codes[1]] = 0xFF
+    with monkeypatch.context() as mp:
+        _only(path, mp)
+        fast = gmm(lhs, rhs, gs)
+    with monkeypatch.context() as mp:
+        _only("blas", mp)
+        blas = gmm(lhs, rhs, gs)
+    np.testing.assert_array_equal(fast.view(np.uint32), blas.view(np.uint32))
+    assert np.isnan(fast).any() == (where != "rhs of an empty group")
+
+
 @pytest.mark.parametrize("path", ["blas", *sorted(PATHS)])
 @pytest.mark.parametrize("accum", ["deepgemm", "cublas", "tokamax"])
 @pytest.mark.parametrize("out_dtype", [np.float32, ml_dtypes.bfloat16])
@@ -169,10 +189,11 @@ def test_gmm_and_exact_on_e5m2(accum, monkeypatch):
 
 @pytest.mark.parametrize("out_dtype", [np.float32, ml_dtypes.bfloat16])
 @pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
-def test_tensor_core_c_pass_gives_the_block_path_bits(out_dtype, fmt, monkeypatch):
-    """deepgemm-hopper in one C pass (`mma.deepgemm_gmm`) gives the bits of the path that
-    forms each block's partials (`mma.promoted_partial`) and accumulates them in numba,
-    with an empty group, rows past the last and scales over many binades."""
+@pytest.mark.parametrize("accum", ["deepgemm-hopper", "deepgemm-blackwell"])
+def test_tensor_core_c_pass_gives_the_block_path_bits(out_dtype, fmt, accum, monkeypatch):
+    """The tensor-core recipes in one C pass (`mma.deepgemm_gmm`) give the bits of the
+    path that forms each block's partials (`mma.promoted_partial`) and accumulates them in
+    numba, with an empty group, rows past the last and scales over many binades."""
     if mma.ROWS_STATUS != "avx512":
         pytest.skip(f"no C row kernel: {mma.ROWS_STATUS}")
     rng = np.random.default_rng()
@@ -189,10 +210,10 @@ def test_tensor_core_c_pass_gives_the_block_path_bits(out_dtype, fmt, monkeypatc
     with monkeypatch.context() as mp:
         mp.setattr(mma, "deepgemm_gmm",
                    lambda *a, **k: calls.append(real(*a, **k)) or calls[-1])
-        fast = gmm(lhs, rhs, gs, out_dtype, "deepgemm-hopper")
+        fast = gmm(lhs, rhs, gs, out_dtype, accum)
     assert calls == [True]  # the C pass ran and took the whole gmm
     with monkeypatch.context() as mp:
         mp.setattr(mma, "deepgemm_gmm", lambda *a, **k: False)
-        slow = gmm(lhs, rhs, gs, out_dtype, "deepgemm-hopper")
+        slow = gmm(lhs, rhs, gs, out_dtype, accum)
     np.testing.assert_array_equal(_bits(fast), _bits(slow))
     assert np.any(fast.astype(np.float32)) and not fast[int(gs.sum()):].any()
