@@ -671,9 +671,9 @@ def _c_array(c, shape):
 # -ffp-contract=off: no multiply and add fused behind the model's back (it has none).
 _ROWS_FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512cd",
                "-ffp-contract=off")
+_ROWS_NEEDS = ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd")
 _ROWS_LIB, _why = native.load("AVX-512 mma rows", Path(__file__).with_name("mma_rows.c"),
-                              _ROWS_FLAGS, ("avx512f", "avx512bw", "avx512dq", "avx512vl",
-                                            "avx512cd"), "FP8CHECK_MMA_C")
+                              _ROWS_FLAGS, _ROWS_NEEDS, "FP8CHECK_MMA_C")
 ROWS_STATUS = "avx512" if _ROWS_LIB is not None else f"off ({_why})"
 """Whether the C row kernel runs here: "avx512", else "off (<reason>)" (no AVX-512, the
 compiler fails, or FP8CHECK_MMA_C=0); the numba kernels give the same bits."""

@@ -13,6 +13,9 @@ sm_90a, BLACKWELL_FP8 for sm_100a).
 """
 
 import math
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from fractions import Fraction as F
 from pathlib import Path
@@ -22,7 +25,7 @@ import numpy as np
 import pytest
 
 from fp8check import references
-from fp8check.references import mma
+from fp8check.references import mma, native
 from fp8check.references.mma import (
     BLACKWELL_FP8,
     HOPPER_FP8,
@@ -254,6 +257,21 @@ def test_row_kernel_equals_generic_kernel(fmt):
         assert same_bits(rows, mma_block(a, b, c, model=model, fmt=fmt)), name
     with pytest.raises(ValueError, match="row kernel"):
         mma._run(a, b, c, MODELS["rne"], fmt, "rows")
+
+
+def test_c_row_kernel_is_on_where_the_cpu_has_it():
+    """A CPU with AVX-512 runs the C row kernel (a failed build is a failure, not a silent
+    fallback); FP8CHECK_MMA_C=0 switches it off, and elsewhere the status says why."""
+    if os.environ.get("FP8CHECK_MMA_C") == "0":
+        assert mma.ROWS_STATUS == "off (FP8CHECK_MMA_C=0)"
+    elif set(mma._ROWS_NEEDS) <= native.cpu_flags():
+        assert mma.ROWS_STATUS == "avx512"
+    else:
+        assert mma.ROWS_STATUS.startswith("off (no ")
+    code = "from fp8check.references import mma; print(mma.ROWS_STATUS)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, FP8CHECK_MMA_C="0"), check=True).stdout
+    assert out.strip() == "off (FP8CHECK_MMA_C=0)"
 
 
 @pytest.mark.skipif(mma.ROWS_STATUS != "avx512", reason=f"no C row kernel: {mma.ROWS_STATUS}")
