@@ -44,7 +44,9 @@ path (`DigitPath.exact_partials`).  Elsewhere the e4m3 recipes run fused in numb
 float32 fma vectorized with an exact fallback where float64 may double-round,
 `_accumulate_row`).  `PARTIALS` names the path taken here.  None of these changes a bit of
 the result: operands holding a NaN code, which the integer digits cannot carry, take the
-float64 BLAS path.
+float64 BLAS path.  The tensor-core recipes (128-element chains, finite operands) run in
+one C pass too where `mma.deepgemm_gmm` applies, else block by block
+(`_tensor_core_partials`, then `_accumulate`): the same bits.
 """
 
 from __future__ import annotations
