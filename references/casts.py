@@ -39,17 +39,20 @@ def to_float64(x: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(parallel=True, cache=True)
-def _bf16_bits(x, y, y_bits, out):
-    """Into out: the bf16 bit patterns of RN_bf16(x[i]), from y = RN_f32(x) (module
-    docstring)."""
+def _bf16_bits(x, out):
+    """Into out (uint16): the bf16 bit patterns of RN_bf16(x[i]) from y = RN_f32(x[i])
+    (module docstring).  Every case is computed and one selected, no branch: the loop
+    vectorizes."""
     for i in numba.prange(x.shape[0]):
-        u = np.int64(y_bits[i])
-        if (u & 0x7F800000) == 0x7F800000:  # inf or NaN
-            out[i] = (u >> 16) | (0x40 if u & 0x7FFFFF else 0)
-        elif (u & 0xFFFF) == 0x8000 and x[i] != y[i]:  # y on a midpoint, x not
-            out[i] = (u >> 16) + (1 if abs(x[i]) > abs(y[i]) else 0)
-        else:
-            out[i] = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+        y = np.float32(x[i])  # RN_f32, as numpy's cast
+        u = np.int64(y.view(np.uint32))
+        top = u >> 16
+        special = (u & 0x7F800000) == 0x7F800000  # inf or NaN: quiet NaN stays NaN
+        r_special = top | (0x40 * ((u & 0x7FFFFF) != 0))
+        mid = ((u & 0xFFFF) == 0x8000) & (x[i] != np.float64(y))  # y on a midpoint, x not
+        r_mid = top + (abs(x[i]) > abs(np.float64(y)))
+        r_even = (u + 0x7FFF + (top & 1)) >> 16
+        out[i] = r_special if special else (r_mid if mid else r_even)
 
 
 def rounded(x: np.ndarray, dtype: DTypeLike, out: np.ndarray | None = None) -> np.ndarray:
@@ -66,10 +69,9 @@ def rounded(x: np.ndarray, dtype: DTypeLike, out: np.ndarray | None = None) -> n
         np.copyto(out, x, casting="same_kind")
         return out
     flat = x.reshape(-1)
-    y = flat.astype(np.float32)
     bits = out.reshape(-1).view(np.uint16) if out.flags.c_contiguous else np.empty(
         flat.shape, np.uint16)
-    _bf16_bits(flat, y, y.view(np.uint32), bits)
+    _bf16_bits(flat, bits)
     if not out.flags.c_contiguous:
         out[...] = bits.view(BF16).reshape(x.shape)
     return out
