@@ -161,6 +161,7 @@ from numba.cpython.unsafe.numbers import leading_zeros
 
 from fp8check.bits import bits_f32, pow2
 from fp8check.references import native
+from fp8check.references.intdot import row_shares
 
 __all__ = ["BLACKWELL_FP8", "HOPPER_FP8", "MODELS", "MmaModel", "block_partial", "mma_block",
            "mma_dot", "mma_model", "probe_cases", "promoted_partial"]
@@ -709,21 +710,16 @@ def _c_model_kind(model: MmaModel, fa: str, fb: str) -> int | None:
     return None
 
 
-def _shares(m: int) -> list[tuple[int, int]]:
-    parts = max(1, min(numba.get_num_threads(), m))
-    cuts = np.linspace(0, m, parts + 1).astype(np.int64).tolist()
-    return [(r0, r1) for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0]
-
-
 def _c_rows(a, b, fa: str, fb: str, kind: int, c, model: MmaModel, out) -> None:
     """`mma_rows.c` into out: codes a [M, K] (format fa), b [K, N] (fb), the model's kind
     (`_c_model_kind`), C float32 [M, N]; rows cut into shares run in parallel."""
     k, n = b.shape
+    cuts = row_shares(np.array([0, a.shape[0]]), numba.get_num_threads()).tolist()
     fn = _ROWS_LIB.fp8check_mma_rows  # type: ignore[union-attr]
     native.run_parallel([(fn, (a.ctypes.data, b.ctypes.data, k, n, _FMT_CODE[fa],
                                _FMT_CODE[fb], kind, model.frac_bits, model.out_bits,
                                c.ctypes.data, out.ctypes.data, r0, r1))
-                         for r0, r1 in _shares(a.shape[0])])
+                         for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0])
 
 
 def deepgemm_gmm(a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: np.ndarray,
@@ -749,8 +745,6 @@ def deepgemm_gmm(a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: n
     sa = np.ascontiguousarray(sa, np.float32)
     sb = np.ascontiguousarray(sb, np.float32)
     offsets = np.ascontiguousarray(offsets, np.int64)
-    from fp8check.references.intdot import row_shares  # a share's rows: its own groups
-
     cuts = row_shares(offsets, numba.get_num_threads()).tolist()
     fn = _ROWS_LIB.fp8check_mma_gmm  # type: ignore[union-attr]
     native.run_parallel([(fn, (a_codes.ctypes.data, k, k, b_codes.ctypes.data, n,
