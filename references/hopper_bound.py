@@ -165,6 +165,9 @@ def truncation_term(lhs, rhs, group_sizes, *, interval: int = 128,
                             interval=interval, model=model, fmt=lhs.fmt)
             sa = np.abs(lhs.scales[rows].astype(np.float64)).T[:, :, None]  # [KB, m, 1]
             sb = np.abs(np.repeat(rhs.scales[g].astype(np.float64), 128, axis=1))[:, :n]
-            out[rows] = np.sum(t * sa * sb[:, None, :], axis=0)
+            # An infinite scale times a zero chain term is NaN (the non-finite cases): the
+            # criteria do not compare those elements' bounds (`finite` decides them).
+            with np.errstate(invalid="ignore"):
+                out[rows] = np.sum(t * sa * sb[:, None, :], axis=0)
         start += size
     return out

@@ -176,8 +176,10 @@ def _fixed_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
     if a_t.name in narrow or b_t.name in narrow:
         a64, b64 = _decode(a.data, a_t), _decode(b.data, b_t)
         # Products of two e4m3 values are exact in float64 and so is any sum of < 2^17 of
-        # them; for bf16 the float64 sum is far more accurate than any float32 order.
-        part = np.matmul(a64, b64).astype(d.data.dtype)
+        # them; for bf16 the float64 sum is far more accurate than any float32 order.  An
+        # infinite operand times a zero is NaN, as on the hardware (the non-finite cases).
+        with np.errstate(invalid="ignore"):
+            part = np.matmul(a64, b64).astype(d.data.dtype)
         return handle_cls(part + d.data, d.dtype.scalar)
     return _ORIGINALS["create_dot"](self, a, b, d, input_precision, max_num_imprecise_acc)
 
