@@ -1,7 +1,7 @@
 """What the integer-digit paths of the e4m3 gmm reference share (`references.amx`: AMX
 int8 tiles; `references.vnni`: AVX512-VNNI int16 dot products): their C library's
 loading and calling convention, and the cut of the rows into per-thread shares (run on
-`native.run_parallel`'s threads).
+`cbuild.run_parallel`'s threads).
 
 Each path's C file exports, with these signatures (pointers as uint64):
 
@@ -26,7 +26,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from fp8check.references import native
+from fp8check.references import cbuild
 
 RECIPE_CODES = {"deepgemm": 0, "cublas": 1, "tokamax": 2}
 _PANEL = 8  # rows: the unit of a share's cut inside a group
@@ -51,7 +51,7 @@ def row_shares(offsets: np.ndarray, parts: int) -> np.ndarray:
 
 class DigitPath:
     """One integer-digit path: its C library where this CPU runs it, else `status` says
-    why not ("off (<reason>)"; `native.load`)."""
+    why not ("off (<reason>)"; `cbuild.load`)."""
 
     def __init__(self, name: str, source: Path, flags: tuple[str, ...],
                  needs: tuple[str, ...], switch: str, prefix: str,
@@ -60,7 +60,7 @@ class DigitPath:
         """`start(lib)`: "" once the library may run, else why not (AMX asks Linux for
         the tile state)."""
         self.prefix, self.packed_shape, self.packed_dtype = prefix, packed_shape, packed_dtype
-        lib, why = native.load(name, source, flags, needs, switch)
+        lib, why = cbuild.load(name, source, flags, needs, switch)
         if lib is not None and start is not None:
             why = start(lib)
         self.lib = lib if not why else None
@@ -109,7 +109,7 @@ class DigitPath:
             raise ValueError(f"out must be C-contiguous float32 {(m, n)}")
         cuts = row_shares(offsets, parts or numba.get_num_threads()).tolist()
         fn = self._fn("gmm")
-        return 1 not in native.run_parallel([
+        return 1 not in cbuild.run_parallel([
             (fn, (a_codes.ctypes.data, k, k, b_codes.ctypes.data, n, offsets.ctypes.data, g,
                   r0, r1, sa.ctypes.data, sb.ctypes.data, sb.shape[2], RECIPE_CODES[recipe],
                   out.ctypes.data, n))
@@ -134,7 +134,7 @@ class DigitPath:
         out = (np.empty(size) if scratch is None else scratch[:size]).reshape(k // 128, m, n)
         cuts = row_shares(np.array([0, m]), parts or numba.get_num_threads()).tolist()
         fn = self._fn("partials")
-        native.run_parallel([
+        cbuild.run_parallel([
             (fn, (a_codes.ctypes.data + r0 * k, k, r1 - r0, k, b_packed.ctypes.data, n,
                   out.ctypes.data + r0 * n * out.itemsize, m * n))
             for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0])

@@ -160,7 +160,7 @@ import numpy as np
 from numba.cpython.unsafe.numbers import leading_zeros
 
 from fp8check.bits import bits_f32, pow2
-from fp8check.references import native
+from fp8check.references import cbuild
 from fp8check.references.intdot import row_shares
 
 __all__ = ["BLACKWELL_FP8", "HOPPER_FP8", "MODELS", "MmaModel", "block_partial", "mma_block",
@@ -673,7 +673,7 @@ def _c_array(c, shape):
 _ROWS_FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512cd",
                "-ffp-contract=off")
 _ROWS_NEEDS = ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd")
-_ROWS_LIB, _why = native.load("AVX-512 mma rows", Path(__file__).with_name("mma_rows.c"),
+_ROWS_LIB, _why = cbuild.load("AVX-512 mma rows", Path(__file__).with_name("mma_rows.c"),
                               _ROWS_FLAGS, _ROWS_NEEDS, "FP8CHECK_MMA_C")
 ROWS_STATUS = "avx512" if _ROWS_LIB is not None else f"off ({_why})"
 """Whether the C row kernel runs here: "avx512", else "off (<reason>)" (no AVX-512, the
@@ -716,7 +716,7 @@ def _c_rows(a, b, fa: str, fb: str, kind: int, c, model: MmaModel, out) -> None:
     k, n = b.shape
     cuts = row_shares(np.array([0, a.shape[0]]), numba.get_num_threads()).tolist()
     fn = _ROWS_LIB.fp8check_mma_rows  # type: ignore[union-attr]
-    native.run_parallel([(fn, (a.ctypes.data, b.ctypes.data, k, n, _FMT_CODE[fa],
+    cbuild.run_parallel([(fn, (a.ctypes.data, b.ctypes.data, k, n, _FMT_CODE[fa],
                                _FMT_CODE[fb], kind, model.frac_bits, model.out_bits,
                                c.ctypes.data, out.ctypes.data, r0, r1))
                          for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0])
@@ -747,7 +747,7 @@ def deepgemm_gmm(a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: n
     offsets = np.ascontiguousarray(offsets, np.int64)
     cuts = row_shares(offsets, numba.get_num_threads()).tolist()
     fn = _ROWS_LIB.fp8check_mma_gmm  # type: ignore[union-attr]
-    native.run_parallel([(fn, (a_codes.ctypes.data, k, k, b_codes.ctypes.data, n,
+    cbuild.run_parallel([(fn, (a_codes.ctypes.data, k, k, b_codes.ctypes.data, n,
                                offsets.ctypes.data, g, r0, r1, sa.ctypes.data, sb.ctypes.data,
                                sb.shape[2], _FMT_CODE[fmt], kind, model.frac_bits,
                                model.out_bits, out.ctypes.data, n))
