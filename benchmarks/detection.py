@@ -7,7 +7,7 @@ Runs every seeded bug and every correct variant of `tests/seeded_bugs/catalog.py
 stopping at the first failure), layer 1 with the strict profile, references shared
 between the kernels of one contract per (case, seed) as the gate shares them
 (`ProblemCache`).  A kernel runs only on the cases it supports
-(`fp8check.cases.supported`), as in the gate.  Prints, per suite:
+(`Contract.skip_reason`), as in the gate.  Prints, per suite:
 
 * bugs caught / bugs: a bug is caught on a seed when some case fails with the criterion
   its `Catch` names; the bugs missed on any seed, with those seeds;
@@ -50,8 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from seeded_bugs.catalog import BUGS, CORRECT  # noqa: E402
 from seeded_bugs.catch import SeededBug  # noqa: E402
 
-from fp8check.cases import Case, build_suite, supported  # noqa: E402
-from fp8check.contracts import KernelSpec  # noqa: E402
+from fp8check.cases import Case, build_suite  # noqa: E402
+from fp8check.contracts import KernelSpec, contract_of  # noqa: E402
 from fp8check.layers.op import ProblemCache, skipped_result, validate_case  # noqa: E402
 from fp8check.profiles import get_profile  # noqa: E402
 from fp8check.results.model import CaseResult  # noqa: E402
@@ -90,7 +90,7 @@ def run_kernels(
 def _run_one(spec: KernelSpec, case: Case, profile: Any, cache: ProblemCache) -> CaseResult:
     if not case.applies_to(spec.contract):
         return skipped_result(spec, case, f"case is not for contract {spec.contract}")
-    reason = supported(case, spec.out_dtypes, spec.m_align)
+    reason = contract_of(spec.contract).skip_reason(spec, case)
     if reason is not None:
         return skipped_result(spec, case, reason)
     prob = None

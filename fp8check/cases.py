@@ -432,14 +432,3 @@ def case_inputs(case: Case) -> CaseInputs:
         plant_nonfinite(x, w, dy, case.group_sizes_array())
     return CaseInputs(x=x, w=w, dy=dy, group_sizes=case.group_sizes_array())
 
-
-def supported(case: Case, out_dtypes: tuple[str, ...], m_align: int) -> str | None:
-    """None when a kernel with these declarations supports `case`, else the reason."""
-    if case.out_dtype not in out_dtypes:
-        return (f"out dtype {case.out_dtype} not among the kernel's declared out dtypes "
-                f"{','.join(out_dtypes)} (--out-dtypes)")
-    if m_align > 1:
-        bad = [s for s in case.group_sizes if s % m_align]
-        if bad or case.m % m_align:
-            return f"group sizes not multiples of the declared m_align={m_align} (--m-align)"
-    return None

@@ -5,12 +5,13 @@
   `--fp8check-json`, default PATH with suffix .json); failing inputs are saved as .npz
   files in `fp8check-failures/` beside the report.
 * `@pytest.mark.fp8check(suite="ci", contract="gmm-fp8", seed=0, profile="strict",
-  kernel=None, framework="numpy", out_dtypes=("f32", "bf16"), m_align=1)` with the
-  `fp8check_case` fixture: the test runs once per case of the gate suite (ids are the
-  gate's case ids); cases the declared `out_dtypes` / `m_align` do not support are
-  skipped with the gate's reason.  `kernel="module:attr"` and `framework` only fill in
-  the gate repro command.  `--fp8check-suite`
-  overrides every marker's suite (e.g. `full` at night).
+  kernel=None, framework="numpy", **claims)` with the `fp8check_case` fixture: the test
+  runs once per case of the gate suite (ids are the gate's case ids), its `GateCase`
+  judging by `MatmulClaims(**claims)` (any claim by field name: `out_dtypes=("bf16",)`,
+  `m_align=128`, `accum="deepgemm"`, ...); cases the claimed `out_dtypes` / `m_align` do
+  not support are skipped with the gate's reason.  `kernel="module:attr"` only fills in
+  the gate repro command; `framework` also resolves `flushes_subnormals`.
+  `--fp8check-suite` overrides every marker's suite (e.g. `full` at night).
 * registers the hypothesis profiles `fp8check-ci` and `fp8check-dev` when hypothesis is
   installed (the plugin and the gate run without it).
 
@@ -30,8 +31,7 @@ import pytest
 MARKER = "fp8check"
 FIXTURE = "fp8check_case"
 _MARKER_ARGS = {"suite": "ci", "contract": "gmm-fp8", "seed": 0, "profile": "strict",
-                "kernel": None, "framework": "numpy", "out_dtypes": ("f32", "bf16"),
-                "m_align": 1}
+                "kernel": None, "framework": "numpy"}
 _COLLECTOR = "fp8check-collector"
 
 
@@ -52,8 +52,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "fp8check(suite='ci', contract='gmm-fp8', seed=0, profile='strict', kernel=None, "
-        "framework='numpy', out_dtypes=('f32', 'bf16'), m_align=1): run the test once per "
-        "case of an fp8check gate suite through the fp8check_case fixture",
+        "framework='numpy', **claims): run the test once per case of an fp8check gate "
+        "suite through the fp8check_case fixture, judged by MatmulClaims(**claims) "
+        "(e.g. out_dtypes=('bf16',), m_align=128, accum='deepgemm')",
     )
     if importlib.util.find_spec("hypothesis") is not None:  # a test extra, not required
         import fp8check.hypothesis_profiles  # noqa: F401  (registers the profiles)
@@ -63,12 +64,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _marker_options(marker: pytest.Mark, config: pytest.Config) -> dict[str, Any]:
-    unknown = set(marker.kwargs) - set(_MARKER_ARGS)
+    """The marker's keywords over `_MARKER_ARGS`, its claims under "claims" (a dict by
+    field name); UsageError for positional arguments or a keyword that is neither."""
+    from dataclasses import fields
+
+    from fp8check.contracts import MatmulClaims
+
+    claim_names = [f.name for f in fields(MatmulClaims)]
+    unknown = set(marker.kwargs) - set(_MARKER_ARGS) - set(claim_names)
     if marker.args or unknown:
         raise pytest.UsageError(
-            f"@pytest.mark.fp8check takes keywords {', '.join(_MARKER_ARGS)}; got "
-            f"{list(marker.args) + sorted(unknown)}")
-    opts = {**_MARKER_ARGS, **marker.kwargs}
+            f"@pytest.mark.fp8check takes keywords {', '.join(_MARKER_ARGS)} and the claims "
+            f"{', '.join(claim_names)}; got {list(marker.args) + sorted(unknown)}")
+    opts = {**_MARKER_ARGS, **{k: v for k, v in marker.kwargs.items() if k in _MARKER_ARGS}}
+    opts["claims"] = {k: v for k, v in marker.kwargs.items() if k in claim_names}
     opts["suite"] = config.getoption("--fp8check-suite") or opts["suite"]
     return opts
 
@@ -99,6 +108,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def fp8check_case(request: pytest.FixtureRequest):
     """A `fp8check.testing.GateCase`: one gate case, its kernel arguments (`args`), and
     `assert_matches(out)`, which applies the gate's criteria."""
+    from fp8check.contracts import MatmulClaims
     from fp8check.testing import GateCase
     from fp8check.testing.recording import assertion_context
 
@@ -106,8 +116,8 @@ def fp8check_case(request: pytest.FixtureRequest):
     try:
         gate_case = GateCase(request.param, contract=opts["contract"], profile=opts["profile"],
                              suite=opts["suite"], seed=opts["seed"], kernel=opts["kernel"],
-                             framework=opts["framework"], out_dtypes=tuple(opts["out_dtypes"]),
-                             m_align=int(opts["m_align"]))
+                             framework=opts["framework"],
+                             claims=MatmulClaims(**opts["claims"]))
     except ValueError as e:
         raise pytest.UsageError(f"{request.node.nodeid}: {e}") from e
     reason = gate_case.unsupported()

@@ -76,6 +76,10 @@ from fp8check.references.matmul import PLAIN_DTYPES, check_plain, exact_matmul
 from fp8check.references.quant import QTensor
 
 ACCUMS = ("deepgemm", "cublas", "tokamax", "deepgemm-hopper", "deepgemm-blackwell", "exact")
+# deepgemm-hopper's promotion intervals, in K elements (Triton's max_num_imprecise_acc);
+# every other recipe promotes once per 128-wide block.
+PROMOTION_INTERVALS = (32, 64, 128)
+INTERVAL_RULE = "32, 64 or 128, and only with deepgemm-hopper"
 TENSOR_CORE_ACCUMS = {"deepgemm-hopper": "sm_90a", "deepgemm-blackwell": "sm_100a"}
 """The recipes that are deepgemm's promotion on a tensor core's block partials
 (`_tensor_core_partials`), with the CUDA target whose model (`mma.mma_model`) forms them."""
@@ -577,9 +581,14 @@ def _checked_gmm_args(lhs, rhs, group_sizes, out_dtype, accum: str | None,
         raise ValueError(f"unknown accum {accum!r}; expected one of {ACCUMS}")
     if not blockwise and accum != "exact":
         raise ValueError(f"accum {accum!r} needs blockwise FP8 operands; plain ones use 'exact'")
-    if interval not in (32, 64, 128) or (interval != 128 and accum != "deepgemm-hopper"):
-        raise ValueError(f"interval {interval!r}: 32, 64 or 128, and only with deepgemm-hopper")
+    if not valid_interval(accum, interval):
+        raise ValueError(f"interval {interval!r}: {INTERVAL_RULE}")
     return m, n, accum, _check_out(out_dtype, accum), check_group_sizes(group_sizes, g, m)
+
+
+def valid_interval(accum: str | None, interval: object) -> bool:
+    """`interval` is a promotion interval recipe `accum` can have (`INTERVAL_RULE`)."""
+    return interval in PROMOTION_INTERVALS and (interval == 128 or accum == "deepgemm-hopper")
 
 
 def gmm_and_exact(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,

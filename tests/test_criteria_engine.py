@@ -18,7 +18,6 @@ from seeded_bugs.catalog import kernel
 from fp8check.cases import build_suite
 from fp8check.contracts import KernelSpec, run_kernel
 from fp8check.layers.op import ProblemCache, streamed_gmm_fp8_problem
-from fp8check.layers.op.accumulator import AccumulatorModel
 from fp8check.layers.op.chunks import InMemoryChunks, StreamedChunks
 from fp8check.layers.op.engine import evaluate
 from fp8check.profiles import get_profile
@@ -64,7 +63,10 @@ def _spec(name: str) -> KernelSpec:
     """A catalog kernel; "+flush": the same, declaring that it flushes subnormals."""
     base, _, flush = name.partition("+")
     spec = kernel(base)
-    return dataclasses.replace(spec, flushes_subnormals=True) if flush else spec
+    if not flush:
+        return spec
+    return dataclasses.replace(
+        spec, claims=dataclasses.replace(spec.matmul_claims, flushes_subnormals=True))
 
 
 def _plain_naive(lhs, rhs, group_sizes, out_dtype=np.float32):
@@ -95,9 +97,7 @@ def _output(case_id: str, contract: str, name: str):
 
 def _evaluate(out, source, spec: KernelSpec):
     m: dict = {}
-    acc = AccumulatorModel.of(spec.accum, spec.acc_unit_roundoff, spec.hopper_interval)
-    crit, skipped = evaluate(out, source, PROFILE, m, acc,
-                             flushes_subnormals=bool(spec.flushes_subnormals))
+    crit, skipped = evaluate(out, source, PROFILE, m, spec.matmul_claims)
     return crit, skipped, m
 
 
@@ -157,8 +157,8 @@ def test_streamed_chunks_give_the_in_memory_criteria(case_id, contract, name):
     missing = [c.name for c in mem_crit if c.name not in {s.name for s in str_crit}]
     assert missing == [n for n in skipped if n in by_name]
     assert set(skipped) >= {"impact_sqnr_db", "impact_calc_diff", "impact_allclose"}
-    assert ("error_ratio" in skipped) is (spec.accum not in ("deepgemm-hopper",))
-    assert ("bound_ratio" in skipped) is (spec.accum == "deepgemm-hopper")
+    assert ("error_ratio" in skipped) is (spec.matmul_claims.accum not in ("deepgemm-hopper",))
+    assert ("bound_ratio" in skipped) is (spec.matmul_claims.accum == "deepgemm-hopper")
     for key in set(mem_m) & set(str_m) - {"impact_note", "ftz_not_gated"}:
         assert repr(str_m[key]) == repr(mem_m[key]), key
     if "ftz_not_gated" in mem_m:

@@ -14,7 +14,7 @@ from seeded_bugs import rounding
 from seeded_bugs.rounding import RoundingGmm, round_bf16, round_f32, two_sum
 
 from fp8check.cases import build_suite
-from fp8check.contracts import KernelSpec
+from fp8check.contracts import KernelSpec, MatmulClaims
 from fp8check.layers.op import ProblemCache, validate_case
 from fp8check.profiles import get_profile
 from fp8check.references import gmm, quantize
@@ -177,7 +177,7 @@ def _plain_kernel(contract: str, direction: str):
         return round_f32(out, 0.0, direction).astype(np.dtype(out_dtype))
 
     return KernelSpec(name=f"{contract}-{direction}", contract=contract, framework="numpy",
-                      fn=fn, out_dtypes=("f32",))
+                      fn=fn, claims=MatmulClaims(out_dtypes=("f32",)))
 
 
 @pytest.mark.parametrize("contract", ["gmm", "tgmm"])

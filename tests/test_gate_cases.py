@@ -22,9 +22,8 @@ from fp8check.cases import (
     build_suite,
     case_inputs,
     find_case,
-    supported,
 )
-from fp8check.contracts import KernelSpec
+from fp8check.contracts import KernelSpec, MatmulClaims, QuantizerClaims
 from fp8check.layers.op import build_problem, validate_case
 from fp8check.profiles import get_profile
 from fp8check.references import quantize
@@ -301,7 +300,7 @@ def test_ue8m0_edge_cases_tell_the_ue8m0_recipes_apart(ci, computes, declares, b
         return q.values, q.scales
 
     spec = KernelSpec(name="mixed-up-ue8m0", contract="quantizer", framework="numpy",
-                      fn=mixed_up, recipe=declares, block=block)
+                      fn=mixed_up, claims=QuantizerClaims(declares, block))
     quant = [c for c in ci if c.quantizer_only]
     assert {c.distribution for c in quant} == {"quantizer-boundary", UE8M0_EDGES}
     for case in quant:
@@ -312,14 +311,17 @@ def test_ue8m0_edge_cases_tell_the_ue8m0_recipes_apart(ci, computes, declares, b
             assert res.passed, (case.id, res.failed_criteria, res.error)
 
 
-def test_supported_explains_skips(ci):
+def test_skip_reason_explains_skips(ci):
+    def skip(case, **claims):
+        return MatmulClaims(**claims).skip_reason(case.out_dtype, case.group_sizes, case.m)
+
     c = next(c for c in ci if c.out_dtype == "bf16")
-    assert "out dtype bf16" in supported(c, ("f32",), 1)
-    assert supported(c, ("f32", "bf16"), 1) is None
+    assert "out dtype bf16" in skip(c, out_dtypes=("f32",))
+    assert skip(c, out_dtypes=("f32", "bf16")) is None
     residue = next(c for c in ci if c.pattern == "residues")
-    assert "m_align=128" in supported(residue, ("f32", "bf16"), 128)
+    assert "m_align=128" in skip(residue, m_align=128)
     aligned = next(c for c in ci if c.pattern == "multiples-128")
-    assert supported(aligned, (aligned.out_dtype,), 128) is None
+    assert skip(aligned, out_dtypes=(aligned.out_dtype,), m_align=128) is None
 
 
 def test_unknown_suite_and_case_are_value_errors():

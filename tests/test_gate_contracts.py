@@ -8,6 +8,8 @@ from fp8check.contracts import (
     CONTRACT_DOC,
     OUT_DTYPES,
     KernelSpec,
+    MatmulClaims,
+    QuantizerClaims,
     call_kernel,
     load_target,
     spec_from_target,
@@ -26,20 +28,21 @@ def _identity(*args, **kw):
     [
         ({"contract": "gemm"}, "unknown contract"),
         ({"framework": "tf"}, "unknown framework"),
-        ({"accum": "kahan"}, "unknown accum"),
-        ({"out_dtypes": ("f16",)}, "out_dtypes"),
-        ({"out_dtypes": ()}, "out_dtypes"),
-        ({"m_align": 0}, "m_align"),
-        ({"contract": "gmm", "accum": "deepgemm"}, "only meaningful for gmm-fp8"),
-        ({"contract": "quantizer"}, "declare its recipe"),
-        ({"contract": "quantizer", "recipe": "deepgemm", "block": (64, 64)}, "block"),
+        ({"name": ""}, "name must be non-empty"),
+        ({"contract": "gmm", "claims": MatmulClaims(accum="deepgemm")},
+         "accum 'deepgemm': only meaningful for gmm-fp8"),
+        ({"contract": "quantizer"}, "a quantizer kernel declares QuantizerClaims"),
+        ({"claims": QuantizerClaims("deepgemm")}, "a gmm-fp8 kernel declares MatmulClaims"),
         ({"fn": 3}, "not callable"),
     ],
 )
 def test_spec_rejects_bad_declarations(kw, msg):
+    """A spec's identity is checked and its claims against its contract, each a one-line
+    ValueError naming the kernel (the claims' own rules: tests/test_claims.py)."""
     base = {"name": "k", "contract": "gmm-fp8", "framework": "numpy", "fn": _identity}
-    with pytest.raises(ValueError, match=msg):
+    with pytest.raises(ValueError, match=msg) as e:
         KernelSpec(**{**base, **kw})
+    assert "\n" not in str(e.value)
 
 
 def _all_codes(dtype) -> np.ndarray:
@@ -80,8 +83,7 @@ def test_torch_kernel_sees_torch_fp8():
         seen["dtype"], seen["out"] = q.dtype, out_dtype
         return q.to(torch.float32).to(out_dtype)
 
-    spec = KernelSpec(name="t", contract="gmm", framework="torch", fn=fn,
-                      out_dtypes=("f32", "bf16"))
+    spec = KernelSpec(name="t", contract="gmm", framework="torch", fn=fn)
     q = np.array([1.5, -448, 0.001953125], ml_dtypes.float8_e4m3fn)
     out = call_kernel(spec, (q,), "bf16")
     assert seen == {"dtype": torch.float8_e4m3fn, "out": torch.bfloat16}
@@ -120,15 +122,15 @@ def test_a_kernel_gets_out_dtype_exactly_when_its_signature_takes_it(fn, takes):
     spec = KernelSpec(name="k", contract="gmm", framework="numpy", fn=lambda x, **kw: kw)
     # the rule is the signature's, not the number of declared dtypes
     one = KernelSpec(name="k1", contract="gmm", framework="numpy", fn=_kw_only,
-                     out_dtypes=("bf16",))
+                     claims=MatmulClaims(out_dtypes=("bf16",)))
     assert call_kernel(spec, (np.ones(2, np.float32),), "bf16") == {
         "out_dtype": ml_dtypes.bfloat16}
     assert call_kernel(one, (np.ones(2, np.float32),), "bf16").dtype == ml_dtypes.bfloat16
 
 
 def test_a_spec_runs_every_out_dtype_unless_narrowed():
-    assert KernelSpec(name="k", contract="gmm", framework="numpy", fn=_kw_only).out_dtypes == (
-        OUT_DTYPES)
+    spec = KernelSpec(name="k", contract="gmm", framework="numpy", fn=_kw_only)
+    assert spec.matmul_claims.out_dtypes == OUT_DTYPES
 
 
 @pytest.mark.parametrize("fn, how", [
@@ -291,7 +293,7 @@ def test_a_quantizer_must_return_values_and_scales(returns, what):
         return returns(q.values, q.scales)
 
     spec = KernelSpec(name="q", contract="quantizer", framework="numpy", fn=quantizer,
-                      recipe="deepgemm", block=(1, 128))
+                      claims=QuantizerClaims("deepgemm", block=(1, 128)))
     res = validate_case(spec, build_suite("smoke")[0], get_profile("strict"))
     if what is None:
         assert res.error is None

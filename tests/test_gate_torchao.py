@@ -51,8 +51,9 @@ def test_torchao_quantizers_fail_transformer_engine_on_all_zero_blocks(factory):
     `quantizer_bit_exact` fails on exactly those scales: a different convention for a
     block that dequantizes to zero whatever its scale, not a wrong result."""
     spec = factory()
+    claims = spec.quantizer_claims
     rng = np.random.default_rng(11)
-    if spec.block == (1, 128):
+    if claims.block == (1, 128):
         x = rng.standard_normal((6, 512)).astype(np.float32)
         zero = [(1, 2), (4, 0)]
     else:
@@ -60,18 +61,18 @@ def test_torchao_quantizers_fail_transformer_engine_on_all_zero_blocks(factory):
         zero = [(0, 1, 2), (1, 0, 0)]
     x *= np.exp2(rng.integers(-20, 20, x.shape[:-1] + (1,)))  # magnitudes far apart
     x = x.astype(ml_dtypes.bfloat16)
-    b0, b1 = spec.block
+    b0, b1 = claims.block
     for *lead, i, j in zero:
         x[(*lead, slice(i * b0, (i + 1) * b0), slice(j * b1, (j + 1) * b1))] = 0
     values, scales = call_kernel(spec, (x,))
-    ref = quantize(x, spec.block, "transformer-engine", "e4m3fn")
+    ref = quantize(x, claims.block, "transformer-engine", "e4m3fn")
     np.testing.assert_array_equal(values.view(np.uint8), ref.values.view(np.uint8))
     diff = scales.view(np.uint32) != ref.scales.view(np.uint32)
     assert sorted(map(tuple, np.argwhere(diff).tolist())) == sorted(zero)
     floor = np.float64(np.float32(1e-12))
     want = np.float32(1) / np.float32(np.float64(448) / floor)
     assert all(scales[z] == want and ref.scales[z] == 1 for z in zero)
-    crit = quantizer_output_criteria(values, scales, x, spec.block, spec.recipe, spec.fmt, {})
+    crit = quantizer_output_criteria(values, scales, x, claims, {})
     assert [(c.name, c.passed) for c in crit] == [("quantizer_bit_exact", False)]
 
 
@@ -138,7 +139,7 @@ def test_torchao_scale_equals_transformer_engine_for_every_bf16_amax_significand
     assert np.array_equal(np.abs(x.astype(np.float64)).max(axis=1), amax)  # amax exact in bf16
     spec = torchao_act_quant()
     values, scales = call_kernel(spec, (x,))
-    crit = quantizer_output_criteria(values, scales, x, spec.block, spec.recipe, spec.fmt, {})
+    crit = quantizer_output_criteria(values, scales, x, spec.quantizer_claims, {})
     assert [(c.name, c.passed) for c in crit] == [("quantizer_bit_exact", True)]
 
 

@@ -178,8 +178,9 @@ def test_a_quantizer_declaring_no_partial_blocks_is_skipped_and_reported(tmp_pat
     monkeypatch.chdir(tmp_path)
     (tmp_path / "q.py").write_text(SEEDED + (
         "import dataclasses\nfrom seeded_bugs.kernels import CORRECT\n"
-        "SPEC = dataclasses.replace(CORRECT['numpy-quantizer'], name='whole-blocks-only',"
-        " partial_blocks=False)\n"))
+        "spec = CORRECT['numpy-quantizer']\n"
+        "SPEC = dataclasses.replace(spec, name='whole-blocks-only', claims=dataclasses.replace("
+        "spec.quantizer_claims, partial_blocks=False))\n"))
     rc = main(["gate", "--no-progress", "--suite", "ci", "--kernel", "q.py:SPEC",
                "--no-isolate", "--case", quant, "--json", "q.json"])
     [res] = json.loads(Path("q.json").read_text())["results"]

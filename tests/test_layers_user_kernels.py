@@ -246,7 +246,8 @@ def test_reference_bf16_grouped_matmuls_are_exact_on_exactly_summable_data(frame
 
 
 def test_a_layer_1_rerun_does_not_repeat_the_backward_kernels():
-    from fp8check.gate.repro import PlainDeclarations, gate_command
+    from fp8check.gate.declarations import PlainDeclarations
+    from fp8check.gate.repro import gate_command
 
     plain = PlainDeclarations("gmm-fp8", "torch", tgmm="k.py:tgmm", dgrad="k.py:dgrad")
     one = shlex.split(gate_command("k.py:fwd", 1, suite="smoke", plain=plain))
@@ -331,8 +332,8 @@ def test_assert_layers_pass_names_the_failing_criteria_and_the_gate_command():
 
 def test_layers_from_the_config_narrow_the_run_and_say_why():
     from fp8check.config import GateConfig
+    from fp8check.gate.declarations import PlainDeclarations
     from fp8check.gate.plan import GateOptions, make_plan
-    from fp8check.gate.repro import PlainDeclarations
 
     cfg = GateConfig(layers=(1, 2, 3), kernels=(f"{TORCH}:gmm_fp8",))
     numpy_plain = PlainDeclarations(contract="gmm-fp8", framework="numpy")
@@ -352,8 +353,8 @@ def test_layers_from_the_config_narrow_the_run_and_say_why():
 
 def test_the_users_training_runs_in_shard_1_and_layer_2_shards_by_case():
     from fp8check.config import GateConfig
+    from fp8check.gate.declarations import PlainDeclarations
     from fp8check.gate.plan import GateOptions, make_plan
-    from fp8check.gate.repro import PlainDeclarations
     from fp8check.gate.runner import _layer_cases
 
     plain = PlainDeclarations(contract="gmm-fp8", framework="torch")

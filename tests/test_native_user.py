@@ -17,13 +17,14 @@ from pathlib import Path
 
 PALLAS_SPEC = """
     import functools
-    from fp8check.contracts import KernelSpec
+    from fp8check.contracts import KernelSpec, MatmulClaims
     from fp8check.kernels.pallas import gmm_fp8
 
     SPEC = KernelSpec(
         name="my-pallas-fp8", contract="gmm-fp8", framework="jax",
         fn=functools.partial(gmm_fp8, interpret=True),
-        native_fn=functools.partial(gmm_fp8, interpret=False), out_dtypes=("bf16",))
+        native_fn=functools.partial(gmm_fp8, interpret=False),
+        claims=MatmulClaims(out_dtypes=("bf16",)))
 """
 
 DEQUANTIZING = """
@@ -44,7 +45,7 @@ TORCH_PLAIN = """
 """
 
 TRITON_SPEC = """
-    from fp8check.contracts import KernelSpec
+    from fp8check.contracts import KernelSpec, MatmulClaims
     from fp8check.kernels.triton import gmm_fp8
     from fp8check.kernels.triton.native import native_builds
 
@@ -52,7 +53,7 @@ TRITON_SPEC = """
         return [b.job() for b in native_builds(m, k, n, g) if b.kernel == "triton-fp8"]
 
     SPEC = KernelSpec(name="my-triton-fp8", contract="gmm-fp8", framework="torch",
-                      fn=gmm_fp8, out_dtypes=("bf16",), cuda_jobs=jobs)
+                      fn=gmm_fp8, claims=MatmulClaims(out_dtypes=("bf16",)), cuda_jobs=jobs)
 """
 
 

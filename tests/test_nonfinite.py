@@ -169,8 +169,9 @@ def test_a_kernel_wrong_on_finite_elements_is_still_caught_on_the_nonfinite_case
         return out.astype(out_dtype)
 
     from dataclasses import replace
-    res = validate_case(replace(spec, fn=off_by_a_lot, name="off", accum=None), CASE, PROFILE,
-                        prob)
+    undeclared = replace(spec.matmul_claims, accum=None)
+    res = validate_case(replace(spec, fn=off_by_a_lot, name="off", claims=undeclared), CASE,
+                        PROFILE, prob)
     assert res.error is None and "finite" not in res.failed_criteria
     assert "bound_ratio" in res.failed_criteria
 
@@ -195,6 +196,7 @@ def test_report_renders_a_nonfinite_case():
 @pytest.mark.parametrize("block", [(1, 128), (128, 128)])
 def test_pallas_quantizer_carries_nonfinite_blocks_as_the_reference(block):
     # It gave an Inf block a NaN scale and all-NaN values (its opaque zero was 0 * amax).
+    from fp8check.contracts import QuantizerClaims
     from fp8check.kernels.pallas.quantize import quantize_deepgemm
     from fp8check.layers.op.criteria import quantizer_output_criteria
 
@@ -202,7 +204,7 @@ def test_pallas_quantizer_carries_nonfinite_blocks_as_the_reference(block):
     x[0, 3], x[130, 200], x[5, 300] = np.inf, -np.inf, np.nan
     values, scales = quantize_deepgemm(x, block)
     m: dict = {}
-    crit = quantizer_output_criteria(np.asarray(values), np.asarray(scales), x, block,
-                                     "deepgemm", "e4m3fn", m)
+    crit = quantizer_output_criteria(np.asarray(values), np.asarray(scales), x,
+                                     QuantizerClaims("deepgemm", block), m)
     assert crit[0].passed, m
     assert np.isinf(np.asarray(scales)).any() and np.isnan(np.asarray(scales)).any()

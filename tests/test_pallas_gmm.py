@@ -161,4 +161,4 @@ def test_interpreter_fidelity_record():
     assert record.ok, record.to_dict()
     assert record.accum in ("tokamax", "cublas")
     spec = fp8_spec("interpret")
-    assert spec.accum == record.accum and spec.contract == "gmm-fp8"
+    assert spec.matmul_claims.accum == record.accum and spec.contract == "gmm-fp8"

@@ -60,8 +60,8 @@ def test_seeded_bug_fails_with_the_message_and_a_working_repro(pytester):
                    "worst element: index (", "row ", "of the group", "N tile",
                    "value:", "reference:", "ULP distance:", "bound:",
                    "Reproduce in the gate: fp8check gate --kernel user_kernels:gmm_fp8 "
-                   "--contract gmm-fp8 --framework numpy --out-dtypes f32,bf16 --m-align 1",
-                   "--layers 1 --suite smoke --seed 0 --profile strict --case wi-m256-",
+                   "--contract gmm-fp8 --framework numpy --layers 1 --suite smoke --seed 0 "
+                   "--profile strict --case wi-m256-",
                    "Reproduce these inputs: python -c"):
         assert needle in out, needle
     doc = json.loads(report.with_suffix(".json").read_text())

@@ -17,7 +17,7 @@ import pytest
 
 from fp8check import testing
 from fp8check.cli import main
-from fp8check.contracts import KernelSpec
+from fp8check.contracts import KernelSpec, QuantizerClaims, claims_for, contract_of
 from fp8check.references.quant import expand_scales, quantize
 from fp8check.references.quant_approx import (
     APPROX_RECIPES,
@@ -212,9 +212,10 @@ def test_declaration_is_checked_and_replayed(tmp_path, monkeypatch):
     assert's replay file keeps division_ulps, so the replay passes or fails as it did."""
     with pytest.raises(ValueError, match="division_ulps applies"):
         KernelSpec("q", "quantizer", "numpy", AQ.gate_deepseek_v3,
-                   recipe="transformer-engine", division_ulps=2)
-    with pytest.raises(ValueError, match="only meaningful for a quantizer"):
-        KernelSpec("g", "gmm", "numpy", AQ.gate_deepseek_v3, division_ulps=2)
+                   QuantizerClaims("transformer-engine", division_ulps=2))
+    with pytest.raises(ValueError, match="division_ulps: not a claim of MatmulClaims"):
+        KernelSpec("g", "gmm", "numpy", AQ.gate_deepseek_v3,
+                   claims_for(contract_of("gmm"), {"division_ulps": 2}))
     for bad in (-1, 17, 1.5, True):
         with pytest.raises(ValueError, match="division_ulps must be"):
             testing.assert_quantizer_matches(np.zeros((1, 128), ml_dtypes.float8_e4m3fn),
@@ -330,9 +331,9 @@ def test_a_kernelspec_named_in_the_pyproject_carries_the_declaration(tmp_path, m
     block): a KernelSpec it names carries them, division_ulps too."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "quant.py").write_text(
-        QUANT_FILE + "from fp8check.contracts import KernelSpec\n"
+        QUANT_FILE + "from fp8check.contracts import KernelSpec, QuantizerClaims\n"
         "SPEC = KernelSpec('approx-act-quant', 'quantizer', 'numpy', gate_deepseek_v3, "
-        "recipe='deepseek-v3', division_ulps=2)\n")
+        "QuantizerClaims('deepseek-v3', division_ulps=2))\n")
     (tmp_path / "pyproject.toml").write_text(
         '[tool.fp8check]\nkernels = ["quant.py:SPEC"]\nsuite = "smoke"\nlayers = [1]\n')
     assert main(["gate", "--no-progress", "--no-isolate", "--json", "q.json"]) == 0

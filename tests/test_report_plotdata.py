@@ -14,6 +14,7 @@ from seeded_bugs.catalog import kernel as seeded_kernel
 
 from fp8check import metrics
 from fp8check.cases import build_suite
+from fp8check.contracts import MatmulClaims
 from fp8check.layers.op import build_problem, validate_case
 from fp8check.profiles import get_profile
 from fp8check.reports import plotdata
@@ -268,7 +269,7 @@ def test_an_output_with_every_group_empty_still_gets_its_figure():
                            unquantized=(x, w))
     m: dict = {}
     output_criteria(np.zeros((8, 128), np.float32), prob, get_profile("strict"), m,
-                    plots=plot_data)
+                    claims=MatmulClaims(flushes_subnormals=False), plots=plot_data)
     plots = m["plots"]
     assert plots["bound_tiles"]["rows"] == 0 and plots["group_sqnr"]["impact"] == [None, None]
     fig = case_figure({"layer": "op", "metrics": {"plots": plots}, "criteria": {}})

@@ -10,6 +10,7 @@ import pytest
 from seeded_bugs.production import BUGS, Int16GroupOffsets
 
 from fp8check.cases import PRODUCTION_M, build_suite, case_inputs, find_case
+from fp8check.contracts import MatmulClaims
 from fp8check.layers.op import (
     gmm_fp8_problem,
     output_criteria,
@@ -83,9 +84,10 @@ def test_streamed_criteria_equal_in_memory(pattern, out_dtype, exact, damage):
     if damage:
         out = _damaged(out, mem.rows, np.random.default_rng(len(case.id)))
     m_mem, m_str = {}, {}
-    c_mem = _by_name(output_criteria(out, mem, PROFILE, m_mem, accum="deepgemm"))
+    claims = MatmulClaims(accum="deepgemm", flushes_subnormals=False)
+    c_mem = _by_name(output_criteria(out, mem, PROFILE, m_mem, claims=claims))
     # a small chunk: many chunks, groups cut in the middle
-    c_str = _by_name(streamed_output_criteria(out, stream, PROFILE, m_str, accum="deepgemm",
+    c_str = _by_name(streamed_output_criteria(out, stream, PROFILE, m_str, claims=claims,
                                               rows_per_chunk=7))
     for name in ("finite", "bound_ratio", "bias_z", "bias_z_signed"):
         assert c_str[name].value == c_mem[name].value, name  # bit for bit
@@ -111,9 +113,9 @@ def test_streamed_hopper_bit_exact_equals_in_memory():
     out[3, 5] = out[3, 6]  # one element off the model (different in this data)
     assert out[3, 5] != mem.accum_ref("deepgemm-hopper", case.out_dtype, 32)[3, 5]
     m_mem, m_str = {}, {}
-    kw = {"accum": "deepgemm-hopper", "hopper_interval": 32}
-    c_mem = _by_name(output_criteria(out, mem, PROFILE, m_mem, **kw))
-    c_str = _by_name(streamed_output_criteria(out, stream, PROFILE, m_str, **kw))
+    claims = MatmulClaims(accum="deepgemm-hopper", hopper_interval=32, flushes_subnormals=False)
+    c_mem = _by_name(output_criteria(out, mem, PROFILE, m_mem, claims=claims))
+    c_str = _by_name(streamed_output_criteria(out, stream, PROFILE, m_str, claims=claims))
     assert c_str["bit_exact"].value == c_mem["bit_exact"].value == 1
     for name in ("bias_z", "bias_z_signed"):  # against the model, as in memory
         assert c_str[name].value == c_mem[name].value, name

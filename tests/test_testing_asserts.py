@@ -63,7 +63,8 @@ def test_gate_case_verdict_is_the_gates(name):
         gate_case = testing.GateCase(case, suite="smoke")
         gate_case._problem = prob
         out = call_kernel(kernel, gate_case.args, case.out_dtype)
-        check = functools.partial(gate_case.assert_matches, out, accum=kernel.accum)
+        check = functools.partial(gate_case.assert_matches, out,
+                                  accum=kernel.matmul_claims.accum)
         passed, failed, _ = _outcome(check)
         assert (passed, failed) == (gate.passed, gate.failed_criteria), case.id
         if name.startswith("bug-shifted"):

@@ -66,7 +66,8 @@ def test_builtin_blackwell_kernel_declares_the_tensor_core_and_passes():
     from fp8check.registry import load_builtin
 
     s = load_builtin("triton-fp8-blackwell", "interpret")
-    assert (s.accum, s.hopper_interval) == ("deepgemm-blackwell", 128)
+    claims = s.matmul_claims
+    assert (claims.accum, claims.hopper_interval) == ("deepgemm-blackwell", 128)
     assert "dot_blackwell_mma" in s.fidelity_fixes
     case = build_suite("ci", 0)[0]
     prob = build_problem("gmm-fp8", case)
@@ -74,7 +75,8 @@ def test_builtin_blackwell_kernel_declares_the_tensor_core_and_passes():
     res = validate_case(s, case, profile, prob)
     assert res.passed, res.failed_criteria
     assert res.metrics["bit_exact_mismatches"] == 0
-    as_hopper = validate_case(replace(s, accum="deepgemm-hopper"), case, profile, prob)
+    as_hopper = validate_case(replace(s, claims=replace(claims, accum="deepgemm-hopper")),
+                              case, profile, prob)
     assert "bit_exact" in as_hopper.failed_criteria
 
 

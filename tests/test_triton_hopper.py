@@ -71,9 +71,9 @@ def test_bad_interval_is_one_line_value_error(problem):
 
 def test_builtin_hopper_kernel_declares_the_tensor_core():
     s = load_builtin("triton-fp8-hopper", "interpret")
-    assert (s.accum, s.hopper_interval) == ("deepgemm-hopper", 128)
+    assert (s.matmul_claims.accum, s.matmul_claims.hopper_interval) == ("deepgemm-hopper", 128)
     assert "dot_hopper_mma" in s.fidelity_fixes
-    assert load_builtin("triton-fp8", "interpret").accum == "deepgemm"
+    assert load_builtin("triton-fp8", "interpret").matmul_claims.accum == "deepgemm"
 
 
 @pytest.mark.parametrize("case_index", [0, 3, 7])

@@ -62,14 +62,15 @@ def test_all_zero_and_near_max_blocks():
 def test_nonfinite_blocks_propagate_as_the_reference(block, recipe):
     """NaN and +-Inf run through the recipe as quantize(..., nan="propagate") does (NaN
     equal to any NaN: docs/contract.md, "Non-finite inputs"): no raise, no masking."""
+    from fp8check.contracts import QuantizerClaims
     from fp8check.layers.op.criteria import quantizer_output_criteria
 
     x = np.random.default_rng(1).standard_normal((256, 384)).astype(np.float32)
     x[0, 3], x[130, 200], x[5, 300] = np.inf, -np.inf, np.nan
     values, scales = quantize_fp8(to_torch(x), block, recipe)
     m: dict = {}
-    crit = quantizer_output_criteria(to_numpy(values), scales.numpy(), x, block, recipe,
-                                     "e4m3fn", m)
+    crit = quantizer_output_criteria(to_numpy(values), scales.numpy(), x,
+                                     QuantizerClaims(recipe, block), m)
     assert crit[0].passed, m
     ref = quantize(x, block, recipe, nan="propagate")
     assert np.isnan(ref.values.astype(np.float32)).any()  # the case has NaN to carry

@@ -15,7 +15,7 @@ import pytest
 
 from fp8check import metrics
 from fp8check.cases import build_suite, case_inputs
-from fp8check.contracts import KernelSpec
+from fp8check.contracts import KernelSpec, MatmulClaims
 from fp8check.layers.op import ProblemCache, validate_case
 from fp8check.layers.op.problem import gmm_fp8_problem, plain_gmm_problem
 from fp8check.profiles import get_profile
@@ -306,12 +306,13 @@ def test_flushes_subnormals_defaults_by_framework():
     def fn(*a, **k):
         return None
 
-    assert KernelSpec("j", "gmm", "jax", fn).flushes_subnormals is True
-    assert KernelSpec("n", "gmm", "numpy", fn).flushes_subnormals is False
-    assert KernelSpec("t", "gmm", "torch", fn).flushes_subnormals is False
-    assert KernelSpec("d", "gmm", "jax", fn, flushes_subnormals=False).flushes_subnormals is False
+    assert KernelSpec("j", "gmm", "jax", fn).matmul_claims.flushes_subnormals is True
+    assert KernelSpec("n", "gmm", "numpy", fn).matmul_claims.flushes_subnormals is False
+    assert KernelSpec("t", "gmm", "torch", fn).matmul_claims.flushes_subnormals is False
+    ieee = MatmulClaims(flushes_subnormals=False)
+    assert KernelSpec("d", "gmm", "jax", fn, ieee).matmul_claims.flushes_subnormals is False
     with pytest.raises(ValueError, match="flushes_subnormals"):
-        KernelSpec("x", "gmm", "jax", fn, flushes_subnormals=1)  # type: ignore[arg-type]
+        MatmulClaims(flushes_subnormals=1)  # type: ignore[arg-type]
 
 
 def test_jax_kernel_passes_by_default_and_fails_declaring_ieee():
@@ -324,7 +325,8 @@ def test_jax_kernel_passes_by_default_and_fails_declaring_ieee():
     res = validate_case(default, case, profile, prob)
     assert res.passed, (res.failed_criteria, res.error)
     assert "not checked precisely" in res.metrics["subnormal_range"]
-    ieee = KernelSpec("jax-gmm-ieee", "gmm", "jax", _jax_gmm, flushes_subnormals=False)
+    ieee = KernelSpec("jax-gmm-ieee", "gmm", "jax", _jax_gmm,
+                      MatmulClaims(flushes_subnormals=False))
     res = validate_case(ieee, case, profile, prob)
     assert "bound_ratio" in res.failed_criteria
 

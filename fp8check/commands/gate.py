@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from fp8check import cases as cases_mod
@@ -10,9 +11,10 @@ from fp8check import exitcodes, registry
 from fp8check.commands import add_summary_args
 from fp8check.config import DEFAULT_TIMEOUT
 from fp8check.contracts import ACCUMS, CONTRACT_DOC, CONTRACTS, FRAMEWORKS, OUT_DTYPES
+from fp8check.gate.declarations import PlainDeclarations
 from fp8check.gate.plan import GateOptions
-from fp8check.gate.repro import PlainDeclarations
 from fp8check.profiles import PROFILES
+from fp8check.references.gmm import PROMOTION_INTERVALS
 from fp8check.references.quant import RECIPES
 from fp8check.targets import TARGETS
 
@@ -40,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                         f"supports (default: all; the suite's cases of the "
                                         f"others are skipped)")
     g.add_argument("--m-align", type=int, help="group-size alignment a plain function needs")
+    g.add_argument("--hopper-interval", type=int, metavar="K",
+                   help=f"with --accum deepgemm-hopper: the tensor core's promotion interval "
+                        f"in K elements (Triton's max_num_imprecise_acc: "
+                        f"{', '.join(map(str, PROMOTION_INTERVALS))}; default 128)")
     g.add_argument("--recipe", help=f"a plain quantizer's recipe: one of {', '.join(RECIPES)} "
                                     f"(required with --contract quantizer)")
     g.add_argument("--block", help="a plain quantizer's block: 1x128, 128x1 or 128x128 "
@@ -105,10 +111,8 @@ def options(args: argparse.Namespace) -> GateOptions:
     """The parsed command line as GateOptions."""
     return GateOptions(
         kernels=tuple(args.kernel or ()),
-        plain=PlainDeclarations(args.contract, args.framework, args.accum, args.out_dtypes,
-                                args.m_align, args.recipe, args.block, args.fmt,
-                                args.tgmm, args.dgrad, ftz=args.ftz,
-                                division_ulps=args.division_ulps),
+        plain=PlainDeclarations(**{f.name: getattr(args, f.name)
+                                   for f in dataclasses.fields(PlainDeclarations)}),
         suite=args.suite, profile=args.profile, layers=args.layers, seed=args.seed,
         backend=args.backend, targets=args.targets, cases=tuple(args.case or ()),
         json=args.json, jsonl=args.jsonl, junit=args.junit, report=args.report,

@@ -21,16 +21,18 @@ call the arguments handed are compared bit for bit with what was passed (`run_ke
 Output dtype: a matmul kernel whose signature takes an `out_dtype` keyword (or **kwargs)
 is called with `out_dtype=<the framework's dtype object>` of the case; one that does not
 is called without it (`takes_out_dtype`), and on every case its result must have the
-case's dtype: a kernel that returns one dtype only declares it (`out_dtypes`, the gate's
-`--out-dtypes`), else its other cases fail, saying so.  Rows at or past sum(group_sizes)
+case's dtype: a kernel that returns one dtype only declares it (`MatmulClaims.out_dtypes`,
+the gate's `--out-dtypes`), else its other cases fail, saying so.  Rows at or past sum(group_sizes)
 are never compared.  A plain function becomes a spec through `spec_from_target(
 "module:attr" or "path/file.py:attr", contract, framework)`.
 
 Each contract is a `Contract` (`table`: `contract_of(name)`, `CONTRACTS_BY_NAME`), holding
 its argument table, its output, what a case's operands become, and what the gate, the
 layers and `fp8check.testing` do with its kernels.  The modules: `table` (the contracts),
-`frameworks` (dtypes and arrays across numpy, jax and torch), `spec` (`KernelSpec`),
-`call` (calling a kernel), `loading` (a user's kernel by name).
+`frameworks` (dtypes and arrays across numpy, jax and torch), `claims` (what a kernel
+declares about itself: `MatmulClaims`, `QuantizerClaims`), `spec` (`KernelSpec`: a
+kernel's identity and its claims), `call` (calling a kernel), `loading` (a user's kernel
+by name).
 """
 
 from fp8check.contracts.call import (
@@ -40,6 +42,20 @@ from fp8check.contracts.call import (
     run_kernel,
     takes_out_dtype,
 )
+from fp8check.contracts.claims import (
+    ACCUMS,
+    F32_UNIT_ROUNDOFF,
+    OUT_DTYPES,
+    QUANT_BLOCKS,
+    ClaimError,
+    Claims,
+    MatmulClaims,
+    QuantizerClaims,
+    check_claims,
+    claims_for,
+    claims_type,
+    declare,
+)
 from fp8check.contracts.frameworks import (
     FRAMEWORKS,
     NUMPY_DTYPES,
@@ -48,7 +64,7 @@ from fp8check.contracts.frameworks import (
     to_numpy,
 )
 from fp8check.contracts.loading import load_target, spec_from_target
-from fp8check.contracts.spec import ACCUMS, OUT_DTYPES, QUANT_BLOCKS, KernelSpec
+from fp8check.contracts.spec import KernelSpec
 from fp8check.contracts.table import (
     ARG_NAMES,
     CONTRACT_DOC,
@@ -66,9 +82,11 @@ from fp8check.contracts.table import (
 )
 
 __all__ = [
-    "ACCUMS", "ARG_NAMES", "CONTRACTS", "CONTRACTS_BY_NAME", "CONTRACT_DOC", "FRAMEWORKS",
-    "GMM", "GMM_FP8", "LAYER_CONTRACTS", "NUMPY_DTYPES", "OUT_DTYPES", "QUANTIZER",
-    "QUANT_BLOCKS", "TGMM", "Arg", "Contract", "KernelCall", "KernelSpec", "Operand",
-    "call_kernel", "contract_of", "framework_dtype", "load_target", "out_dtype_kwargs",
-    "run_kernel", "spec_from_target", "takes_out_dtype", "to_framework", "to_numpy",
+    "ACCUMS", "ARG_NAMES", "CONTRACTS", "CONTRACTS_BY_NAME", "CONTRACT_DOC",
+    "F32_UNIT_ROUNDOFF", "FRAMEWORKS", "GMM", "GMM_FP8", "LAYER_CONTRACTS", "NUMPY_DTYPES",
+    "OUT_DTYPES", "QUANTIZER", "QUANT_BLOCKS", "TGMM", "Arg", "ClaimError", "Claims",
+    "Contract", "KernelCall", "KernelSpec", "MatmulClaims", "Operand", "QuantizerClaims",
+    "call_kernel", "check_claims", "claims_for", "claims_type", "contract_of", "declare",
+    "framework_dtype", "load_target", "out_dtype_kwargs", "run_kernel", "spec_from_target",
+    "takes_out_dtype", "to_framework", "to_numpy",
 ]

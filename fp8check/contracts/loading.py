@@ -1,6 +1,6 @@
 """A user's kernel by name: "module:attr" or "path/to/file.py:attr" imported as pytest
-would, and made a `KernelSpec` (a plain function with the contract and framework it is
-declared to have)."""
+would, and made a `KernelSpec` (a plain function with the contract, framework and claims
+it is declared to have)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from fp8check.contracts.claims import claims_for, declare
 from fp8check.contracts.spec import KernelSpec
-from fp8check.contracts.table import CONTRACT_DOC
+from fp8check.contracts.table import CONTRACT_DOC, contract_of
 
 
 def _package_root(path: Path) -> Path:
@@ -91,10 +92,12 @@ def load_target(target: str) -> Any:
 def spec_from_target(
     target: str, contract: str | None, framework: str | None, **declared: Any
 ) -> KernelSpec:
-    """A KernelSpec for `--kernel target`: the target may already be a KernelSpec (then
-    contract, framework and every `declared` field must agree with it: a declaration is
-    never silently ignored), or a plain function, which needs contract and framework.
-    ValueError (one line, pointing to `CONTRACT_DOC`) when it is not a kernel."""
+    """A KernelSpec for `--kernel target`, `declared` the claims declared for it by field
+    name (`fp8check.contracts.claims`): the target may already be a KernelSpec (then
+    contract, framework and every declared claim must agree with it: a declaration is
+    never silently ignored), or a plain function, which needs contract and framework and
+    has the claims `claims_for` makes of `declared`.  ValueError (one line, pointing to
+    `CONTRACT_DOC`) when it is not a kernel."""
     try:
         return _spec_of(target, contract, framework, declared)
     except ValueError as e:
@@ -106,15 +109,18 @@ def _spec_of(target: str, contract: str | None, framework: str | None,
              declared: dict[str, Any]) -> KernelSpec:
     obj = load_target(target)
     if isinstance(obj, KernelSpec):  # declarations on the command line must agree with it
-        for key, val in {"contract": contract, "framework": framework, **declared}.items():
-            if val is not None and getattr(obj, key) != val:
+        claims = declare(obj.claims, declared)
+        for key, val, its in [("contract", contract, obj.contract),
+                              ("framework", framework, obj.framework),
+                              *((k, getattr(claims, k), getattr(obj.claims, k))
+                                for k in declared)]:
+            if val is not None and val != its:
                 raise ValueError(f"{target}: --{key.replace('_', '-')} {val} disagrees with "
-                                 f"the spec's {getattr(obj, key)}")
+                                 f"the spec's {its}")
         return obj
     if not callable(obj):
         raise ValueError(f"{target} is neither a KernelSpec nor a function")
     if contract is None or framework is None:
         raise ValueError(f"{target} is a plain function: pass --contract and --framework")
-    return KernelSpec(
-        name=target, contract=contract, framework=framework, fn=obj, **declared
-    )
+    return KernelSpec(name=target, contract=contract, framework=framework, fn=obj,
+                      claims=claims_for(contract_of(contract), declared))

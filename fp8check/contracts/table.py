@@ -106,7 +106,7 @@ class Contract:
     @property
     def fp8(self) -> bool:
         """Its operands are quantized to FP8 (`operands`): the contract a kernel declares
-        an accumulation recipe for (`KernelSpec.accum`), and whose compiled kernels layer
+        an accumulation recipe for (`MatmulClaims.accum`), and whose compiled kernels layer
         0 checks for the FP8 datapath."""
         return any(o.block is not None for o in self.operands)
 
@@ -136,29 +136,34 @@ class Contract:
         return tuple(sizes[d] for d in self.out)
 
     def arg_shapes(self, sizes: Mapping[str, int],
-                   in_dtype: str) -> list[tuple[tuple[int, ...], np.dtype]]:
+                   in_dtype: str | None) -> list[tuple[tuple[int, ...], np.dtype]]:
         """(shape, numpy dtype) of each argument at `sizes` ("m", "k", "n", "g"), an
-        argument of the kernel's declared dtype in `in_dtype` (a `NUMPY_DTYPES` name)."""
+        argument of the kernel's declared dtype in `in_dtype` (a `NUMPY_DTYPES` name: a
+        quantizer's `QuantizerClaims.in_dtype`; None for a matmul, which has none)."""
         def size(dim: str) -> int:
             name, _, block = dim.partition("/")
             return sizes[name] // int(block) if block else sizes[name]
 
-        return [(tuple(size(d) for d in a.shape),
-                 _ARG_DTYPES[in_dtype if a.dtype is None else a.dtype]) for a in self.args]
+        def dtype(arg: Arg) -> np.dtype:
+            name = arg.dtype or in_dtype
+            if name is None:
+                raise ValueError(f"a {self.name} kernel's {arg.name} has the dtype it "
+                                 f"declares: pass in_dtype")
+            return _ARG_DTYPES[name]
+
+        return [(tuple(size(d) for d in a.shape), dtype(a)) for a in self.args]
 
     def skip_reason(self, spec: KernelSpec, case: Case) -> str | None:
         """Why `spec`, a kernel of this contract, does not run on `case` (None: it runs):
         for a matmul, an output dtype or alignment it does not declare
-        (`fp8check.cases.supported`); for a quantizer, partial blocks it declares it does
+        (`MatmulClaims.skip_reason`); for a quantizer, partial blocks it declares it does
         not take."""
         if self.matmul:
-            from fp8check.cases import supported  # cases are built over the contracts
-
-            return supported(case, spec.out_dtypes, spec.m_align)
-        if spec.partial_blocks or not case.quantizer_only:
+            return spec.matmul_claims.skip_reason(case.out_dtype, case.group_sizes, case.m)
+        if spec.quantizer_claims.partial_blocks or not case.quantizer_only:
             return None
         return ("partial quantization blocks (K % 128 != 0), which the quantizer declares it "
-                "does not take (KernelSpec.partial_blocks=False)")
+                "does not take (QuantizerClaims.partial_blocks=False)")
 
 
 _GROUP_SIZES = Arg("group_sizes", ("g",), "i32", "group_sizes")

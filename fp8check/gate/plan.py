@@ -14,10 +14,8 @@ from fp8check import registry
 from fp8check.config import MAX_TIMEOUT, GateConfig, valid_timeout
 from fp8check.contracts import LAYER_CONTRACTS, contract_of
 from fp8check.errors import UsageError, usage_errors
-from fp8check.gate.repro import PlainDeclarations, parse_block
+from fp8check.gate.declarations import PlainDeclarations
 from fp8check.profiles import get_profile
-from fp8check.references.quant import FP8_FORMATS, RECIPES
-from fp8check.references.quant_approx import check_division_ulps
 from fp8check.userfiles import check_output
 
 # Where the gate writes what no option places: the working directory's fp8check-out/.
@@ -152,28 +150,15 @@ def check_kernel_names(kernels: tuple[str, ...]) -> None:
 
 
 def check_plain(plain: PlainDeclarations) -> None:
-    """UsageError (one line, listing the valid values) for a plain function's declaration
-    that is none; `--recipe`, `--block`, `--fmt` and `--division-ulps` declare a quantizer
-    only."""
-    quantizer = [flag for flag, value in (("--recipe", plain.recipe), ("--block", plain.block),
-                                          ("--fmt", plain.fmt),
-                                          ("--division-ulps", plain.division_ulps))
-                 if value is not None]
-    if quantizer and (plain.contract is None or contract_of(plain.contract).matmul):
-        raise UsageError(f"{', '.join(quantizer)} declare a quantizer: they need "
-                         f"--contract quantizer")
-    if plain.recipe is not None and plain.recipe not in RECIPES:
-        raise UsageError(f"--recipe {plain.recipe!r}: expected one of {', '.join(RECIPES)}")
-    if plain.division_ulps is not None:
-        try:
-            check_division_ulps(plain.recipe, plain.division_ulps)
-        except ValueError as e:
-            raise UsageError(f"--division-ulps {plain.division_ulps}: {e}") from e
-    if plain.fmt is not None and plain.fmt not in FP8_FORMATS:
-        raise UsageError(f"--fmt {plain.fmt!r}: expected one of {', '.join(FP8_FORMATS)}")
-    if plain.block is not None:
-        with usage_errors():
-            parse_block(plain.block)
+    """UsageError (one line, naming the flag) for a declaration of a plain function that
+    is none: with `--contract`, the claims it declares are made (`PlainDeclarations.
+    claims`: every rule of the claims); without one the kernel must be a KernelSpec,
+    whose own claims the declarations are compared with when it loads."""
+    with usage_errors():
+        if plain.contract is None:
+            plain.declared()
+        else:
+            plain.claims(contract_of(plain.contract))
 
 
 def families_of(kernels: tuple[str, ...]) -> tuple[str, ...]:

@@ -32,7 +32,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from fp8check.cases import SUITE_SHAPES
-from fp8check.contracts import KernelSpec, contract_of, framework_dtype, takes_out_dtype
+from fp8check.contracts import (
+    KernelSpec,
+    MatmulClaims,
+    QuantizerClaims,
+    contract_of,
+    framework_dtype,
+    takes_out_dtype,
+)
 from fp8check.native.cuda import CudaBuild, fp8_mma
 from fp8check.native.tpu import TpuBuild
 from fp8check.results.model import CaseResult, Criterion
@@ -217,11 +224,12 @@ def _user_tpu(spec: KernelSpec, shape: NativeShape,
 
     contract = contract_of(spec.contract)
     fn = spec.native_fn or spec.fn
-    if contract.matmul and takes_out_dtype(fn):
-        fn = functools.partial(fn, out_dtype=framework_dtype("jax", spec.out_dtypes[0]))
+    claims = spec.claims
+    if isinstance(claims, MatmulClaims) and takes_out_dtype(fn):
+        fn = functools.partial(fn, out_dtype=framework_dtype("jax", claims.out_dtypes[0]))
+    in_dtype = claims.in_dtype if isinstance(claims, QuantizerClaims) else None
     for chip in chips:
-        b = compile_for_tpu(spec.name, fn, contract.arg_shapes(shape.sizes(), spec.in_dtype),
-                            chip)
+        b = compile_for_tpu(spec.name, fn, contract.arg_shapes(shape.sizes(), in_dtype), chip)
         crit = tpu_criteria(b, fp8_feed="all" if contract.fp8 else None,
                             mosaic=b.llo is not None, budget=None)
         yield _result(spec.name, f"{spec.contract}-{shape.name}-{chip}", crit,

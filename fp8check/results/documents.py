@@ -82,15 +82,25 @@ def environment(
         "triton_interpret": os.environ.get("TRITON_INTERPRET"),
         "reference_partials": PARTIALS,  # how the e4m3 gmm reference forms partials
         "suite": suite, "seed": seed, "profile": profile, "backend_requested": backend,
-        "kernels": {
-            s.name: {"contract": s.contract, "framework": s.framework, "backend": s.backend,
-                     "accum": s.accum, "out_dtypes": list(s.out_dtypes), "m_align": s.m_align,
-                     "deterministic": s.deterministic, "fidelity_fixes": list(s.fidelity_fixes),
-                     "flushes_subnormals": s.flushes_subnormals}
-            for s in specs
-        },
+        "kernels": {s.name: _kernel_entry(s) for s in specs},
         "kernel_load_errors": dict(load_errors),
     }
+
+
+def _kernel_entry(spec: KernelSpec) -> dict[str, Any]:
+    """A kernel's entry in the environment: what it is and the claims it was judged by.
+    A quantizer's matmul keys say it claims none of them: accum None, no out_dtypes,
+    m_align 1, flushes_subnormals None."""
+    from fp8check.contracts import MatmulClaims  # results sit below the contracts
+
+    c = spec.claims
+    matmul = c if isinstance(c, MatmulClaims) else None
+    return {"contract": spec.contract, "framework": spec.framework, "backend": spec.backend,
+            "accum": matmul.accum if matmul else None,
+            "out_dtypes": list(matmul.out_dtypes) if matmul else [],
+            "m_align": matmul.m_align if matmul else 1, "deterministic": c.deterministic,
+            "fidelity_fixes": list(spec.fidelity_fixes),
+            "flushes_subnormals": matmul.flushes_subnormals if matmul else None}
 
 
 def tally(results: list[CaseResult], load_errors: dict[str, str], *,

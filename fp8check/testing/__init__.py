@@ -7,7 +7,11 @@
 
 Every assertion builds the same `Problem` the gate builds and applies the same criteria
 (`fp8check.layers.op.output_criteria` / `quantizer_output_criteria`: one implementation),
-so a test and the gate reach the same verdict on the same data.  On failure the
+so a test and the gate reach the same verdict on the same data.  The kernel's claims
+(`fp8check.contracts.MatmulClaims` / `QuantizerClaims`: accum, hopper_interval,
+flushes_subnormals, ...) are keywords of the asserts by the same names, or a `claims=`
+object: every claim the gate's command line declares, the asserts declare, and the
+criteria get the same claims object.  On failure the
 AssertionError names each failed criterion, how many elements are off, the worst one
 (index, group, row within the group, K/N tile, value, reference, ULP distance, bound) and
 a one-line reproduction:

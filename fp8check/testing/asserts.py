@@ -3,11 +3,14 @@ check) and a `ReplayRecord`, and ends on `engine.conclude`; `replay` reruns a re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fp8check.contracts import TGMM, MatmulClaims, QuantizerClaims, check_claims, declare
+from fp8check.contracts.claims import IN_DTYPES
 from fp8check.layers.op import (
     gmm_fp8_problem,
     plain_gmm_problem,
@@ -29,7 +32,14 @@ from fp8check.testing.inputs import (
 )
 from fp8check.testing.replay_record import ReplayRecord
 
-F32_UNIT_ROUNDOFF = 2.0**-24
+
+def matmul_claims(claims: MatmulClaims | None, declared: Mapping[str, Any]) -> MatmulClaims:
+    """The claims a matmul assert judges by: `claims` (default `MatmulClaims()`) with the
+    claims `declared` as keywords by field name over them, resolved with no framework
+    (an assert is handed arrays: `flushes_subnormals` None is False).  ValueError (one
+    line) for a claim that is none or a keyword that is no claim."""
+    __tracebackhide__ = True
+    return declare(claims or MatmulClaims(), declared).resolved(None)
 
 
 def _unquantized(pair: tuple[Any, Any] | None) -> tuple[np.ndarray, np.ndarray] | None:
@@ -41,10 +51,9 @@ def _unquantized(pair: tuple[Any, Any] | None) -> tuple[np.ndarray, np.ndarray] 
 
 
 def assert_gmm_matches(
-    out: Any, lhs: Any, rhs: Any, group_sizes: Any, *, accum: str | None = None,
+    out: Any, lhs: Any, rhs: Any, group_sizes: Any, *, claims: MatmulClaims | None = None,
     profile: str = "strict", recipe: str | None = None,
-    unquantized: tuple[Any, Any] | None = None,
-    acc_unit_roundoff: float = F32_UNIT_ROUNDOFF, flushes_subnormals: bool = False,
+    unquantized: tuple[Any, Any] | None = None, **declared: Any,
 ) -> CaseResult:
     """Assert that `out` [M,N] (f32 or bf16) is a correct grouped matmul of lhs and rhs.
 
@@ -55,12 +64,18 @@ def assert_gmm_matches(
     * with `recipe` (e.g. "deepgemm"): the float32/bf16 inputs, quantized here with that
       recipe exactly as the gate does (both questions are measured);
     * otherwise plain bf16/f32 operands: the `gmm` contract (a bf16 GMM).
-    `accum` declares the recipe the kernel follows ("deepgemm", "cublas", "tokamax"):
-    then `bit_exact` is checked wherever the partials are provably exact
-    (`partials_exact_in_f32`).  `acc_unit_roundoff` is the accumulator's u (2^-24 = f32).
-    `flushes_subnormals`: the kernel flushes float32 subnormals to zero (as jax on
-    XLA:CPU and TPUs do): the bound gains the flush term (`fp8check.underflow`) and, on
-    data that reaches the subnormal range, only the bound is asserted there.
+    The kernel's claims are `claims` (a `MatmulClaims`, e.g. its KernelSpec's) with any
+    claim given as a keyword by field name over them (`declared`: every claim the gate's
+    command line declares, and the others), judged as the gate judges them:
+    `accum="deepgemm"` (or "cublas", "tokamax", a tensor-core recipe with its
+    `hopper_interval`) declares the recipe the kernel follows: then `bit_exact` is
+    checked wherever the partials are provably exact (`partials_exact_in_f32`);
+    `acc_unit_roundoff` is the accumulator's u (2^-24 = f32); `flushes_subnormals=True`:
+    the kernel flushes float32 subnormals to zero (as jax on XLA:CPU and TPUs do; an
+    assert knows no framework, so None means False): the bound gains the flush term
+    (`fp8check.underflow`) and, on data that reaches the subnormal range, only the bound
+    is asserted there; `out_dtypes` and `m_align` must admit `out` and the group sizes;
+    `deterministic` takes two calls (`assert_bitexact` on them).
     Only rows below sum(group_sizes) are compared.
 
     Returns:
@@ -69,11 +84,13 @@ def assert_gmm_matches(
     Raises:
       AssertionError: a criterion failed; the message names each, its worst element and
         a one-line replay of the saved inputs.
-      ValueError: bad input (shapes, dtypes, unknown recipe, accum or profile).
+      ValueError: bad input (shapes, dtypes, unknown recipe or profile, a claim that is
+        none or that excludes this output).
     """
     __tracebackhide__ = True
     from fp8check.references import quantize
 
+    judged = matmul_claims(claims, declared)
     o = as_array(out, "out")
     out_dtype = dtype_name(o, "out", ("f32", "bf16"))
     lq, rq = quantized_operand(lhs, (1, BLOCK), "lhs"), quantized_operand(rhs, (BLOCK, BLOCK),
@@ -99,7 +116,7 @@ def assert_gmm_matches(
         arrays = {"lhs_values": lq.values, "lhs_scales": lq.scales, "rhs_values": rq.values,
                   "rhs_scales": rq.scales}
     else:
-        if accum is not None:
+        if judged.accum is not None:
             raise ValueError("accum needs quantized operands (QTensors, (values, scales) or "
                              "recipe=...)")
         prob = plain_gmm_problem(as_array(lhs, "lhs"), as_array(rhs, "rhs"), gs, out_dtype,
@@ -107,22 +124,21 @@ def assert_gmm_matches(
         arrays = {"lhs": prob.args[0], "rhs": prob.args[1]}
     if unq is not None:
         arrays.update(x=unq[0], w=unq[1])
-    record = ReplayRecord("gmm", arrays | {"out": o, "group_sizes": gs}, accum=accum,
-                          profile=profile, acc_unit_roundoff=acc_unit_roundoff,
-                          flushes_subnormals=flushes_subnormals)
+    record = ReplayRecord("gmm", arrays | {"out": o, "group_sizes": gs}, profile, judged)
     return check_matmul(o, prob, record)
 
 
 def assert_tgmm_matches(
-    out: Any, lhs: Any, dy: Any, group_sizes: Any, *, profile: str = "strict",
-    unquantized: tuple[Any, Any] | None = None,
-    acc_unit_roundoff: float = F32_UNIT_ROUNDOFF, flushes_subnormals: bool = False,
+    out: Any, lhs: Any, dy: Any, group_sizes: Any, *, claims: MatmulClaims | None = None,
+    profile: str = "strict", unquantized: tuple[Any, Any] | None = None, **declared: Any,
 ) -> CaseResult:
     """Assert that `out` [G,K,N] (f32 or bf16) is the weight gradient dW_g = lhs_g^T dy_g
     of lhs [M,K] and dy [M,N] (bf16 or f32); an empty group must give zeros.
-    `unquantized=(x, dy)` in float32 adds the impact question; `flushes_subnormals` as
-    in `assert_gmm_matches`."""
+    `unquantized=(x, dy)` in float32 adds the impact question; `claims` and claims as
+    keywords as in `assert_gmm_matches` (a tgmm kernel declares no accum)."""
     __tracebackhide__ = True
+    judged = matmul_claims(claims, declared)
+    check_claims(TGMM, judged)
     o = as_array(out, "out")
     out_dtype = dtype_name(o, "out", ("f32", "bf16"))
     a, d = as_array(lhs, "lhs"), as_array(dy, "dy")
@@ -137,36 +153,44 @@ def assert_tgmm_matches(
     unq = _unquantized(unquantized)
     prob = tgmm_problem(a, d, gs, out_dtype, unq)
     arrays = {"lhs": a, "dy": d} | ({} if unq is None else {"x": unq[0], "w": unq[1]})
-    record = ReplayRecord("tgmm", arrays | {"out": o, "group_sizes": gs}, profile=profile,
-                          acc_unit_roundoff=acc_unit_roundoff,
-                          flushes_subnormals=flushes_subnormals)
+    record = ReplayRecord("tgmm", arrays | {"out": o, "group_sizes": gs}, profile, judged)
     return check_matmul(o, prob, record)
 
 
 def assert_quantizer_matches(
     values: Any, scales: Any, x: Any, block: tuple[int, int], recipe: str,
-    fmt: str = "e4m3fn", *, division_ulps: int = 0,
+    fmt: str = "e4m3fn", **declared: Any,
 ) -> CaseResult:
     """Assert that (values, scales) are bit for bit quantize(x, block, recipe, fmt).
 
     x is float32 or bf16 (the recipe rounds from x's dtype: f32 -> bf16 -> fp8 is not
-    f32 -> fp8); block is (1,128), (128,1) or (128,128).  `division_ulps` N > 0 declares
-    the quantizer's float32 divisions approximate (Triton's `/`), each within N ulps of
-    the exact quotient: then its scales must be ones the recipe gives from such divisions
-    and its values the recipe's from its own scales (`fp8check.references.quant_approx`)."""
+    f32 -> fp8); block is (1,128), (128,1) or (128,128).  The quantizer's claims are
+    `QuantizerClaims(recipe, block, fmt, in_dtype=<x's dtype>)` with any other claim given
+    as a keyword by field name (`declared`): `division_ulps` N > 0 declares its float32
+    divisions approximate (Triton's `/`), each within N ulps of the exact quotient: then
+    its scales must be ones the recipe gives from such divisions and its values the
+    recipe's from its own scales (`fp8check.references.quant_approx`).  ValueError (one
+    line) for a claim that is none."""
     __tracebackhide__ = True
-    from fp8check.references.quant_approx import check_division_ulps
+    xx = as_array(x, "x")
+    in_dtype = dtype_name(xx, "x", IN_DTYPES)
+    claims = declare(QuantizerClaims(recipe, block, fmt, in_dtype), declared)
+    if claims.in_dtype != in_dtype:
+        raise ValueError(f"x is {in_dtype}, but the quantizer declares in_dtype "
+                         f"{claims.in_dtype}")
+    return _check_quantizer(as_array(values, "values"), as_array(scales, "scales"), xx,
+                            claims)
 
-    check_division_ulps(recipe, division_ulps)
-    v, s, xx = as_array(values, "values"), as_array(scales, "scales"), as_array(x, "x")
-    dtype_name(xx, "x", ("f32", "bf16"))
-    block = (int(block[0]), int(block[1]))
-    m: dict[str, Any] = {"recipe": recipe, "block": list(block), "fmt": fmt,
-                         "n_compared": int(v.size + s.size)}
-    crit = quantizer_output_criteria(v, s, xx, block, recipe, fmt, m, division_ulps)
-    record = ReplayRecord("quantizer", {"values": v, "scales": s, "x": xx}, block=block,
-                          recipe=recipe, fmt=fmt, division_ulps=division_ulps)
-    return conclude(record, crit, m, in_quantized(block))
+
+def _check_quantizer(v: np.ndarray, s: np.ndarray, xx: np.ndarray,
+                     claims: QuantizerClaims) -> CaseResult:
+    """The quantizer assert on numpy arrays, with the claims it judges by."""
+    __tracebackhide__ = True
+    m: dict[str, Any] = {"recipe": claims.recipe, "block": list(claims.block),
+                         "fmt": claims.fmt, "n_compared": int(v.size + s.size)}
+    crit = quantizer_output_criteria(v, s, xx, claims, m)
+    record = ReplayRecord("quantizer", {"values": v, "scales": s, "x": xx}, claims=claims)
+    return conclude(record, crit, m, in_quantized(claims.block))
 
 
 def assert_bitexact(a: Any, b: Any) -> CaseResult:
@@ -207,27 +231,20 @@ def replay(path: str | Path) -> CaseResult:
     r = ReplayRecord.load(path)
     a = r.arrays
     unq = (a["x"], a["w"]) if "x" in a and r.kind != "quantizer" else None
+    claims = r.claims
+    if isinstance(claims, QuantizerClaims):
+        return _check_quantizer(a["values"], a["scales"], a["x"], claims)
     if r.kind == "gmm":
-        accum, profile, u = r.accum, r.need("profile"), r.need("acc_unit_roundoff")
-        ftz = bool(r.flushes_subnormals)
         if "lhs_values" in a:
             lq = QTensor(a["lhs_values"], a["lhs_scales"], (1, BLOCK),
                          a["lhs_values"].dtype.name.replace("float8_", ""), "as given")
             rq = QTensor(a["rhs_values"], a["rhs_scales"], (BLOCK, BLOCK),
                          a["rhs_values"].dtype.name.replace("float8_", ""), "as given")
-            return assert_gmm_matches(a["out"], lq, rq, a["group_sizes"], unquantized=unq,
-                                      accum=accum, profile=profile, acc_unit_roundoff=u,
-                                      flushes_subnormals=ftz)
+            return assert_gmm_matches(a["out"], lq, rq, a["group_sizes"], claims=claims,
+                                      unquantized=unq, profile=r.need("profile"))
         return assert_gmm_matches(a["out"], a["lhs"], a["rhs"], a["group_sizes"],
-                                  unquantized=unq, accum=accum, profile=profile,
-                                  acc_unit_roundoff=u, flushes_subnormals=ftz)
+                                  claims=claims, unquantized=unq, profile=r.need("profile"))
     if r.kind == "tgmm":
         return assert_tgmm_matches(a["out"], a["lhs"], a["dy"], a["group_sizes"],
-                                   unquantized=unq, profile=r.need("profile"),
-                                   acc_unit_roundoff=r.need("acc_unit_roundoff"),
-                                   flushes_subnormals=bool(r.flushes_subnormals))
-    if r.kind == "quantizer":
-        return assert_quantizer_matches(a["values"], a["scales"], a["x"], r.need("block"),
-                                        r.need("recipe"), r.need("fmt"),
-                                        division_ulps=r.division_ulps or 0)
+                                   claims=claims, unquantized=unq, profile=r.need("profile"))
     return assert_bitexact(a["a"], a["b"])

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from fp8check.contracts import MatmulClaims
 from fp8check.layers.op import LAYER, Problem, output_criteria
 from fp8check.layers.op.locations import Locate, in_gmm_output, in_tgmm_output
 from fp8check.profiles import get_profile
@@ -21,21 +22,27 @@ from fp8check.testing.replay_record import ReplayRecord, replay_command
 def check_matmul(out: np.ndarray, prob: Problem, record: ReplayRecord,
                  first: Sequence[Criterion] = ()) -> CaseResult:
     """Apply the gate's output criteria to `out` on `prob` (a "gmm" or "tgmm" `record`,
-    whose arrays include `out` and the group sizes) after the criteria `first` (the
-    kernel's `inputs_unchanged`, where it was handed its inputs) and conclude."""
+    whose arrays include `out` and the group sizes, and whose resolved claims go to the
+    criteria as they are) after the criteria `first` (the kernel's `inputs_unchanged`,
+    where it was handed its inputs) and conclude.  ValueError for an output the claims
+    exclude (an output dtype or group sizes they do not declare:
+    `MatmulClaims.skip_reason`, what the gate skips)."""
     __tracebackhide__ = True
     from fp8check.reports.plotdata import plot_data
 
+    claims = record.claims
+    if not isinstance(claims, MatmulClaims):
+        raise ValueError(f"the {record.kind} record lacks its matmul claims")
     prof = get_profile(record.need("profile"))
     gs = prob.args[-1]
+    excluded = claims.skip_reason(prob.out_dtype, gs.tolist(), prob.args[0].shape[0])
+    if excluded is not None:
+        raise ValueError(f"the kernel's claims exclude this output: {excluded}")
     m: dict[str, Any] = {"group_sizes": gs.tolist(), "out_dtype": prob.out_dtype,
                          "exact_partials": prob.exact_partials,
                          "n_compared": int(out[:prob.rows].size)}
-    crit = [*first, *output_criteria(
-        out, prob, prof, m, plots=plot_data, accum=record.accum,
-        acc_unit_roundoff=record.need("acc_unit_roundoff"),
-        flushes_subnormals=bool(record.flushes_subnormals))]
-    if record.accum is not None and not prob.exact_partials:
+    crit = [*first, *output_criteria(out, prob, prof, m, claims=claims, plots=plot_data)]
+    if claims.accum is not None and not prob.exact_partials:
         m["bit_exact_note"] = ("partials not provably exact in float32 on this data: "
                                "bit_exact not checked (the error bound still is)")
     locate = in_gmm_output(gs) if record.kind == "gmm" else in_tgmm_output(gs)

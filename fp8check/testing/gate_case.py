@@ -2,27 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from fp8check.cases import Case, CaseInputs, case_inputs, supported
+from fp8check.cases import Case, CaseInputs, case_inputs
 from fp8check.contracts import (
     CONTRACTS_BY_NAME,
     NUMPY_DTYPES,
+    MatmulClaims,
+    check_claims,
     contract_of,
+    declare,
     framework_dtype,
     to_framework,
 )
-from fp8check.gate.repro import PlainDeclarations, gate_command
+from fp8check.gate.declarations import PlainDeclarations
+from fp8check.gate.repro import gate_command
 from fp8check.integrity import changes, inputs_criterion, merged, raw_bits
 from fp8check.layers.op import LAYER, Problem, ProblemCache
 from fp8check.profiles import get_profile
 from fp8check.results import CaseResult, Criterion
 from fp8check.testing import recording
-from fp8check.testing.asserts import F32_UNIT_ROUNDOFF
 from fp8check.testing.engine import check_matmul
 from fp8check.testing.inputs import as_array
 from fp8check.testing.replay_record import ReplayRecord
@@ -38,19 +42,21 @@ class GateCase:
     twice and `assert_bitexact`).  Like the gate, it checks that the kernel left its
     inputs as handed: every `args` / `args_as` hands fresh copies, and `assert_matches`
     compares each one handed since the last assertion bit for bit with the case's
-    arguments (`inputs_unchanged`, naming each argument written)."""
+    arguments (`inputs_unchanged`, naming each argument written).
+
+    `claims` are the kernel's (`MatmulClaims`), checked against the contract and resolved
+    against `framework` once, when the GateCase is made (the jax default of
+    `flushes_subnormals`, as a KernelSpec's); `kernel` (module:attr) and `framework` also
+    fill in the gate repro line, which repeats the claims the gate's flags declare."""
 
     case: Case
     contract: str = "gmm-fp8"
     profile: str = "strict"
     suite: str = "ci"
     seed: int = 0
-    # the kernel as the gate names it (module:attr), its framework and declarations:
-    # only for the gate repro line
     kernel: str | None = None
     framework: str = "numpy"
-    out_dtypes: tuple[str, ...] = ("f32", "bf16")
-    m_align: int = 1
+    claims: MatmulClaims = MatmulClaims()
     _problems: ProblemCache = field(default_factory=lambda: ProblemCache(capacity=1),
                                     repr=False)
     # the argument tuples handed out since the last assert_matches
@@ -64,6 +70,7 @@ class GateCase:
                              f"contract ({matmuls}); for quantizers use "
                              "assert_quantizer_matches on case.inputs")
         get_profile(self.profile)
+        self.claims = self._judged(self.claims, {})
 
     @property
     def id(self) -> str:
@@ -103,27 +110,34 @@ class GateCase:
         return framework_dtype(framework, self.case.out_dtype)
 
     def unsupported(self) -> str | None:
-        """Why a kernel with the declared out_dtypes / m_align skips this case (None: it
+        """Why a kernel with the claimed out_dtypes / m_align skips this case (None: it
         runs it)."""
-        return supported(self.case, tuple(self.out_dtypes), self.m_align)
+        c = self.case
+        return self.claims.skip_reason(c.out_dtype, c.group_sizes, c.m)
 
     def gate_command(self) -> str:
         """The gate command that reruns this case on the kernel (module:attr)."""
-        plain = PlainDeclarations(contract=self.contract, framework=self.framework,
-                                  out_dtypes=",".join(self.out_dtypes), m_align=self.m_align)
+        plain = PlainDeclarations.of(self.contract, self.framework, self.claims)
         return gate_command(self.kernel or "<module:attr of your kernel>", LAYER,
                             suite=self.suite, seed=self.seed, profile=self.profile,
                             case=self.case.id, plain=plain)
 
-    def assert_matches(self, out: Any, *, accum: str | None = None,
-                       acc_unit_roundoff: float = F32_UNIT_ROUNDOFF,
-                       flushes_subnormals: bool | None = None) -> CaseResult:
-        """Assert the kernel's output on `args` passes the gate's criteria for this case.
-        `flushes_subnormals` as `KernelSpec`'s: None means True for the jax framework."""
+    def _judged(self, claims: MatmulClaims, declared: Mapping[str, Any]) -> MatmulClaims:
+        """`claims` with the claims `declared` over them, checked against the contract
+        and resolved against the framework."""
         __tracebackhide__ = True
+        judged = declare(claims, declared)
+        check_claims(contract_of(self.contract), judged)
+        return judged.resolved(self.framework)
+
+    def assert_matches(self, out: Any, **declared: Any) -> CaseResult:
+        """Assert the kernel's output on `args` passes the gate's criteria for this case,
+        judged by `claims` with any claim given as a keyword by field name over them
+        (`accum="deepgemm"`, `hopper_interval=64`, ...; `flushes_subnormals=None`: the
+        framework's default)."""
+        __tracebackhide__ = True
+        claims = self._judged(self.claims, declared)
         contract = contract_of(self.contract)
-        if accum is not None and not contract.fp8:
-            raise ValueError("accum is only meaningful for the gmm-fp8 contract")
         o = as_array(out, "out")
         prob = self.problem
         if o.dtype != NUMPY_DTYPES[prob.out_dtype] or o.shape != prob.exact.shape:
@@ -135,11 +149,7 @@ class GateCase:
             x, w = (getattr(inputs, op.source) for op in contract.operands)
             arrays.update(x=x, w=w)
         record = ReplayRecord(contract.replay, arrays | {"out": o, "group_sizes": prob.args[-1]},
-                              accum=accum, profile=self.profile,
-                              acc_unit_roundoff=acc_unit_roundoff,
-                              flushes_subnormals=(self.framework == "jax"
-                                                  if flushes_subnormals is None
-                                                  else flushes_subnormals))
+                              self.profile, claims)
         scope = recording.current_scope()
         in_own_scope = scope is not None and scope.gate_case is self
         with nullcontext() if in_own_scope else recording.assertion_context(

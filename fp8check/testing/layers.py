@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fp8check.contracts import KernelSpec
-from fp8check.gate.repro import PlainDeclarations, gate_command
+from fp8check.contracts import KernelSpec, MatmulClaims
+from fp8check.gate.declarations import PlainDeclarations
+from fp8check.gate.repro import gate_command
 from fp8check.layers.moe import UserKernels, iter_layer2, user_matmuls
 from fp8check.layers.training import iter_layer3
 from fp8check.results import CaseResult
@@ -53,7 +54,7 @@ def assert_layers_pass(
             raise ValueError("a plain forward function needs its framework (jax or torch)")
         spec = KernelSpec(name=kernel or str(getattr(forward, "__qualname__", "forward")),
                           contract=contract, framework=framework, fn=forward,
-                          out_dtypes=tuple(out_dtypes))
+                          claims=MatmulClaims(out_dtypes=tuple(out_dtypes)))
     matmuls = user_matmuls(UserKernels(
         spec, dgrad=dgrad, tgmm=tgmm,
         dgrad_name=getattr(dgrad, "__qualname__", "dgrad"),
@@ -69,8 +70,7 @@ def assert_layers_pass(
         lines = [f"{len(failed)} of {len(results)} layer results failed:"]
         lines += [f"  {r.kernel} {r.case}: {_why(r)}" for r in failed]
         if kernel is not None:
-            plain = PlainDeclarations(contract=spec.contract, framework=spec.framework,
-                                      out_dtypes=",".join(spec.out_dtypes))
+            plain = PlainDeclarations.of(spec.contract, spec.framework, spec.matmul_claims)
             lines.append("Reproduce in the gate (add --tgmm / --dgrad FILE.py:NAME for your "
                          "backward kernels): " + gate_command(
                              kernel, failed[0].layer, suite=suite, seed=seed,

@@ -4,41 +4,34 @@ it (`fp8check.testing.replay`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fp8check.contracts import NUMPY_DTYPES
+from fp8check.contracts import CONTRACTS_BY_NAME, NUMPY_DTYPES, Claims, claims_type
 from fp8check.testing.inputs import UINT_OF_SIZE
+
+# The claims a record of each kind carries: its contracts' (`Contract.replay`).
+_CLAIMS = {c.replay: claims_type(c) for c in CONTRACTS_BY_NAME.values()}
 
 
 @dataclass
 class ReplayRecord:
     """One assertion as data: which assert (`kind`: "gmm", "tgmm", "quantizer",
-    "bitexact"), its arrays by argument name (the output included) and its options.
-
-    The options an assert does not take stay None: `accum`, `profile` and
-    `acc_unit_roundoff` (the accumulator's unit roundoff, 2^-24 for float32) for gmm and
-    tgmm; `block` (rows, columns), `recipe`, `fmt` and `division_ulps` for the
-    quantizer."""
+    "bitexact"), its arrays by argument name (the output included), the `profile` (gmm,
+    tgmm) and the kernel's `claims` the criteria got (MatmulClaims for gmm and tgmm,
+    QuantizerClaims for the quantizer; None for bitexact)."""
 
     kind: str
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    accum: str | None = None
     profile: str | None = None
-    acc_unit_roundoff: float | None = None
-    block: tuple[int, int] | None = None
-    recipe: str | None = None
-    fmt: str | None = None
-    flushes_subnormals: bool | None = None  # gmm, tgmm; None in files older than it: False
-    division_ulps: int | None = None  # quantizer; None in files older than it: 0
+    claims: Claims | None = None
 
     def need(self, name: str) -> Any:
         """Option `name`, which this record's kind must have; ValueError (a damaged or
@@ -49,9 +42,11 @@ class ReplayRecord:
         return value
 
     def options(self) -> dict[str, Any]:
-        """The options by name (every field but `kind` and `arrays`)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name not in ("kind", "arrays")}
+        """The options as the file holds them: the profile and each claim by field name
+        (tuples as lists)."""
+        claims = {} if self.claims is None else {
+            f.name: _jsonable(getattr(self.claims, f.name)) for f in fields(self.claims)}
+        return {"profile": self.profile, **claims}
 
     def save(self, directory: Path) -> Path:
         """Write the record to <directory>/<kind>-<content hash>.npz (the arrays as bits
@@ -82,9 +77,19 @@ class ReplayRecord:
             arrays = {name: f[name].view(by_name.get(dt) or np.dtype(dt))
                       for name, dt in meta["dtypes"].items()}
         options = dict(meta["options"])
-        if options.get("block") is not None:
-            options["block"] = tuple(options["block"])
-        return cls(meta["kind"], arrays, **options)
+        kind = _CLAIMS.get(meta["kind"])
+        claims = None
+        if kind is not None:  # the claims' fields; a file older than a claim lacks it
+            names = {f.name for f in fields(kind)}
+            given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                                     for k, v in options.items()
+                                     if k in names and v is not None}
+            claims = kind(**given)
+        return cls(meta["kind"], arrays, options.get("profile"), claims)
+
+
+def _jsonable(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
 
 
 def replay_command(path: Path) -> str:

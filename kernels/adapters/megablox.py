@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 
-from fp8check.contracts import KernelSpec
+from fp8check.contracts import KernelSpec, MatmulClaims
 
 TILING = (128, 128, 128)
 _MODULE = "jax.experimental.pallas.ops.tpu.megablox.gmm"
@@ -55,6 +55,6 @@ def megablox_bf16(backend: str = "auto") -> KernelSpec:
     return KernelSpec(
         name="megablox-bf16", contract="gmm", framework="jax", fn=gmm,
         native_fn=functools.partial(gmm, interpret=False),
-        out_dtypes=("f32", "bf16"), backend=resolved,
+        claims=MatmulClaims(out_dtypes=("f32", "bf16")), backend=resolved,
         description="jax megablox gmm (third-party, bf16 operands, f32 accumulation)",
     )

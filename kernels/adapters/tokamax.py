@@ -43,7 +43,7 @@ from __future__ import annotations
 import functools
 
 from fp8check import jaxenv
-from fp8check.contracts import OUT_DTYPES, KernelSpec
+from fp8check.contracts import OUT_DTYPES, KernelSpec, MatmulClaims
 from fp8check.kernels.pallas.spec import resolve_backend
 
 TILING = (128, 128, 128)  # tokamax's default Config (tile_m, tile_k, tile_n)
@@ -98,7 +98,8 @@ def tokamax_fp8(backend: str = "auto") -> KernelSpec:
     return KernelSpec(
         name="tokamax-fp8", contract="gmm-fp8", framework="jax", fn=gmm,
         native_fn=functools.partial(gmm, interpret=False),
-        accum="tokamax" if recipe_holds else None, out_dtypes=OUT_DTYPES, backend=resolved,
+        claims=MatmulClaims(accum="tokamax" if recipe_holds else None, out_dtypes=OUT_DTYPES),
+        backend=resolved,
         fidelity_fixes=tuple(probe_fidelity().fixes) if interpret else (),
         description="tokamax 0.0.12 Mosaic-TPU ragged dot (third-party, FP8 QArray operands)",
     )

@@ -53,7 +53,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from fp8check.contracts import OUT_DTYPES, KernelSpec
+from fp8check.contracts import OUT_DTYPES, KernelSpec, MatmulClaims, QuantizerClaims
 
 QBLOCK = 128
 GEMM_CONFIG = {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128}  # one of torchao's GEMM configs
@@ -125,7 +125,7 @@ def torchao_fp8(backend: str = "auto") -> KernelSpec:
 
     return KernelSpec(
         name="torchao-fp8", contract="gmm-fp8", framework="torch", fn=gmm,
-        accum="tokamax" if interpret else None, out_dtypes=OUT_DTYPES,
+        claims=MatmulClaims(accum="tokamax" if interpret else None, out_dtypes=OUT_DTYPES),
         backend="interpret" if interpret else "native", fidelity_fixes=fixes,
         description="torchao 0.18.0 blockwise FP8 Triton GEMM (third-party; dense, "
                     "looped over groups)",
@@ -149,12 +149,12 @@ def torchao_grouped_emulated(backend: str = "auto") -> KernelSpec:
 
     return KernelSpec(
         name="torchao-grouped-emulated", contract="gmm-fp8", framework="torch", fn=gmm,
-        # torch operators, no Triton: on the CPU where Triton would be interpreted
-        out_dtypes=("bf16",), backend="cpu" if interpret else "native",
         # torch's CPU bf16 GEMM flushes float32-subnormal results (measured: a [4, n] x
         # [n, 4] bf16 matmul of 2^-70 entries gives 0, not n 2^-140; the AVX512-BF16 dot
         # instructions flush); on a GPU it is not known to, and stays IEEE.
-        flushes_subnormals=interpret,
+        claims=MatmulClaims(out_dtypes=("bf16",), flushes_subnormals=interpret),
+        # torch operators, no Triton: on the CPU where Triton would be interpreted
+        backend="cpu" if interpret else "native",
         description="torchao 0.18.0 emulated blockwise FP8 grouped GEMM (third-party; "
                     "bf16 dequantization + torch._grouped_mm)",
     )
@@ -176,8 +176,8 @@ def torchao_act_quant(backend: str = "auto") -> KernelSpec:
 
     return KernelSpec(
         name="torchao-act-quant", contract="quantizer", framework="torch", fn=quantize,
-        recipe="transformer-engine", block=(1, QBLOCK), in_dtype="bf16",
-        partial_blocks=False,  # torchao asserts K % 128 == 0
+        claims=QuantizerClaims("transformer-engine", block=(1, QBLOCK), in_dtype="bf16",
+                               partial_blocks=False),  # torchao asserts K % 128 == 0
         backend="interpret" if interpret else "native", fidelity_fixes=fixes,
         description="torchao 0.18.0 1x128 FP8 activation quantizer (third-party)",
     )
@@ -200,8 +200,8 @@ def torchao_weight_quant(backend: str = "auto") -> KernelSpec:
 
     return KernelSpec(
         name="torchao-weight-quant", contract="quantizer", framework="torch", fn=quantize,
-        recipe="transformer-engine", block=(QBLOCK, QBLOCK), in_dtype="bf16",
-        partial_blocks=False,  # torchao asserts K and N % 128 == 0
+        claims=QuantizerClaims("transformer-engine", block=(QBLOCK, QBLOCK), in_dtype="bf16",
+                               partial_blocks=False),  # torchao asserts K and N % 128 == 0
         backend="interpret" if interpret else "native", fidelity_fixes=fixes,
         description="torchao 0.18.0 128x128 FP8 weight quantizer (third-party)",
     )

@@ -286,7 +286,8 @@ def fp8_spec(backend: str) -> KernelSpec:
     "interpret" or "native"), declaring the recipe it computes there (`accum_for`)."""
     spec = matmul_spec("pallas-fp8", "gmm-fp8", gmm_fp8, backend,
                        "blockwise FP8 grouped matmul, default tiling")
-    return replace(spec, accum=accum_for(spec.backend == "interpret"))
+    return replace(spec, claims=replace(spec.matmul_claims,
+                                        accum=accum_for(spec.backend == "interpret")))
 
 
 def bf16_spec(backend: str) -> KernelSpec:

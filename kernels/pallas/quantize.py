@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from fp8check.contracts import KernelSpec
+from fp8check.contracts import KernelSpec, QuantizerClaims
 
 E4M3_MAX = 448.0
 AMAX_FLOOR = np.float32(1e-4)  # float32(1e-4), as the reference's guard
@@ -75,6 +75,6 @@ def quantizer_spec(backend: str) -> KernelSpec:
     jnp, it runs on jax's default device whatever `backend` says."""
     return KernelSpec(
         name="pallas-quantizer", contract="quantizer", framework="jax",
-        fn=functools.partial(quantize_deepgemm, block=(1, 128)), recipe="deepgemm",
-        block=(1, 128), backend=jax.default_backend(),
+        fn=functools.partial(quantize_deepgemm, block=(1, 128)),
+        claims=QuantizerClaims("deepgemm", block=(1, 128)), backend=jax.default_backend(),
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from fp8check.contracts import OUT_DTYPES, KernelSpec
+from fp8check.contracts import OUT_DTYPES, KernelSpec, MatmulClaims
 from fp8check.kernels.pallas.fidelity import probe_fidelity
 from fp8check.kernels.pallas.validation import use_interpret
 
@@ -32,8 +32,9 @@ def matmul_spec(name: str, contract: str, fn: Callable, backend: str,
     interpret = resolved == "interpret"
     return KernelSpec(
         name=name, contract=contract, framework="jax",
-        fn=functools.partial(fn, interpret=interpret), out_dtypes=OUT_DTYPES, m_align=1,
-        deterministic=True, backend=resolved,
+        fn=functools.partial(fn, interpret=interpret),
+        claims=MatmulClaims(out_dtypes=OUT_DTYPES, m_align=1, deterministic=True),
+        backend=resolved,
         fidelity_fixes=tuple(probe_fidelity().fixes) if interpret else (),
         description=description,
     )

@@ -17,9 +17,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
 
-from fp8check.contracts import OUT_DTYPES, KernelSpec, contract_of
+from fp8check.contracts import (
+    OUT_DTYPES,
+    Claims,
+    KernelSpec,
+    MatmulClaims,
+    QuantizerClaims,
+    contract_of,
+)
 
 from ._common import QBLOCK
 from .fidelity import probe_fidelity
@@ -71,9 +77,11 @@ def triton_spec(name: str, contract: str, fn: Callable, backend: str, *,
         raise ValueError(f"Triton runs {resolved} in this process (TRITON_INTERPRET is read "
                          "when triton is first imported)")
     fixes = tuple(probe_fidelity().fixes)
-    extra: dict[str, Any]
+    claims: Claims
     if not contract_of(contract).matmul:
-        extra = {"recipe": recipe, "block": (1, 128)}
+        if recipe is None:
+            raise ValueError(f"Triton quantizer {name!r}: pass its recipe")
+        claims = QuantizerClaims(recipe, block=(1, QBLOCK), deterministic=True)
     elif resolved == "native" or dot in TENSOR_CORE_RECIPES:
         interval = QBLOCK  # the dot never promotes; the kernel does, every block
         if resolved == "native":
@@ -84,10 +92,10 @@ def triton_spec(name: str, contract: str, fn: Callable, backend: str, *,
                 interval = hopper_interval(build or name)
         else:
             fn, fixes = _with_dot_model(fn, dot), fixes + (f"dot_{dot}_mma",)
-        extra = {"out_dtypes": OUT_DTYPES, "accum": TENSOR_CORE_RECIPES[dot],
-                 "hopper_interval": interval}
+        claims = MatmulClaims(accum=TENSOR_CORE_RECIPES[dot], hopper_interval=interval,
+                              out_dtypes=OUT_DTYPES, m_align=1, deterministic=True)
     else:
-        extra = {"out_dtypes": OUT_DTYPES, "accum": accum}
-    return KernelSpec(name=name, contract=contract, framework="torch", fn=fn, m_align=1,
-                      deterministic=True, backend=resolved, fidelity_fixes=fixes,
-                      description=description, **extra)
+        claims = MatmulClaims(accum=accum, out_dtypes=OUT_DTYPES, m_align=1,
+                              deterministic=True)
+    return KernelSpec(name=name, contract=contract, framework="torch", fn=fn, claims=claims,
+                      backend=resolved, fidelity_fixes=fixes, description=description)

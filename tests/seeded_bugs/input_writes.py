@@ -28,7 +28,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from fp8check.contracts import NUMPY_DTYPES, KernelSpec, framework_dtype, to_framework, to_numpy
+from fp8check.contracts import (
+    NUMPY_DTYPES,
+    KernelSpec,
+    MatmulClaims,
+    framework_dtype,
+    to_framework,
+    to_numpy,
+)
 from seeded_bugs.catch import Catch, named, seeded
 from seeded_bugs.kernels import (
     QB,
@@ -115,8 +122,7 @@ def _torch_bug(write: str):
 
 
 def torch_spec(name: str, fn) -> KernelSpec:
-    return KernelSpec(name=name, contract="gmm-fp8", framework="torch", fn=fn,
-                      out_dtypes=("f32", "bf16"))
+    return KernelSpec(name=name, contract="gmm-fp8", framework="torch", fn=fn)
 
 
 # --- jax --------------------------------------------------------------------------------------
@@ -155,7 +161,7 @@ def _jax_bug(write: str):
 def jax_spec(name: str, fn) -> KernelSpec:
     # its arithmetic is numpy's: IEEE subnormals, declared so
     return KernelSpec(name=name, contract="gmm-fp8", framework="jax", fn=fn,
-                      out_dtypes=("f32", "bf16"), flushes_subnormals=False)
+                      claims=MatmulClaims(flushes_subnormals=False))
 
 
 # --- a quantizer and a tgmm -------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from fp8check.contracts import KernelSpec
+from fp8check.contracts import KernelSpec, MatmulClaims, QuantizerClaims
 from fp8check.references.exact import fma_f32
 from fp8check.references.mma import block_partial
 from seeded_bugs.catch import Catch, named, seeded
@@ -92,9 +92,10 @@ class BlockwiseGmm:
         return out.astype(dtype)
 
 
-def spec(name: str, fn, **kw) -> KernelSpec:
-    kw.setdefault("out_dtypes", ("f32", "bf16"))
-    return KernelSpec(name=name, contract="gmm-fp8", framework="numpy", fn=fn, **kw)
+def spec(name: str, fn, **claims) -> KernelSpec:
+    """A numpy gmm-fp8 kernel with the `claims` given by field name (`MatmulClaims`)."""
+    return KernelSpec(name=name, contract="gmm-fp8", framework="numpy", fn=fn,
+                      claims=MatmulClaims(**claims))
 
 
 # --- correct variants ---------------------------------------------------------------------
@@ -308,8 +309,7 @@ def tgmm_amax_normalised(lhs, dy, group_sizes, out_dtype=np.float32):
 
 
 def tgmm_spec(name: str, fn) -> KernelSpec:
-    return KernelSpec(name=name, contract="tgmm", framework="numpy", fn=fn,
-                      out_dtypes=("f32", "bf16"))
+    return KernelSpec(name=name, contract="tgmm", framework="numpy", fn=fn)
 
 
 # --- quantizers ---------------------------------------------------------------------------
@@ -362,7 +362,7 @@ def quantize_1x128(x, guard: bool, amax_of=block_amax, divide: bool = False):
 
 def quantizer_spec(name: str, fn) -> KernelSpec:
     return KernelSpec(name=name, contract="quantizer", framework="numpy", fn=fn,
-                      recipe="deepgemm", block=(1, 128))
+                      claims=QuantizerClaims("deepgemm", block=(1, 128)))
 
 
 CORRECT = named(

@@ -114,10 +114,11 @@ def _forward(spec: KernelSpec, ops: ModuleType) -> tuple[Callable[..., Any], str
     layer's dtype); one that does not must return a dtype it declares, the same on every
     call (the first call's)."""
     takes = takes_out_dtype(spec.fn)
+    out_dtypes = spec.matmul_claims.out_dtypes
     if takes:
-        wanted = ("bf16",) if "bf16" in spec.out_dtypes else spec.out_dtypes[:1]
+        wanted = ("bf16",) if "bf16" in out_dtypes else out_dtypes[:1]
     else:
-        wanted = spec.out_dtypes
+        wanted = out_dtypes
     kwargs = out_dtype_kwargs(spec, wanted[0])
     seen: list[str] = []
     contract = contract_of(spec.contract)

@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fp8check.contracts import MatmulClaims
 from fp8check.references.gmm import TENSOR_CORE_ACCUMS
-
-FLOAT32_UNIT_ROUNDOFF = 2.0**-24
 
 
 @dataclass(frozen=True)
@@ -35,12 +34,14 @@ class AccumulatorModel:
     interval: int
 
     @classmethod
-    def of(cls, accum: str | None, unit_roundoff: float = FLOAT32_UNIT_ROUNDOFF,
-           interval: int = 128) -> AccumulatorModel:
-        """The model of a kernel declaring `accum` (None: none), its accumulator's unit
-        roundoff and, for a tensor-core recipe, its promotion interval."""
+    def of(cls, claims: MatmulClaims) -> AccumulatorModel:
+        """The model of a kernel with these claims: its accumulation recipe (None: none
+        declared), its accumulator's unit roundoff and, for a tensor-core recipe, its
+        promotion interval."""
+        accum = claims.accum
         target = TENSOR_CORE_ACCUMS.get(accum) if accum is not None else None
-        return cls(accum, unit_roundoff, target, interval if target is not None else 128)
+        return cls(accum, claims.acc_unit_roundoff, target,
+                   claims.hopper_interval if target is not None else 128)
 
     @property
     def against_model(self) -> bool:

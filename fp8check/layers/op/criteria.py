@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fp8check import metrics
-from fp8check.layers.op.accumulator import FLOAT32_UNIT_ROUNDOFF, AccumulatorModel
+from fp8check.contracts import MatmulClaims, QuantizerClaims
 from fp8check.layers.op.chunks import InMemoryChunks
 from fp8check.layers.op.engine import PlotHook, evaluate
 from fp8check.layers.op.problem import Problem
@@ -35,9 +35,7 @@ __all__ = ["BadOutput", "PlotHook", "bias_limits", "criterion", "output_criteria
 
 def output_criteria(
     out: np.ndarray, prob: Problem, profile: Profile, m: dict[str, Any], *,
-    accum: str | None = None, acc_unit_roundoff: float = FLOAT32_UNIT_ROUNDOFF,
-    hopper_interval: int = 128, plots: PlotHook | None = None,
-    flushes_subnormals: bool = False,
+    claims: MatmulClaims, plots: PlotHook | None = None,
 ) -> list[Criterion]:
     """Every layer-1 criterion that one output of a matmul contract decides: correctness
     (finite, bound_ratio, error_ratio, bias_z, and bit_exact when `accum` is declared and
@@ -47,8 +45,9 @@ def output_criteria(
     problem has its unquantized operands.
 
     `out` must be a numpy array of the problem's output shape and dtype (BadOutput
-    otherwise); `accum` is the accumulation recipe the kernel claims, `acc_unit_roundoff`
-    its accumulator's unit roundoff (the error bound's u).  A tensor-core accum
+    otherwise); `claims` are the kernel's, resolved (`MatmulClaims.resolved`): `accum` the
+    accumulation recipe it claims, `acc_unit_roundoff` its accumulator's unit roundoff
+    (the error bound's u).  A tensor-core accum
     ("deepgemm-hopper" with promotion every `hopper_interval` K elements,
     "deepgemm-blackwell" promoting every 128-wide block) declares that tensor core: the
     bound gains its truncation term and the criteria compare with the model
@@ -58,21 +57,20 @@ def output_criteria(
     says so (`subnormal_range`).  Computed by `engine.evaluate` over the problem's
     compared rows as one chunk.
     """
-    crit, _ = evaluate(out, InMemoryChunks(prob), profile, m,
-                       AccumulatorModel.of(accum, acc_unit_roundoff, hopper_interval),
-                       flushes_subnormals=flushes_subnormals, plots=plots)
+    crit, _ = evaluate(out, InMemoryChunks(prob), profile, m, claims, plots=plots)
     return crit
 
 
 def quantizer_output_criteria(
-    values: np.ndarray, scales: np.ndarray, x: np.ndarray, block: tuple[int, int],
-    recipe: str, fmt: str, m: dict[str, Any], division_ulps: int = 0,
+    values: np.ndarray, scales: np.ndarray, x: np.ndarray, claims: QuantizerClaims,
+    m: dict[str, Any],
 ) -> list[Criterion]:
     """`quantizer_bit_exact`: (values, scales) bit for bit equal to quantize(x, block,
-    recipe, fmt, nan="propagate"), a NaN equal to any NaN (IEEE leaves a NaN's sign and
-    payload to the implementation: a kernel's max, multiply and cast may return another
-    NaN than numpy's, and no consumer can tell them apart), infinities by sign.  With
-    `division_ulps` N > 0 (the kernel divides approximately, within N float32 ulps) the
+    recipe, fmt, nan="propagate") of the quantizer's `claims`, a NaN equal to any NaN
+    (IEEE leaves a NaN's sign and payload to the implementation: a kernel's max, multiply
+    and cast may return another NaN than numpy's, and no consumer can tell them apart),
+    infinities by sign.  With the claims' `division_ulps` N > 0 (the kernel divides
+    approximately, within N float32 ulps) the
     criterion is `quantizer_approx_division` instead: each scale one the recipe gives from
     a division within N ulps, each value the recipe's from the kernel's own scale
     (`fp8check.references.quant_approx`).  Records value/scale mismatch counts in `m`;
@@ -81,7 +79,9 @@ def quantizer_output_criteria(
     distance to the recipe's own bits."""
     from fp8check.references import quant_approx, quantize
 
-    ref = quantize(x, (block[0], block[1]), recipe, fmt, nan="propagate")
+    block, recipe, fmt = claims.block, claims.recipe, claims.fmt
+    division_ulps = claims.division_ulps
+    ref = quantize(x, block, recipe, fmt, nan="propagate")
     if not np.isfinite(np.asarray(x, np.float32)).all():
         m["nonfinite_inputs"] = int(np.count_nonzero(~np.isfinite(np.asarray(x, np.float32))))
     values, scales = np.asarray(values), np.asarray(scales)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from fp8check import metrics
-from fp8check.contracts import NUMPY_DTYPES
+from fp8check.contracts import NUMPY_DTYPES, MatmulClaims
 from fp8check.layers.op.accumulator import AccumulatorModel
 from fp8check.layers.op.chunks import NAIVE, TRUNCATION, UNQUANTIZED, ChunkSource
 from fp8check.layers.op.problem import Problem
@@ -61,15 +61,16 @@ def not_evaluated(source: ChunkSource, acc: AccumulatorModel) -> list[str]:
 
 def evaluate(
     out: np.ndarray, source: ChunkSource, profile: Profile, m: dict[str, Any],
-    acc: AccumulatorModel, *, flushes_subnormals: bool = False,
+    claims: MatmulClaims, *,
     plots: PlotHook | None = None,
 ) -> tuple[list[Criterion], list[str]]:
     """(the criteria of `out` in the order finite, bound_ratio, error_ratio, bias_z,
     bias_z_signed, bit_exact, impact; the names of those not evaluated, `not_evaluated`).
 
     `out`: the whole output (BadOutput unless it has the source's shape and dtype).
-    `acc`: the kernel's declared accumulator.  `flushes_subnormals`: the bound's underflow
-    term is the flush-to-zero one, and on data that reaches the subnormal range only
+    `claims`: the kernel's, resolved (`MatmulClaims.resolved`), as they were declared: its
+    accumulator (`AccumulatorModel.of`) and, when it flushes subnormals, the bound's
+    underflow term is the flush-to-zero one, and on data that reaches the subnormal range only
     `GATED_WHEN_FLUSHING` are gated (the others reported in `m["ftz_not_gated"]`).
     `plots`: makes `m["plots"]` from the elementwise measures where the source is one
     in-memory chunk with the unquantized product.  Metrics go into `m`.
@@ -77,6 +78,7 @@ def evaluate(
     why = shape_error(out, source.out_shape, source.out_dtype)
     if why is not None:
         raise BadOutput(why)
+    acc, flushes_subnormals = AccumulatorModel.of(claims), claims.flushes
     skipped = not_evaluated(source, acc)
     underflow = source.underflow.term(ftz=flushes_subnormals, u=acc.unit_roundoff)
     tally = OutputTally(Setting(

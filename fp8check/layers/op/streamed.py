@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fp8check.layers.op.accumulator import FLOAT32_UNIT_ROUNDOFF, AccumulatorModel
+from fp8check.contracts import MatmulClaims
 from fp8check.layers.op.chunks import StreamedChunks
 from fp8check.layers.op.engine import evaluate
 from fp8check.layers.op.problem import StreamedProblem
@@ -30,16 +30,13 @@ from fp8check.results.model import Criterion
 
 def streamed_output_criteria(
     out: np.ndarray, prob: StreamedProblem, profile: Profile, m: dict[str, Any], *,
-    accum: str | None = None, acc_unit_roundoff: float = FLOAT32_UNIT_ROUNDOFF,
-    hopper_interval: int = 128, rows_per_chunk: int = 2048, flushes_subnormals: bool = False,
+    claims: MatmulClaims, rows_per_chunk: int = 2048,
 ) -> list[Criterion]:
     """The criteria of `out` [M, N] (the problem's dtype) on a streamed problem, in the
     order `output_criteria` lists them; metrics go into `m`, the names of the criteria
-    not evaluated into `m["streamed_not_evaluated"]`.  `accum`, `acc_unit_roundoff`,
-    `hopper_interval` and `flushes_subnormals` as in `output_criteria`; `rows_per_chunk`
+    not evaluated into `m["streamed_not_evaluated"]`.  `claims` as in
+    `output_criteria`; `rows_per_chunk`
     bounds the streamed chunks (memory O(rows_per_chunk K + rows_per_chunk N))."""
-    crit, skipped = evaluate(out, StreamedChunks(prob, rows_per_chunk), profile, m,
-                             AccumulatorModel.of(accum, acc_unit_roundoff, hopper_interval),
-                             flushes_subnormals=flushes_subnormals)
+    crit, skipped = evaluate(out, StreamedChunks(prob, rows_per_chunk), profile, m, claims)
     m["streamed_not_evaluated"] = skipped
     return crit

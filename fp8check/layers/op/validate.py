@@ -42,7 +42,7 @@ def validate_case(
     """Run `spec` on `case` (twice when it declares determinism) and apply every criterion.
 
     Args:
-        spec: the kernel and its declarations.
+        spec: the kernel and its claims, which the criteria get as they are.
         case: the case; its inputs are regenerated from its fields.
         profile: the limits the criteria apply.
         problem: `build_problem(spec.contract, case)`, shared between the kernels of a
@@ -91,10 +91,11 @@ def _matmul_criteria(
     spec: KernelSpec, case: Case, prob: AnyProblem, profile: Profile, m: dict[str, Any],
     timing: dict[str, float], plots: PlotHook | None,
 ) -> list[Criterion]:
+    claims = spec.matmul_claims
     outs, written = [], []
     shape = prob.out_shape if isinstance(prob, StreamedProblem) else prob.exact.shape
     t = time.perf_counter()
-    for _ in range(2 if spec.deterministic else 1):
+    for _ in range(2 if claims.deterministic else 1):
         call = run_kernel(spec, prob.args, case.out_dtype)
         out = call.out
         written.append(call.inputs_changed)
@@ -105,19 +106,12 @@ def _matmul_criteria(
                             + _written_note(merged(*written)))
         outs.append(out)
     timing["kernel"] = time.perf_counter() - t
-    ftz = bool(spec.flushes_subnormals)
     if isinstance(prob, StreamedProblem):
         m["plots_note"] = "streamed case: no per-case plots (they need [M, N] references)"
-        crit = streamed_output_criteria(outs[0], prob, profile, m, accum=spec.accum,
-                                        acc_unit_roundoff=spec.acc_unit_roundoff,
-                                        hopper_interval=spec.hopper_interval,
-                                        flushes_subnormals=ftz)
+        crit = streamed_output_criteria(outs[0], prob, profile, m, claims=claims)
     else:
-        crit = output_criteria(outs[0], prob, profile, m, accum=spec.accum,
-                               acc_unit_roundoff=spec.acc_unit_roundoff,
-                               hopper_interval=spec.hopper_interval, plots=plots,
-                               flushes_subnormals=ftz)
-    if spec.deterministic:
+        crit = output_criteria(outs[0], prob, profile, m, claims=claims, plots=plots)
+    if claims.deterministic:
         sl = slice(0, prob.rows)
         same = same_bits(outs[0][sl], outs[1][sl])
         # listed with the correctness criteria, before impact, as the gate always has
@@ -139,25 +133,23 @@ def _dtype_hint(spec: KernelSpec, out_dtype: str) -> str:
     how = (f"it was called with out_dtype={out_dtype}" if takes_out_dtype(spec.fn) else
            "it takes no out_dtype keyword, so it must return the case's dtype")
     return (f" on a {out_dtype} case; {how}: declare the dtypes it returns with "
-            f"--out-dtypes (KernelSpec.out_dtypes)")
+            f"--out-dtypes (MatmulClaims.out_dtypes)")
 
 
 def _quantizer_criteria(spec: KernelSpec, inp: CaseInputs, m: dict[str, Any]) -> list[Criterion]:
-    x = inp.w if tuple(spec.block) == (128, 128) else inp.x
-    x = x.astype(NUMPY_DTYPES[spec.in_dtype])
-    calls = [run_kernel(spec, (x,)) for _ in range(2 if spec.deterministic else 1)]
+    claims = spec.quantizer_claims
+    x = inp.w if claims.block == (128, 128) else inp.x
+    x = x.astype(NUMPY_DTYPES[claims.in_dtype])
+    calls = [run_kernel(spec, (x,)) for _ in range(2 if claims.deterministic else 1)]
     runs = [c.out for c in calls]
     written = merged(*(c.inputs_changed for c in calls))
     if not (isinstance(runs[0], tuple) and len(runs[0]) == 2):
         raise BadOutput(f"returned {returned(runs[0])}, expected a tuple (values, scales)"
                         + _written_note(written))
     values, scales = runs[0]
-    if spec.recipe is None:
-        raise ValueError(f"quantizer {spec.name} declares no recipe")
     crit = [inputs_criterion(written)]
-    crit += quantizer_output_criteria(values, scales, x, (spec.block[0], spec.block[1]),
-                                      spec.recipe, spec.fmt, m, spec.division_ulps)
-    if spec.deterministic:
+    crit += quantizer_output_criteria(values, scales, x, claims, m)
+    if claims.deterministic:
         same = all(same_bits(np.asarray(a), np.asarray(b)) for a, b in zip(*runs, strict=True))
         crit.append(criterion("deterministic", same, "==", True))
     return crit

@@ -6,7 +6,7 @@ error_ratio while every criterion still passes."""
 
 import numpy as np
 
-from fp8check.contracts import KernelSpec
+from fp8check.contracts import KernelSpec, MatmulClaims
 
 QB = 128
 
@@ -44,6 +44,6 @@ def doubled_fn(lhs_q, lhs_scale, rhs_q, rhs_scale, group_sizes, out_dtype=np.flo
 
 
 accurate = KernelSpec(name="compare-demo", contract="gmm-fp8", framework="numpy",
-                      fn=accurate_fn, out_dtypes=("f32",))
+                      fn=accurate_fn, claims=MatmulClaims(out_dtypes=("f32",)))
 doubled = KernelSpec(name="compare-demo", contract="gmm-fp8", framework="numpy",
-                     fn=doubled_fn, out_dtypes=("f32",))
+                     fn=doubled_fn, claims=MatmulClaims(out_dtypes=("f32",)))
