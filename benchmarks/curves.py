@@ -1,4 +1,4 @@
-"""False-alarm and detection rates of every loss-curve criterion (`fp8check.curves`) at a
+"""False-alarm and detection rates of every loss-curve criterion (`fp8check.measures.curves`) at a
 profile's limits, on synthetic run pairs, measured in one run (seeded numpy, one core).
 
     python benchmarks/curves.py [--pairs 1000] [--profile strict] [--seed 0]
@@ -32,7 +32,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fp8check.curves import Curve, CurveLimits, auc, compare, get_limits, rel_gap, seed_test
+from fp8check.measures.curves import (
+    Curve,
+    CurveLimits,
+    auc,
+    compare,
+    get_limits,
+    rel_gap,
+    seed_test,
+)
 
 LENGTHS = (100, 300, 1000)
 NOISE = (0.003, 0.01, 0.02)

@@ -50,8 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from seeded_bugs.catalog import BUGS, CORRECT  # noqa: E402
 from seeded_bugs.catch import SeededBug  # noqa: E402
 
-from fp8check.cases import Case, build_suite  # noqa: E402
 from fp8check.contracts import KernelSpec, contract_of  # noqa: E402
+from fp8check.inputs.cases import Case, build_suite  # noqa: E402
 from fp8check.layers.op import ProblemCache, skipped_result, validate_case  # noqa: E402
 from fp8check.profiles import get_profile  # noqa: E402
 from fp8check.results.model import CaseResult  # noqa: E402

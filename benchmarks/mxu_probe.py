@@ -1,7 +1,7 @@
 """How does a TPU's MXU accumulate an FP8 dot?  A probe for a run on the chip (v7x first).
 
 Compiling shows that v7x's MXU takes e4m3 operands itself (LLO `matmul_data_format<e4m3b>`,
-`fp8check.targets`), not how it sums them: IEEE float32 sums of exact products (in some
+`fp8check.targets.chips`), not how it sums them: IEEE float32 sums of exact products (in some
 order), one rounding of the exact sum, or a narrower fixed-point accumulator with the
 products aligned to the largest one and cut (as NVIDIA's FP8 tensor cores do, 13 fraction
 bits on Hopper).  This script runs single-pass FP8 dots built to tell these readings apart
@@ -24,7 +24,7 @@ Readings (`READINGS`), each a prediction per probe row:
 
 On the CPU the interpret-mode result must lie in `float32`'s set on every row (a test runs
 this: the probe's own predictions are checked before any chip is asked).  On a chip, the
-readings left standing are the answer; `fp8check.targets` row `v7x` says what the gate
+readings left standing are the answer; `fp8check.targets.chips` row `v7x` says what the gate
 assumes until then, and what it would false-alarm on if the assumption is wrong.
 """
 

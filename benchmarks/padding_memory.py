@@ -3,7 +3,7 @@ Grouped GEMM), computed with `padding_overhead` (no GPU needed: it is arithmetic
 layouts).
 
 Space: N, K in {3072, 4096, 5120, 6144, 7168, 8192}; groups in {4, 8, 16, 32}; M in
-{8192, 16384, 32768, 65536}; M_g random: `fp8check.testdata`' "uniform-random" split of
+{8192, 16384, 32768, 65536}; M_g random: `fp8check.inputs.testdata`' "uniform-random" split of
 M into G parts, 5 draws per point, fixed seed.
 
 Two views of "saved", both layout arithmetic (not a measurement):
@@ -21,8 +21,8 @@ import itertools
 
 import numpy as np
 
+from fp8check.inputs.testdata import GROUP_PATTERNS
 from fp8check.kernels.triton import padding_overhead
-from fp8check.testdata import GROUP_PATTERNS
 
 NK = (3072, 4096, 5120, 6144, 7168, 8192)
 GROUPS = (4, 8, 16, 32)

@@ -18,7 +18,7 @@ import argparse
 
 import numpy as np
 
-from fp8check import metrics
+from fp8check.measures import metrics
 from fp8check.references import abs_product, gmm, quantize
 from fp8check.references.hopper_bound import truncation_term
 

@@ -9,11 +9,11 @@ Prints, measured in this one run, the CPU's relevant flags and then:
   path this CPU has (and a float64 matmul of the same FLOPs, the BLAS path's floor); the
   tensor-core models (deepgemm-hopper, deepgemm-blackwell);
 * dev shape: the exact tgmm and dgrad references (bf16 operands) in the same table;
-* the layer-1 metrics (ULP, bound ratio, SQNR; `fp8check.totals.metric_totals`) over 10^8
+* the layer-1 metrics (ULP, bound ratio, SQNR; `fp8check.measures.totals.metric_totals`) over 10^8
   elements against one numpy pass over the same bytes (a sum of each input array);
 * production shapes wi (M=65536, K=2048, N=512, G=256) and wo (K and N swapped): time and
   peak RSS of the reference gmm (standing in for a kernel's output) and of the streamed
-  layer-1 metrics on it (`fp8check.totals.gmm_metric_totals`: exact reference, |A||B|, the
+  layer-1 metrics on it (`fp8check.measures.totals.gmm_metric_totals`: exact reference, |A||B|, the
   deepgemm recipe and the metrics one row chunk at a time), each in a fresh subprocess so
   the peak is its own, after a call on a small problem (numba's compilation not timed).
 
@@ -155,7 +155,7 @@ def backward_table(a, gs, f32):
 
 
 def metrics_table(n=10**8):
-    from fp8check.totals import metric_totals
+    from fp8check.measures.totals import metric_totals
 
     rng = np.random.default_rng(4)
     exact = rng.standard_normal(n)
@@ -181,8 +181,8 @@ def peak_rss_gib() -> float:
 
 
 def production_child(layer: str):
+    from fp8check.measures.totals import gmm_metric_totals
     from fp8check.references import gmm
-    from fp8check.totals import gmm_metric_totals
 
     shape = PROD[layer]
     # A small problem first: numba compiles (or loads from its cache) outside the timings.

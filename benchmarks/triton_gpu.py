@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 import fp8check.kernels.triton as tk  # sets TRITON_INTERPRET=1 when there is no CUDA
-from fp8check.testdata import GROUP_PATTERNS
+from fp8check.inputs.testdata import GROUP_PATTERNS
 
 SIZES_NK = (3072, 4096, 5120, 6144, 7168, 8192)
 GROUPS = (4, 8, 16, 32)

@@ -8,7 +8,7 @@
 * `F64_MAX`: the largest float64, for finiteness tests that vectorize.
 
 Shared by the references (`references.exact`) and the elementwise metric cores
-(`formats.ulp`, `metrics.bound_ratio`, `fp8check.totals`).
+(`formats.ulp`, `metrics.bound_ratio`, `fp8check.measures.totals`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ TPU device files), where jax must find the chips.
   grid structures and not in others (a one-program grid rounds twice, a longer grid
   fuses), so interpret mode would compute two recipes.  Without FMA instructions it
   rounds every operation, which is what the TPU does (its Mosaic LLO shows separate
-  ``vmul.f32`` and ``vadd.f32``; `fp8check.native.tpu`).  Set FP8CHECK_XLA_FMA=1 to keep
+  ``vmul.f32`` and ``vadd.f32``; `fp8check.targets.tpu`).  Set FP8CHECK_XLA_FMA=1 to keep
   FMA; `kernels.pallas.fidelity` then measures and reports what interpret mode computes.
 """
 

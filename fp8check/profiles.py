@@ -2,7 +2,7 @@
 
 Every limit the gate applies is here, per profile (`Profile`, with layer 2's `MoeLimits`
 and layers 3-4's `CurveLimits`) or the same in every profile (module constants), each
-with its source; layer 0's are the chips' (`fp8check.targets`).  `limits_table` lists
+with its source; layer 0's are the chips' (`fp8check.targets.chips`).  `limits_table` lists
 them all, and `docs/limits.md` is generated from it (`python -m fp8check.profiles`).  The
 drift `fp8check compare` allows each criterion between two runs is `DRIFT`.
 
@@ -59,7 +59,7 @@ import fnmatch
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fp8check.subnormal_data import SUBNORMAL_DIST
+from fp8check.inputs.subnormal import SUBNORMAL_DIST
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class CurveLimits:
 @dataclass(frozen=True)
 class Profile:
     """Thresholds of one stage, layers 1 to 4.  Units: dB for SQNR, output units for atol.
-    Layer 0's limits are the chips' (`fp8check.targets`), the same in every profile."""
+    Layer 0's limits are the chips' (`fp8check.targets.chips`), the same in every profile."""
 
     name: str
     max_bound_ratio: float
@@ -109,7 +109,7 @@ class Profile:
 # gradients at 21 dB, the figures torchao's MoE training tests gate FP8 grouped GEMMs with
 # (~23 dB outputs, 21-29 dB gradients); explore 20 / 18 dB (20 dB, the common
 # "acceptable" floor for FP8 training).
-# Layers 3-4 (`fp8check.curves`): strict is Megatron's 1% AUC rule; the final loss (a tenth
+# Layers 3-4 (`fp8check.measures.curves`): strict is Megatron's 1% AUC rule; the final loss (a tenth
 # of the steps, noisier) and the worst EMA-smoothed step get 2% and 3%.  On the ci
 # schedule (Pallas, seeds 0-2) correct FP8 kernels give |AUC gap| <= 3.1e-4, |final gap|
 # <= 1.3e-3, max |EMA gap| <= 4e-3 and a median gradient SNR of 28-29 dB against f32
@@ -184,7 +184,7 @@ IMPACT_REPORT_ONLY: dict[str, str] = {
 
 
 # Noise deviations a relative loss gap may reach before it counts: the curve criteria's
-# limit (`fp8check.curves`) and the drift a comparison of two runs allows a curve's gap.
+# limit (`fp8check.measures.curves`) and the drift a comparison of two runs allows a curve's gap.
 GAP_Z = 3.0
 
 
@@ -292,9 +292,9 @@ def _same(value: float) -> dict[str, float]:
 
 
 def limits_table() -> list[LimitRow]:
-    """Every gated limit of layers 0 to 4 (layer 0's per chip, from `fp8check.targets`),
+    """Every gated limit of layers 0 to 4 (layer 0's per chip, from `fp8check.targets.chips`),
     with its source; `docs/limits.md` is this table (`python -m fp8check.profiles`)."""
-    from fp8check.targets import TARGETS
+    from fp8check.targets.chips import TARGETS
 
     rows = [LimitRow(0, f"{res} ({name})", "<=", _same(lim.value), lim.unit, lim.source)
             for name, t in TARGETS.items() for res, lim in t.limits.items()]

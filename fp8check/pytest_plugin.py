@@ -57,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "(e.g. out_dtypes=('bf16',), m_align=128, accum='deepgemm')",
     )
     if importlib.util.find_spec("hypothesis") is not None:  # a test extra, not required
-        import fp8check.hypothesis_profiles  # noqa: F401  (registers the profiles)
+        import fp8check.inputs.hypothesis_profiles  # noqa: F401  (registers the profiles)
     report, json_path = config.getoption("--fp8check-report"), config.getoption("--fp8check-json")
     if report or json_path:
         config.pluginmanager.register(_Collector(config, report, json_path), _COLLECTOR)
@@ -92,7 +92,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if marker is None:
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: the {FIXTURE} fixture needs "
                                 f"@pytest.mark.fp8check(suite=...)")
-    from fp8check.cases import build_suite
+    from fp8check.inputs.cases import build_suite
 
     opts = _marker_options(marker, metafunc.config)
     try:

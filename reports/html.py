@@ -9,7 +9,7 @@ verdict; against a baseline run when one is given (`fp8check.results.compare`: p
 kernel, the criteria that moved, regressions first); summary matrix (kernels x layers:
 counts, worst criterion, time); every failing case with its reproduction command and
 figures; the quantization-impact overview; every case by layer and kernel (collapsed);
-the tiling search; skips and load errors; what the gate looked at (`fp8check.coverage`
+the tiling search; skips and load errors; what the gate looked at (`fp8check.inputs.coverage`
 of the suite's cases it ran at layer 1, with the input classes none of them reaches); the
 environment (versions, backends, interpreter fixes, seed).
 """
@@ -27,11 +27,11 @@ from typing import Any
 
 import jinja2
 
-from fp8check import cases as cases_mod
-from fp8check.coverage import Coverage, suite_coverage
+from fp8check.inputs import cases as cases_mod
+from fp8check.inputs.coverage import Coverage, suite_coverage
 from fp8check.reports import plots
 from fp8check.results.compare import Comparison, Move
-from fp8check.targets import TARGETS, Target
+from fp8check.targets.chips import TARGETS, Target
 
 _TEMPLATES = Path(__file__).parent / "templates"
 # Metrics shown in the tables, in this order (the JSON has all of them).
@@ -182,7 +182,7 @@ def gate_coverage(doc: dict[str, Any]) -> Coverage | None:
 
 
 def layer0_targets(results: Sequence[dict[str, Any]]) -> list[Target]:
-    """The rows of `fp8check.targets` that the run's layer-0 results compiled for, in the
+    """The rows of `fp8check.targets.chips` that the run's layer-0 results compiled for, in the
     table's order (what the report says of each chip's FP8 datapath and accumulator)."""
     seen = {r.get("metrics", {}).get("target") for r in results if r.get("layer") == 0}
     return [t for name, t in TARGETS.items() if name in seen]

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fp8check import metrics
+from fp8check.measures import metrics
 from fp8check.references.casts import to_float64
 
 if TYPE_CHECKING:

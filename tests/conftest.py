@@ -1,6 +1,6 @@
 """Suite-wide pytest configuration: the hypothesis profiles.
 
-fp8check's own `fp8check-ci` profile is the default (`fp8check.hypothesis_profiles`):
+fp8check's own `fp8check-ci` profile is the default (`fp8check.inputs.hypothesis_profiles`):
 derandomized, so every run of the suite draws the same examples and a failure reproduces
 anywhere; no example database, no deadline (the CPU interpreters are slow and their
 timing varies).  Set HYPOTHESIS_PROFILE=fp8check-dev for a randomized search with the
@@ -15,7 +15,7 @@ from hypothesis import settings
 
 from fp8check.config import load_config
 from fp8check.gate.plan import jsonl_path
-from fp8check.hypothesis_profiles import CI_PROFILE
+from fp8check.inputs.hypothesis_profiles import CI_PROFILE
 
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", CI_PROFILE))
 

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from fp8check import testing
-from fp8check.cases import build_suite
 from fp8check.cli import parser
 from fp8check.commands.gate import options
 from fp8check.config import GateConfig
@@ -35,6 +34,7 @@ from fp8check.contracts import (
 from fp8check.gate.declarations import CLAIM_FLAGS, PlainDeclarations
 from fp8check.gate.kernels import load_kernels
 from fp8check.gate.plan import make_plan
+from fp8check.inputs.cases import build_suite
 from fp8check.layers.op import ProblemCache, validate_case
 from fp8check.profiles import get_profile
 from fp8check.references.gmm import PROMOTION_INTERVALS

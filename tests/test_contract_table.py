@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from fp8check.cases import build_suite
 from fp8check.contracts import (
     ARG_NAMES,
     CONTRACTS,
@@ -16,6 +15,7 @@ from fp8check.contracts import (
     QUANTIZER,
     contract_of,
 )
+from fp8check.inputs.cases import build_suite
 from fp8check.layers.op import build_problem
 from fp8check.layers.op.problem import PROBLEM_BUILDERS
 

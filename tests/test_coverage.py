@@ -1,6 +1,6 @@
-"""Suite coverage (`fp8check.coverage`) and its listing in `fp8check list`: every input
+"""Suite coverage (`fp8check.inputs.coverage`) and its listing in `fp8check list`: every input
 class turns covered by a case made to reach it and only by such a case; the named suites'
-coverage follows from their definitions (`fp8check.cases.SUITE_SHAPES`)."""
+coverage follows from their definitions (`fp8check.inputs.cases.SUITE_SHAPES`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from fp8check import coverage
-from fp8check.cases import SUITE_SHAPES, SUITES, Case, build_suite
 from fp8check.cli import main
+from fp8check.inputs import coverage
+from fp8check.inputs.cases import SUITE_SHAPES, SUITES, Case, build_suite
 
 BASE = build_suite("smoke", 0)[0]  # wi, zero-middle, fp8-ties, f32: K/128 = 4, N = 256
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from seeded_bugs.catalog import kernel
 
-from fp8check.cases import build_suite
 from fp8check.contracts import KernelSpec, run_kernel
+from fp8check.inputs.cases import build_suite
 from fp8check.layers.op import ProblemCache, streamed_gmm_fp8_problem
 from fp8check.layers.op.chunks import InMemoryChunks, StreamedChunks
 from fp8check.layers.op.engine import evaluate

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fp8check import curves
 from fp8check.cli import main
-from fp8check.curves import Curve, compare, get_limits, load_curve
+from fp8check.measures import curves
+from fp8check.measures.curves import Curve, compare, get_limits, load_curve
 from tests.test_documents import make_document
 
 STRICT = get_limits("strict")

@@ -13,7 +13,7 @@ import pytest
 from seeded_bugs.catch import Catch, SeededBug
 from seeded_bugs.kernels import BUGS, CORRECT
 
-from fp8check.cases import build_suite
+from fp8check.inputs.cases import build_suite
 from fp8check.results.model import CaseResult, Criterion
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

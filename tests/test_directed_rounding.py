@@ -13,8 +13,8 @@ import pytest
 from seeded_bugs import rounding
 from seeded_bugs.rounding import RoundingGmm, round_bf16, round_f32, two_sum
 
-from fp8check.cases import build_suite
 from fp8check.contracts import KernelSpec, MatmulClaims
+from fp8check.inputs.cases import build_suite
 from fp8check.layers.op import ProblemCache, validate_case
 from fp8check.profiles import get_profile
 from fp8check.references import gmm, quantize

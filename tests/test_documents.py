@@ -325,7 +325,7 @@ def test_a_kernel_that_failed_to_load_in_a_shard_fails_the_merge(tmp_path):
 def test_figure_data_is_checked_too(tmp_path, capsys):
     """The report draws a result's figure data: wrong types or lengths there are bad
     input (exit 2), not a crash in the plotting code."""
-    from fp8check.cases import build_suite
+    from fp8check.inputs.cases import build_suite
     from fp8check.layers.op import validate_case
     from fp8check.profiles import get_profile
     from fp8check.reports.plotdata import plot_data

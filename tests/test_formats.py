@@ -8,8 +8,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fp8check import overflow
 from fp8check.formats import get_format, satfinite, ulp
+from fp8check.measures import overflow
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "fp8-overflow.md"
 
@@ -85,7 +85,7 @@ def test_documented_overflow_table_is_what_this_machine_does():
     measured = overflow.measure()
     assert _doc_table() == measured, (
         "docs/fp8-overflow.md disagrees with this machine; regenerate it with "
-        "`python -m fp8check.overflow`"
+        "`python -m fp8check.measures.overflow`"
     )
     # The two casts disagree on overflow: ml_dtypes gives NaN, torch saturates to 448.
     assert measured["numpy/ml_dtypes astype"][2] == "nan"

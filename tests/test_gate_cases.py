@@ -13,7 +13,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from fp8check.cases import (
+from fp8check.contracts import KernelSpec, MatmulClaims, QuantizerClaims
+from fp8check.inputs.cases import (
     NONFINITE,
     RANDOM_PATTERN,
     SUITE_SHAPES,
@@ -23,11 +24,10 @@ from fp8check.cases import (
     case_inputs,
     find_case,
 )
-from fp8check.contracts import KernelSpec, MatmulClaims, QuantizerClaims
+from fp8check.inputs.testdata import DISTRIBUTIONS, GROUP_PATTERNS, UE8M0_EDGES
 from fp8check.layers.op import build_problem, validate_case
 from fp8check.profiles import get_profile
 from fp8check.references import quantize
-from fp8check.testdata import DISTRIBUTIONS, GROUP_PATTERNS, UE8M0_EDGES
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_tie_cases_put_many_bf16_outputs_on_ties_in_both_signs(ci):
     outputs lie in [256, 512) where the odd half are ties, 30% in [512, 1024) where a
     quarter are: about 20% ties, 10% per sign.  Asserted: 4% per sign (a factor 2.5 of
     slack for the normal approximation), in each of at least two bf16 cases."""
-    from fp8check.cases import TIES_DISTRIBUTION
+    from fp8check.inputs.cases import TIES_DISTRIBUTION
 
     ties = [c for c in ci if c.distribution == TIES_DISTRIBUTION]
     assert len(ties) >= 2 and {c.aspect for c in ties} == {"wi", "wo"}
@@ -232,7 +232,7 @@ def test_ci_reaches_small_m_with_many_groups(seed):
 
 def test_ci_has_two_nonfinite_cases_per_out_dtype(ci):
     """Two non-finite cases per output dtype, one per aspect, each with NaN, +Inf and -Inf
-    in its operands' group rows (the planted values of `fp8check.nonfinite_inputs`)."""
+    in its operands' group rows (the planted values of `fp8check.inputs.nonfinite`)."""
     nonfinite = [c for c in ci if c.distribution == NONFINITE]
     for out in ("f32", "bf16"):
         mine = [c for c in nonfinite if c.out_dtype == out]
@@ -413,7 +413,7 @@ def test_gate_runtime_does_not_import_hypothesis():
     code = textwrap.dedent("""
         import sys
         import fp8check.cli, fp8check.pytest_plugin
-        from fp8check.cases import SUITES, build_suite, case_inputs
+        from fp8check.inputs.cases import SUITES, build_suite, case_inputs
         for suite in SUITES:
             build_suite(suite, 0)
         case_inputs(build_suite("smoke", 0)[0])

@@ -143,7 +143,7 @@ def test_a_spec_runs_every_out_dtype_unless_narrowed():
 def test_a_wrong_output_dtype_fails_naming_out_dtypes(fn, how):
     """A kernel that returns f32 on a bf16 case fails (never a skip), saying how it was
     called and which declaration narrows it."""
-    from fp8check.cases import build_suite
+    from fp8check.inputs.cases import build_suite
     from fp8check.layers.op import validate_case
     from fp8check.profiles import get_profile
 
@@ -260,7 +260,7 @@ def test_spec_target_must_agree_with_flags(tmp_path):
 def test_a_wrong_return_is_reported_as_what_it_was(returns, what):
     """A kernel returning a list was reported as "returned tuple", None as "returned
     shape ()": the result says what came back and what was expected."""
-    from fp8check.cases import build_suite
+    from fp8check.inputs.cases import build_suite
     from fp8check.layers.op import validate_case
     from fp8check.profiles import get_profile
 
@@ -283,7 +283,7 @@ def test_a_wrong_return_is_reported_as_what_it_was(returns, what):
     (lambda v, s: (v, s, v), "a tuple"),
 ])
 def test_a_quantizer_must_return_values_and_scales(returns, what):
-    from fp8check.cases import build_suite
+    from fp8check.inputs.cases import build_suite
     from fp8check.layers.op import validate_case
     from fp8check.profiles import get_profile
     from fp8check.references import quantize

@@ -4,7 +4,7 @@
 import pytest
 from seeded_bugs.kernels import CORRECT
 
-from fp8check.cases import NONFINITE, build_suite
+from fp8check.inputs.cases import NONFINITE, build_suite
 from fp8check.layers.op import build_problem, validate_case
 from fp8check.profiles import IMPACT_REPORT_ONLY, get_profile
 

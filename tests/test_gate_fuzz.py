@@ -9,7 +9,7 @@ real argparse options; mutated JSON documents and JSONL streams for `report`, `m
 kernels, which need the gate's worker processes, are in `test_gate_fuzz_kernels.py`.  Every
 `gate` that may run is one smoke case with a numpy kernel and `--no-isolate` (seconds);
 `tune` only reaches its argument checks.  The example counts are the `fp8check-ci`
-profile's `FUZZ_*` settings (`fp8check.hypothesis_profiles`), sized so that the fuzz files
+profile's `FUZZ_*` settings (`fp8check.inputs.hypothesis_profiles`), sized so that the fuzz files
 take about a minute under `make test`.
 """
 
@@ -42,7 +42,7 @@ from hypothesis import strategies as st
 
 from fp8check import registry
 from fp8check.cli import parser
-from fp8check.hypothesis_profiles import fuzz_settings
+from fp8check.inputs.hypothesis_profiles import fuzz_settings
 from fp8check.results import documents, read_document
 
 # capfd and tmp_path are shared by a test's examples on purpose: each example reads the

@@ -6,7 +6,7 @@ document with a failed or error result for each hostile kernel, the correct kern
 result passed (its inputs were not corrupted by the others), the kernel file unchanged.
 
 Each example is a gate process whose crashed workers are respawned (~10-30 s here), so
-the example count (`FUZZ_HOSTILE_KERNELS` in `fp8check.hypothesis_profiles`) is small and
+the example count (`FUZZ_HOSTILE_KERNELS` in `fp8check.inputs.hypothesis_profiles`) is small and
 each example draws several hostile kernels.
 """
 
@@ -20,7 +20,7 @@ from fuzz_support import CASE, GOOD_KERNEL, GOOD_NAME, check_contract, digests
 from hypothesis import HealthCheck, event, example, given
 from hypothesis import strategies as st
 
-from fp8check.hypothesis_profiles import fuzz_settings
+from fp8check.inputs.hypothesis_profiles import fuzz_settings
 from fp8check.results import read_document
 
 # name -> body of a kernel `def NAME(lhs_q, lhs_scale, rhs_q, rhs_scale, group_sizes,

@@ -39,7 +39,7 @@ def test_megablox_fails_when_handed_wrong_group_sizes():
     metadata bug in the caller), fails every smoke case it runs on."""
     import dataclasses
 
-    from fp8check import cases
+    from fp8check.inputs import cases
     from fp8check.layers.op import build_problem, validate_case
     from fp8check.profiles import get_profile
 

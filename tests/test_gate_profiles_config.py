@@ -7,7 +7,7 @@ import pytest
 from fp8check.cli import main
 from fp8check.config import GateConfig, load_config
 from fp8check.profiles import PROFILES, get_profile, limits_markdown, limits_table, sqnr_band
-from fp8check.targets import TARGETS
+from fp8check.targets.chips import TARGETS
 
 ROOT = Path(__file__).resolve().parents[1]
 

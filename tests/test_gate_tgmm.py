@@ -3,7 +3,7 @@
 
 from seeded_bugs.kernels import CORRECT
 
-from fp8check.cases import build_suite
+from fp8check.inputs.cases import build_suite
 from fp8check.layers.op import build_problem, validate_case
 from fp8check.profiles import get_profile
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from seeded_bugs.kernels import CORRECT, quantize_deepgemm, quantizer_spec
 
-from fp8check.cases import build_suite
+from fp8check.inputs.cases import build_suite
 from fp8check.layers.op import build_problem, validate_case
 from fp8check.profiles import get_profile
 

@@ -101,7 +101,7 @@ def test_torchao_grouped_emulated_fails_the_bound_unless_scales_are_powers_of_tw
     `bound_ratio` (ci: its bf16 cases with float32 scales, 17x to 82x the bound as
     measured); with power-of-two
     (ue8m0) scales q * s is exact in bf16 and it passes."""
-    from fp8check import cases
+    from fp8check.inputs import cases
     from fp8check.kernels.adapters.torchao import torchao_grouped_emulated
     from fp8check.layers.op import build_problem, validate_case
     from fp8check.profiles import get_profile
@@ -188,7 +188,7 @@ def test_nonfinite_ci_case_shows_the_quantizers_masking_and_not_the_gemm():
     quantizer fails `quantizer_bit_exact`, its mismatches confined to the blocks holding a
     NaN or an Inf (the masking documented above), while the dense GEMM carries every
     NaN to exactly the reference's elements and passes."""
-    from fp8check.cases import NONFINITE, build_suite, case_inputs
+    from fp8check.inputs.cases import NONFINITE, build_suite, case_inputs
     from fp8check.layers.op import build_problem, validate_case
     from fp8check.profiles import get_profile
 

@@ -147,7 +147,7 @@ def test_quantizer_only_cases_run_for_quantizers_alone(tmp_path, monkeypatch, ca
     """`fp8check list` marks the ci suite's quantizer-only cases; `--case` reruns one on a
     quantizer (a result in the JSON, the partial block checked bit for bit); named for a
     gmm-fp8 kernel it is bad usage (exit 2), never a green gate that checked nothing."""
-    from fp8check.cases import build_suite
+    from fp8check.inputs.cases import build_suite
 
     quant = [c.id for c in build_suite("ci", 0) if c.quantizer_only]
     assert main(["list", "--suite", "ci"]) == 0
@@ -172,7 +172,7 @@ def test_a_quantizer_declaring_no_partial_blocks_is_skipped_and_reported(tmp_pat
                                                                          monkeypatch):
     """partial_blocks=False (torchao's quantizers assert K % 128 == 0): the quantizer-only
     case is a skipped result with the reason, never a pass; alone it fails the gate."""
-    from fp8check.cases import build_suite
+    from fp8check.inputs.cases import build_suite
 
     quant = next(c.id for c in build_suite("ci", 0) if c.quantizer_only)
     monkeypatch.chdir(tmp_path)

@@ -19,11 +19,11 @@ from seeded_bugs import kernels
 from seeded_bugs.input_writes import BUGS, CORRECT, QB
 
 from fp8check import testing
-from fp8check.cases import build_suite
 from fp8check.contracts import run_kernel, to_framework, to_numpy
 from fp8check.gate.failure import failure_line
-from fp8check.integrity import changes, raw_bits
+from fp8check.inputs.cases import build_suite
 from fp8check.layers.op import build_problem, validate_case
+from fp8check.measures.integrity import changes, raw_bits
 from fp8check.profiles import get_profile
 
 TESTS = Path(__file__).parent

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from fp8check.cli import main
+from fp8check.inputs.testdata import DISTRIBUTIONS
 from fp8check.layers.moe import SUITES as LAYER2_SUITES
 from fp8check.layers.training import SUITES as LAYER3_SUITES
 from fp8check.references import dgrad, quantize, tgmm
-from fp8check.testdata import DISTRIBUTIONS
 
 USER_LAYERS = Path(__file__).parent / "data" / "user_layers"
 TORCH = str(USER_LAYERS / "torch_kernels.py")

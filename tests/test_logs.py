@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from fp8check.cli import main
-from fp8check.curves import load_curve
 from fp8check.logs import LogOptions, read_log
 from fp8check.logs.detect import detect
+from fp8check.measures.curves import load_curve
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
 

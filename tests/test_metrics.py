@@ -1,4 +1,4 @@
-"""fp8check.metrics against independently computed answers.
+"""fp8check.measures.metrics against independently computed answers.
 
 Known answers come from the definitions, not from the code: ULP distances from np.nextafter
 walks and from ranking every code of a format by value; norms from hand-built cases;
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fp8check.formats import get_format
-from fp8check.metrics import (
+from fp8check.measures.metrics import (
     ULP_NAN,
     allclose_report,
     bias_z,
@@ -735,7 +735,7 @@ def _rows_in_groups(sizes: list[int]) -> np.ndarray:
 def test_bias_z_crossed_is_cameron_gelbach_miller():
     """`bias_sums` + `bias_z_crossed` against the statistic written out with numpy on the
     elementwise signs, both modes, on a mix of directed and nearest rounding."""
-    from fp8check.metrics import bias_sums, bias_z_crossed
+    from fp8check.measures.metrics import bias_sums, bias_z_crossed
 
     rng = np.random.default_rng(35)
     groups = _rows_in_groups([3, 20, 0, 14])
@@ -754,7 +754,7 @@ def test_bias_z_crossed_is_cameron_gelbach_miller():
 def test_bias_sums_of_row_chunks_give_the_whole_outputs_statistic():
     """The streamed path's reduction: the sums of row chunks added give the whole output's
     sums and statistic, bit for bit, in both modes."""
-    from fp8check.metrics import BiasSums, bias_sums, bias_z_crossed
+    from fp8check.measures.metrics import BiasSums, bias_sums, bias_z_crossed
 
     rng = np.random.default_rng(34)
     groups = _rows_in_groups([5, 12, 20])
@@ -788,7 +788,7 @@ def test_bias_z_crossed_has_no_false_alarm_where_a_groups_tiles_share_roundings(
     kernel that dequantizes its weights: each 128x128 block's roundings alike over its
     columns) and over a row: clustering by rows alone false-alarms, the crossed
     statistic stays calibrated, and a directed rounding is still far out."""
-    from fp8check.metrics import bias_sums, bias_z_crossed
+    from fp8check.measures.metrics import bias_sums, bias_z_crossed
 
     rng = np.random.default_rng(36)
     groups = _rows_in_groups([200, 3, 5, 40])
@@ -818,7 +818,7 @@ def test_bias_z_crossed_has_no_false_alarm_where_a_groups_tiles_share_roundings(
 
 
 def test_row_groups_of_gmm_and_tgmm_outputs():
-    from fp8check.metrics import row_groups
+    from fp8check.measures.metrics import row_groups
 
     g, n = row_groups((9, 256), np.array([2, 0, 7]))
     assert g.tolist() == [0, 0, 2, 2, 2, 2, 2, 2, 2] and n == 3

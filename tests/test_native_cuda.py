@@ -1,5 +1,5 @@
 """Deviceless compilation of every shipped Triton kernel for every GPU target of
-`fp8check.targets` (Hopper sm_90a, Blackwell sm_100a), no GPU needed.
+`fp8check.targets.chips` (Hopper sm_90a, Blackwell sm_100a), no GPU needed.
 
 Every Triton kernel of the gate (and the dgrad kernel the autograd uses) is compiled,
 with exactly the arguments its wrapper launches it with, by Triton's AOT compiler and the
@@ -19,7 +19,9 @@ import pytest
 
 from fp8check.kernels.triton.native import hopper_interval, native_builds
 from fp8check.layers.native import gpu_criteria
-from fp8check.native.cuda import (
+from fp8check.registry import family_kernels
+from fp8check.targets.chips import gpu_targets, target
+from fp8check.targets.cuda import (
     CudaBuild,
     CudaJob,
     ToolchainMissing,
@@ -28,8 +30,6 @@ from fp8check.native.cuda import (
     compile_many,
     mma_facts,
 )
-from fp8check.registry import family_kernels
-from fp8check.targets import gpu_targets, target
 
 # isort: split
 # triton after fp8check.kernels.triton, which chooses interpret mode before triton loads.

@@ -1,4 +1,4 @@
-"""The target table (`fp8check.targets`): every row states its facts; names resolve or are
+"""The target table (`fp8check.targets.chips`): every row states its facts; names resolve or are
 refused with the known ones listed.  The gate on the two newest rows, v7x and sm_100a, is
 `tests/test_native_tpu.py::test_parallel_workers_compile_for_v7x_and_sm_100a`."""
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fp8check.targets import TARGETS, Limit, gpu_targets, parse_targets, target, tpu_targets
+from fp8check.targets.chips import TARGETS, Limit, gpu_targets, parse_targets, target, tpu_targets
 
 
 def test_every_row_states_its_facts():

@@ -24,14 +24,14 @@ from fp8check.kernels.pallas import gmm as pallas_gmm
 from fp8check.kernels.pallas.native import native_builds, offered_tilings
 from fp8check.kernels.pallas.tiling import VMEM_BUDGET_BYTES, Tiling, vmem_bytes
 from fp8check.layers.native import NativeShape, iter_layer0, native_fp8_format, tpu_criteria
-from fp8check.native.tpu import (
+from fp8check.targets.chips import TARGETS, parse_targets, target, tpu_targets
+from fp8check.targets.tpu import (
     TpuBuild,
     compile_for_tpu,
     llo_figures,
     mosaic_vmem_bytes,
     tpu_info_vmem_bytes,
 )
-from fp8check.targets import TARGETS, parse_targets, target, tpu_targets
 
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
 SMALL = NativeShape("small", 256, 512, 256, 4)
@@ -383,7 +383,7 @@ def test_the_mosaic_dump_directory_goes_with_its_process(tmp_path):
     env = dict(os.environ, LIBTPU_INIT_ARGS=f"--xla_mosaic_dump_to={tmp_path}")
     env.pop("FP8CHECK_MOSAIC_DUMP_PID", None)
     out = subprocess.run(
-        [sys.executable, "-c", "from fp8check.native import tpu; tpu.device('v5e'); "
+        [sys.executable, "-c", "from fp8check.targets import tpu; tpu.device('v5e'); "
          "d = tpu._dump_dir(); print(d, d.is_dir())"],
         env=env, capture_output=True, text=True, timeout=300, check=True).stdout.split()
     assert out[1] == "True" and os.path.dirname(out[0]) == str(tmp_path)

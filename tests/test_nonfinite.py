@@ -1,6 +1,6 @@
 """Non-finite inputs (docs/contract.md, "Non-finite inputs"): the exact references give
 IEEE's value on every element (expectations derived by hand from the planted positions,
-`fp8check.nonfinite_inputs`), the criteria decide non-finite elements by `finite` and the
+`fp8check.inputs.nonfinite`), the criteria decide non-finite elements by `finite` and the
 rest on the finite ones, and kernels that mask or spread are caught."""
 
 import json
@@ -10,8 +10,8 @@ import pytest
 from seeded_bugs.kernels import CORRECT
 from seeded_bugs.nonfinite import BUGS
 
-from fp8check import nonfinite_inputs as nf
-from fp8check.cases import NONFINITE, build_suite, case_inputs
+from fp8check.inputs import nonfinite as nf
+from fp8check.inputs.cases import NONFINITE, build_suite, case_inputs
 from fp8check.layers.op import ProblemCache, validate_case
 from fp8check.profiles import get_profile
 from fp8check.references import quantize

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fp8check.inputs.strategies import DISTRIBUTIONS, distributions, group_sizes
 from fp8check.kernels.pallas import dgrad, gmm_fp8, gmm_fp8_train, quantize_deepgemm, tgmm
-from fp8check.metrics import bound_ratio
+from fp8check.measures.metrics import bound_ratio
 from fp8check.references import dgrad as ref_dgrad
 from fp8check.references import quantize
 from fp8check.references import tgmm as ref_tgmm
-from fp8check.strategies import DISTRIBUTIONS, distributions, group_sizes
 
 BF16 = ml_dtypes.bfloat16
 

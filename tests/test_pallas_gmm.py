@@ -7,11 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fp8check.inputs.strategies import DISTRIBUTIONS, GROUP_PATTERNS, distributions, group_sizes
 from fp8check.kernels.pallas import accum_for, gmm_bf16, gmm_fp8, probe_fidelity
 from fp8check.kernels.pallas.gmm import fp8_spec
-from fp8check.metrics import bound_ratio
+from fp8check.measures.metrics import bound_ratio
 from fp8check.references import QTensor, abs_product, gmm, quantize
-from fp8check.strategies import DISTRIBUTIONS, GROUP_PATTERNS, distributions, group_sizes
 
 FP8 = ml_dtypes.float8_e4m3fn
 BF16 = ml_dtypes.bfloat16

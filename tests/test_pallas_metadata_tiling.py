@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fp8check.inputs.strategies import group_sizes
 from fp8check.kernels.pallas.metadata import make_group_metadata
 from fp8check.kernels.pallas.tiling import (
     PRODUCTION_SHAPES,
@@ -16,7 +17,6 @@ from fp8check.kernels.pallas.tiling import (
     resolve_tiling,
     vmem_bytes,
 )
-from fp8check.strategies import group_sizes
 
 FP8 = ml_dtypes.float8_e4m3fn
 

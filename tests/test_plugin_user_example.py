@@ -38,7 +38,7 @@ def test_correct_kernel_passes_and_writes_the_report(pytester):
     assert doc["version"] == 2 and doc["summary"]["passed"] is True
     cases = {r["case"] for r in doc["results"]
              if r["kernel"].endswith("test_gmm_over_the_gate_suite")}
-    from fp8check.cases import build_suite
+    from fp8check.inputs.cases import build_suite
 
     assert cases == {c.id for c in build_suite("smoke", 0)}  # the gate's case ids
     assert all(r["passed"] for r in doc["results"])

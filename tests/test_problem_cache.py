@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fp8check.cases import build_suite
+from fp8check.inputs.cases import build_suite
 from fp8check.layers.op import ProblemCache
 
 CASES = build_suite("smoke", 0)[:3]

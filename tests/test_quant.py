@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fp8check.inputs.testdata import DISTRIBUTIONS
 from fp8check.references import quant
 from fp8check.references.quant import RECIPES, dequantize, quantize
-from fp8check.testdata import DISTRIBUTIONS
 from tests.oracle import quantize_block
 from tests.quant_blocks import amax_near_powers_of_two, blocks
 
@@ -207,7 +207,7 @@ def test_quantizer_boundary_data_separates_multiply_from_divide(shape, seed):
 def test_quantizer_boundary_survives_power_of_two_block_magnitudes():
     """The ci quantizer-only cases multiply each K block by 2^e: s, RN(1/s) and x scale
     alike, so the bound above holds on the case's own x."""
-    from fp8check.cases import build_suite, case_inputs
+    from fp8check.inputs.cases import build_suite, case_inputs
 
     cases = [c for c in build_suite("ci", 0) if c.distribution == "quantizer-boundary"]
     assert sum(c.quantizer_only for c in cases) >= 2

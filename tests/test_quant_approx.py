@@ -297,7 +297,7 @@ print(json.dumps([line.split()[0] for line in kernel.asm["ptx"].splitlines()
 def _ptx(name: str, constexprs: dict) -> list[str]:
     """The PTX instructions Triton (as installed) emits for `tests.peer_triton.<name>` on
     sm_90, bf16 in.  Compiled in a fresh process with the interpreter off, as
-    `fp8check.native.cuda` compiles: in this process an earlier test may have put Triton
+    `fp8check.targets.cuda` compiles: in this process an earlier test may have put Triton
     in interpret mode, whose functions the compiler rejects."""
     root = Path(__file__).parents[1]
     proc = subprocess.run([sys.executable, "-c", _PTX_OPS, json.dumps([name, constexprs])],

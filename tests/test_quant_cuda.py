@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from fp8check import metrics, testing
+from fp8check import testing
+from fp8check.measures import metrics
 from fp8check.references import quant
 from fp8check.references.quant import quantize
 from tests import peer_ports as P

@@ -17,9 +17,9 @@ import pytest
 from seeded_bugs.catalog import kernel
 
 from fp8check import results
-from fp8check.cases import build_suite
 from fp8check.cli import main
-from fp8check.coverage import suite_coverage
+from fp8check.inputs.cases import build_suite
+from fp8check.inputs.coverage import suite_coverage
 from fp8check.layers.op import build_problem, validate_case
 from fp8check.profiles import get_profile
 from fp8check.reports import html as report_html

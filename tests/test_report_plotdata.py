@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from seeded_bugs.catalog import kernel as seeded_kernel
 
-from fp8check import metrics
-from fp8check.cases import build_suite
 from fp8check.contracts import MatmulClaims
+from fp8check.inputs.cases import build_suite
 from fp8check.layers.op import build_problem, validate_case
+from fp8check.measures import metrics
 from fp8check.profiles import get_profile
 from fp8check.reports import plotdata
 from fp8check.reports.plotdata import plot_data

@@ -10,7 +10,7 @@ import pytest
 from seeded_bugs import shapes
 from seeded_bugs.catalog import BUGS
 
-from fp8check.cases import build_suite
+from fp8check.inputs.cases import build_suite
 from fp8check.layers.op import ProblemCache, validate_case
 from fp8check.profiles import get_profile
 

@@ -1,4 +1,4 @@
-"""fp8check.strategies: every builder has the property its name claims, and the hypothesis
+"""fp8check.inputs.strategies: every builder has the property its name claims, and the hypothesis
 strategies draw valid problems."""
 
 import ml_dtypes
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-from fp8check.strategies import (
+from fp8check.inputs.strategies import (
     DISTRIBUTIONS,
     GROUP_PATTERNS,
     GmmInputs,

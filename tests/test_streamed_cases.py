@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from seeded_bugs.production import BUGS, Int16GroupOffsets
 
-from fp8check.cases import PRODUCTION_M, build_suite, case_inputs, find_case
 from fp8check.contracts import MatmulClaims
+from fp8check.inputs.cases import PRODUCTION_M, build_suite, case_inputs, find_case
 from fp8check.layers.op import (
     gmm_fp8_problem,
     output_criteria,

@@ -19,8 +19,8 @@ from seeded_bugs.kernels import (
 )
 
 from fp8check import testing
-from fp8check.cases import build_suite
 from fp8check.contracts import call_kernel
+from fp8check.inputs.cases import build_suite
 from fp8check.layers.op import build_problem, validate_case
 from fp8check.profiles import get_profile
 from fp8check.references import quantize

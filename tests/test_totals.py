@@ -1,6 +1,6 @@
-"""fp8check.totals against the elementwise metrics it reduces, on adversarial data.
+"""fp8check.measures.totals against the elementwise metrics it reduces, on adversarial data.
 
-The oracle is fp8check.metrics (itself tested against nextafter walks and Fractions in
+The oracle is fp8check.measures.metrics (itself tested against nextafter walks and Fractions in
 test_metrics.py): every count, maximum and argmax must be equal, the float64 sums equal
 up to summation order (relative 1e-12: n 2^-53 for n <= 10^6 terms of one sign).
 """
@@ -11,9 +11,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fp8check import metrics
+from fp8check.measures import metrics
+from fp8check.measures.totals import _BLOCK, MetricTotals, gmm_metric_totals, metric_totals
 from fp8check.references import abs_product, gmm, quantize
-from fp8check.totals import _BLOCK, MetricTotals, gmm_metric_totals, metric_totals
 
 BF16 = ml_dtypes.bfloat16
 

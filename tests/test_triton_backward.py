@@ -10,13 +10,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fp8check.inputs.strategies import group_sizes
 from fp8check.kernels.triton import dgrad, grouped_linear_fp8, tgmm
 from fp8check.kernels.triton.convert import to_numpy, to_torch
-from fp8check.metrics import bound_ratio
+from fp8check.measures.metrics import bound_ratio
 from fp8check.references import dgrad as ref_dgrad
 from fp8check.references import gmm, quantize
 from fp8check.references import tgmm as ref_tgmm
-from fp8check.strategies import group_sizes
 
 U_BF16 = 2.0**-8  # unit roundoff of bfloat16 (7 explicit mantissa bits)
 U_F32 = 2.0**-24

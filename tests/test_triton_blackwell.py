@@ -59,7 +59,7 @@ def test_builtin_blackwell_kernel_declares_the_tensor_core_and_passes():
     the same outputs judged as the Hopper accumulator fail (the recipe is not a label)."""
     from dataclasses import replace
 
-    from fp8check.cases import build_suite
+    from fp8check.inputs.cases import build_suite
     from fp8check.layers.op.problem import build_problem
     from fp8check.layers.op.validate import validate_case
     from fp8check.profiles import get_profile

@@ -10,11 +10,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fp8check.inputs.strategies import DISTRIBUTIONS, distributions, group_sizes
 from fp8check.kernels.triton import gmm_fp8, gmm_fp8_padded, padding_overhead
 from fp8check.kernels.triton.convert import to_numpy, to_torch
-from fp8check.metrics import bound_ratio
+from fp8check.measures.metrics import bound_ratio
 from fp8check.references import abs_product, gmm, quantize
-from fp8check.strategies import DISTRIBUTIONS, distributions, group_sizes
 
 SETTINGS = settings(max_examples=12, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

@@ -13,7 +13,7 @@ from seeded_bugs.kernels import HopperTensorCore, spec
 from tensor_core_support import fp8_tensor, interpreted_gmm_fp8
 
 import fp8check.kernels.triton as tk
-from fp8check.cases import build_suite
+from fp8check.inputs.cases import build_suite
 from fp8check.kernels.triton import fidelity, interpret
 from fp8check.layers.op import build_problem, validate_case
 from fp8check.profiles import get_profile

@@ -8,10 +8,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fp8check.inputs.strategies import DISTRIBUTIONS, distributions
 from fp8check.kernels.triton import fidelity, interpret, quantize_fp8
 from fp8check.kernels.triton.convert import to_numpy, to_torch
 from fp8check.references import quantize
-from fp8check.strategies import DISTRIBUTIONS, distributions
 
 
 def _compare(x: np.ndarray, block, recipe):

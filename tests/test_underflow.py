@@ -1,5 +1,5 @@
-"""The error bound's underflow and flush-to-zero terms (fp8check.underflow), the subnormal
-case family (fp8check.subnormal_data) and the flushes_subnormals declaration.
+"""The error bound's underflow and flush-to-zero terms (fp8check.measures.underflow), the subnormal
+case family (fp8check.inputs.subnormal) and the flushes_subnormals declaration.
 
 Kernels here are numpy float32 evaluations in several valid orders: numpy keeps IEEE
 subnormals (no FTZ), so their roundings are the standard model's with underflow; FTZ is
@@ -13,15 +13,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fp8check import metrics
-from fp8check.cases import build_suite, case_inputs
 from fp8check.contracts import KernelSpec, MatmulClaims
+from fp8check.inputs.cases import build_suite, case_inputs
 from fp8check.layers.op import ProblemCache, validate_case
 from fp8check.layers.op.problem import gmm_fp8_problem, plain_gmm_problem
+from fp8check.measures import metrics
+from fp8check.measures.underflow import ETA, FLUSH, fp8_model
 from fp8check.profiles import get_profile
 from fp8check.references import gmm
 from fp8check.references.quant import QTensor
-from fp8check.underflow import ETA, FLUSH, fp8_model
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
@@ -379,7 +379,7 @@ def test_gate_cli_ftz_flag_decides_the_exit_code(tmp_path, monkeypatch):
 
 
 def test_streamed_totals_apply_the_same_term():
-    from fp8check.totals import gmm_metric_totals, metric_totals
+    from fp8check.measures.totals import gmm_metric_totals, metric_totals
 
     a, b = _tie_operands(np.random.default_rng(8))
     prob = _plain_problem(a, b)
@@ -431,7 +431,7 @@ def test_finite_peak_streams_chunks_and_skips_non_finite(monkeypatch):
     an empty or all-NaN operand."""
     import ml_dtypes
 
-    from fp8check import underflow
+    from fp8check.measures import underflow
 
     monkeypatch.setattr(underflow, "_PEAK_CHUNK", 7)
     rng = np.random.default_rng(5)

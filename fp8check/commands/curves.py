@@ -5,7 +5,7 @@ A is the candidate (FP8), B the baseline (BF16): loss logs as real stacks write 
 TensorBoard event files), CSV or JSONL step/loss logs, or a gate result file with a
 selector (`gate.json@pallas/fp8`); the format is detected from the content.  Steps are
 compared where both logs have them; steps only one log has are counted and reported.
-The metrics and limits are layer 3's (`fp8check.curves`).  Exit 0 within the profile's
+The metrics and limits are layer 3's (`fp8check.measures.curves`).  Exit 0 within the profile's
 limits, 1 when a gap exceeds them or the candidate diverges, 2 on bad input.
 """
 
@@ -15,9 +15,9 @@ import argparse
 import json
 from pathlib import Path
 
-from fp8check.curves import compare, get_limits, load_curve
 from fp8check.errors import usage_errors
 from fp8check.logs import FORMATS, LogOptions
+from fp8check.measures.curves import compare, get_limits, load_curve
 from fp8check.results.model import jsonable
 from fp8check.userfiles import check_output
 

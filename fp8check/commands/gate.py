@@ -6,17 +6,17 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from fp8check import cases as cases_mod
 from fp8check import exitcodes, registry
 from fp8check.commands import add_summary_args
 from fp8check.config import DEFAULT_TIMEOUT
 from fp8check.contracts import ACCUMS, CONTRACT_DOC, CONTRACTS, FRAMEWORKS, OUT_DTYPES
 from fp8check.gate.declarations import PlainDeclarations
 from fp8check.gate.plan import GateOptions
+from fp8check.inputs import cases as cases_mod
 from fp8check.profiles import PROFILES
 from fp8check.references.gmm import PROMOTION_INTERVALS
 from fp8check.references.quant import RECIPES
-from fp8check.targets import TARGETS
+from fp8check.targets.chips import TARGETS
 
 DESCRIPTION = f"""Run the accuracy gate on kernels: the built-in ones (by name or family, see
 `fp8check list`) or your own, named FILE.py:NAME or module:NAME.  NAME is a KernelSpec, or

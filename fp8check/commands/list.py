@@ -1,13 +1,14 @@
 """`fp8check list`: the built-in kernels, the kernel families, the case ids of a suite with
-the input classes each reaches, and the suite's coverage (`fp8check.coverage`: what a green
+the input classes each reaches, and the suite's coverage (`fp8check.inputs.coverage`: what a green
 gate on it has and has not looked at)."""
 
 from __future__ import annotations
 
 import argparse
 
-from fp8check import cases as cases_mod
-from fp8check import coverage, registry
+from fp8check import registry
+from fp8check.inputs import cases as cases_mod
+from fp8check.inputs import coverage
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

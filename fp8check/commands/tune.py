@@ -25,7 +25,7 @@ from fp8check import registry
 from fp8check.errors import UsageError, usage_errors
 from fp8check.kernels.pallas.tiling import PHASES, Tiling
 from fp8check.results import documents
-from fp8check.targets import tpu_targets
+from fp8check.targets.chips import tpu_targets
 from fp8check.tune.accuracy import AccuracyChecker, PallasKernels, proxy_note
 from fp8check.tune.cost_model import FITNESS_LABEL
 from fp8check.tune.measure import (

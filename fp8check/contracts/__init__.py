@@ -8,7 +8,7 @@ A kernel under test is a `KernelSpec`.  The gate hands it numpy arrays converted
 kernel's framework and converts its result back to numpy (fp8 crosses as the framework's
 own fp8 dtype: ml_dtypes for numpy and jax, `torch.float8_e4m3fn` for torch).  After each
 call the arguments handed are compared bit for bit with what was passed (`run_kernel`,
-`fp8check.integrity`): a kernel must not write into its inputs.
+`fp8check.measures.integrity`): a kernel must not write into its inputs.
 
 | contract   | call                                                              | returns      |
 |------------|-------------------------------------------------------------------|--------------|

@@ -1,6 +1,6 @@
 """Calling a kernel under test: `out_dtype=` where its signature takes it, its arguments
 converted into its framework and its result back to numpy, and the arguments it wrote
-into (`fp8check.integrity`)."""
+into (`fp8check.measures.integrity`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from fp8check import integrity
 from fp8check.contracts.frameworks import array_or_as_is, framework_dtype, to_framework
 from fp8check.contracts.spec import KernelSpec
 from fp8check.contracts.table import contract_of
-from fp8check.integrity import InputChange
+from fp8check.measures import integrity
+from fp8check.measures.integrity import InputChange
 
 
 def takes_out_dtype(fn: Callable[..., Any]) -> bool:
@@ -42,7 +42,7 @@ def out_dtype_kwargs(spec: KernelSpec, out_dtype: str | None) -> dict[str, Any]:
 @dataclass(frozen=True)
 class KernelCall:
     """One call of a kernel: its output (as `call_kernel` returns it) and the arguments
-    it wrote into (`fp8check.integrity`; empty when none)."""
+    it wrote into (`fp8check.measures.integrity`; empty when none)."""
 
     out: Any
     inputs_changed: tuple[InputChange, ...]

@@ -75,7 +75,7 @@ class MatmulClaims:
         any other accum.
     flushes_subnormals: it flushes float32 subnormal results to zero and reads subnormal
         inputs as zero (FTZ/DAZ): the bound gains the flush-to-zero term
-        (`fp8check.underflow`) and outputs below 2^-126 are not checked precisely (the
+        (`fp8check.measures.underflow`) and outputs below 2^-126 are not checked precisely (the
         results say so).  None: its framework's default, which `resolved` settles once
         (True for `FLUSHING_FRAMEWORKS`).  torch's CPU bf16 GEMM does flush (AVX512-BF16):
         a torch kernel built on it declares True.

@@ -32,7 +32,7 @@ class KernelSpec:
         compiled natively (interpret=False); gate layer 0 compiles it for the TPU chips
         (default: `fn` itself, which for an interpret-mode Pallas kernel is plain XLA, with
         no Mosaic kernel to inspect: the results then show `llo_missing`).
-    cuda_jobs: for a Triton kernel, (m, k, n, g) -> the `fp8check.native.cuda.CudaJob`s
+    cuda_jobs: for a Triton kernel, (m, k, n, g) -> the `fp8check.targets.cuda.CudaJob`s
         (its @triton.jit function, signature, constexprs, num_warps) its launch compiles at
         that problem; gate layer 0 compiles them for sm_90a.  A JAX kernel needs nothing:
         layer 0 compiles `fn` itself for the TPU chips.  Without it a torch kernel's layer 0

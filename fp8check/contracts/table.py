@@ -19,8 +19,8 @@ import numpy as np
 from fp8check.contracts.frameworks import NUMPY_DTYPES
 
 if TYPE_CHECKING:
-    from fp8check.cases import Case
     from fp8check.contracts.spec import KernelSpec
+    from fp8check.inputs.cases import Case
 
 # The users' documentation of the contracts, relative to the repository root.
 CONTRACT_DOC = "docs/contract.md"
@@ -73,7 +73,7 @@ class Contract:
         kernel of the contract is compared with on a case), by its key in
         `fp8check.layers.op.problem.PROBLEM_BUILDERS`; None for a quantizer, which
         quantizes the case's operand itself and is compared with the recipe's bits.
-    streamed: it has a streamed (production-shape) reference (`fp8check.totals`); a
+    streamed: it has a streamed (production-shape) reference (`fp8check.measures.totals`); a
         streamed case runs the kernels of such contracts only.
     replay: the kind of `fp8check.testing` replay record (`ReplayRecord.kind`) an
         assertion of its output writes.

@@ -9,12 +9,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fp8check import cases as cases_mod
 from fp8check import registry
 from fp8check.config import MAX_TIMEOUT, GateConfig, valid_timeout
 from fp8check.contracts import LAYER_CONTRACTS, contract_of
 from fp8check.errors import UsageError, usage_errors
 from fp8check.gate.declarations import PlainDeclarations
+from fp8check.inputs import cases as cases_mod
 from fp8check.profiles import get_profile
 from fp8check.userfiles import check_output
 
@@ -225,7 +225,7 @@ def jsonl_path(cfg: GateConfig) -> Path:
 def make_plan(opts: GateOptions, cfg: GateConfig) -> tuple[GatePlan, str | None]:
     """The plan of `opts` over `cfg`, and a notice for stderr (None: nothing to say).
     UsageError for bad usage or input."""
-    from fp8check.targets import parse_targets
+    from fp8check.targets.chips import parse_targets
 
     cfg = _merged(opts, cfg)
     check_kernel_names(cfg.kernels)

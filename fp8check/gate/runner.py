@@ -15,9 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fp8check import cases as cases_mod
 from fp8check import registry
-from fp8check.cases import Case
 from fp8check.contracts import contract_of
 from fp8check.errors import UsageError
 from fp8check.gate.caught import next_result
@@ -25,6 +23,8 @@ from fp8check.gate.failure import failure_line
 from fp8check.gate.kernels import LoadedKernel, LoadedKernels
 from fp8check.gate.plan import GatePlan
 from fp8check.gate.repro import gate_command
+from fp8check.inputs import cases as cases_mod
+from fp8check.inputs.cases import Case
 from fp8check.layers.op import LAYER as OP_LAYER
 from fp8check.layers.op import ProblemCache, skipped_result, validate_case
 from fp8check.profiles import Profile, get_profile

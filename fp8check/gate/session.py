@@ -14,9 +14,9 @@ from fp8check.gate.isolation import run_isolated
 from fp8check.gate.kernels import load_kernels
 from fp8check.gate.plan import GateOptions, GatePlan, make_plan
 from fp8check.gate.runner import Batch, Sink, plan_batches, run_batches
-from fp8check.native import ToolchainMissing
 from fp8check.results import CaseResult, JsonlStream, documents
 from fp8check.results.compare import Comparison, compare
+from fp8check.targets.toolchains import ToolchainMissing
 
 
 def _environment(plan: GatePlan, specs: list, load_errors: dict[str, str]) -> dict[str, Any]:

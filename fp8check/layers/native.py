@@ -1,8 +1,8 @@
 """Layer 0 (native compile): every kernel compiled for real targets, no hardware needed.
 
-The targets are the rows of `fp8check.targets.TARGETS`: TPU chips through libtpu's
-deviceless AOT compiler (`fp8check.native.tpu`), NVIDIA GPUs through Triton's AOT compiler
-and the ptxas in its wheel (`fp8check.native.cuda`).  One result per kernel x phase
+The targets are the rows of `fp8check.targets.chips.TARGETS`: TPU chips through libtpu's
+deviceless AOT compiler (`fp8check.targets.tpu`), NVIDIA GPUs through Triton's AOT compiler
+and the ptxas in its wheel (`fp8check.targets.cuda`).  One result per kernel x phase
 (x tiling) x shape x target.  Criteria (limits: the target's row):
 
 * `compiles`: the compiler accepts the kernel (its own message when not);
@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fp8check.cases import SUITE_SHAPES
 from fp8check.contracts import (
     KernelSpec,
     MatmulClaims,
@@ -40,10 +39,11 @@ from fp8check.contracts import (
     framework_dtype,
     takes_out_dtype,
 )
-from fp8check.native.cuda import CudaBuild, fp8_mma
-from fp8check.native.tpu import TpuBuild
+from fp8check.inputs.cases import SUITE_SHAPES
 from fp8check.results.model import CaseResult, Criterion
-from fp8check.targets import TARGETS, gpu_targets, target, tpu_targets
+from fp8check.targets.chips import TARGETS, gpu_targets, target, tpu_targets
+from fp8check.targets.cuda import CudaBuild, fp8_mma
+from fp8check.targets.tpu import TpuBuild
 
 LAYER = 0
 
@@ -153,7 +153,7 @@ def _pallas(builds: Sequence[Any], shape: NativeShape,
             chips: Sequence[str]) -> Iterator[CaseResult]:
     """Each of one shape's Pallas builds (`kernels.pallas.native`) on each chip."""
     from fp8check.kernels.pallas.tiling import VMEM_BUDGET_BYTES
-    from fp8check.native.tpu import compile_for_tpu
+    from fp8check.targets.tpu import compile_for_tpu
 
     for build in builds:
         for chip in chips:
@@ -207,7 +207,7 @@ def gpu_metrics(b: CudaBuild) -> dict[str, Any]:
 def _triton(builds: Sequence[Any], shape: NativeShape, gpu: str) -> Iterator[CaseResult]:
     """One shape's Triton builds (`kernels.triton.native`) compiled for the GPU target
     `gpu` in one compile process."""
-    from fp8check.native.cuda import compile_many
+    from fp8check.targets.cuda import compile_many
 
     capability = target(gpu).capability
     assert capability is not None  # a CUDA row
@@ -220,7 +220,7 @@ def _triton(builds: Sequence[Any], shape: NativeShape, gpu: str) -> Iterator[Cas
 
 def _user_tpu(spec: KernelSpec, shape: NativeShape,
               chips: Sequence[str]) -> Iterator[CaseResult]:
-    from fp8check.native.tpu import compile_for_tpu
+    from fp8check.targets.tpu import compile_for_tpu
 
     contract = contract_of(spec.contract)
     fn = spec.native_fn or spec.fn
@@ -240,7 +240,7 @@ def _user_gpu(spec: KernelSpec, jobs: Sequence[Any], shape: NativeShape,
               gpu: str) -> Iterator[CaseResult]:
     """A torch kernel's `cuda_jobs` at one shape, compiled for the GPU target `gpu` (the
     jobs' own capability is replaced by the target's)."""
-    from fp8check.native.cuda import compile_many
+    from fp8check.targets.cuda import compile_many
 
     jobs = [dataclasses.replace(job, capability=target(gpu).capability) for job in jobs]
     for job, b in zip(jobs, compile_many(jobs), strict=True):
@@ -260,11 +260,11 @@ def check_toolchains(families: Sequence[str], targets: Sequence[str],
     the Triton family or a user kernel with `cuda_jobs` with a GPU target."""
     chips, gpus = tpu_targets(targets), gpu_targets(targets)
     if chips and ("pallas" in families or any(s.framework == "jax" for s in specs)):
-        from fp8check.native import tpu
+        from fp8check.targets import tpu
 
         tpu.check_toolchain()
     if gpus and ("triton" in families or any(s.cuda_jobs is not None for s in specs)):
-        from fp8check.native import cuda
+        from fp8check.targets import cuda
 
         for gpu in gpus:
             assert gpu.capability is not None  # a CUDA row

@@ -11,7 +11,7 @@
   absl's `I0301 10:00:00.123456 140 metric_logger.py:123]` prefix.
 
 A run resumed from a checkpoint appends the steps after the checkpoint again: the last
-occurrence of a step wins (`fp8check.curves.make_curve`).
+occurrence of a step wins (`fp8check.measures.curves.make_curve`).
 """
 
 from __future__ import annotations

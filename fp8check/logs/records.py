@@ -6,7 +6,7 @@ Contract of a reader: `read(path, text, opts) -> LogRecords`, the (step, loss) r
 log order, NaN / inf losses kept (divergence detection looks for them); a record of other
 metrics (an eval line, a learning-rate row) is skipped, not an error.  A value that cannot
 be parsed raises ValueError naming the file and its 1-based line: `run.log:31: ...`.
-Repeated steps (a restarted run) are left to `fp8check.curves.make_curve`: the last
+Repeated steps (a restarted run) are left to `fp8check.measures.curves.make_curve`: the last
 occurrence of a step wins.
 """
 

@@ -73,7 +73,7 @@ def assert_gmm_matches(
     `acc_unit_roundoff` is the accumulator's u (2^-24 = f32); `flushes_subnormals=True`:
     the kernel flushes float32 subnormals to zero (as jax on XLA:CPU and TPUs do; an
     assert knows no framework, so None means False): the bound gains the flush term
-    (`fp8check.underflow`) and, on data that reaches the subnormal range, only the bound
+    (`fp8check.measures.underflow`) and, on data that reaches the subnormal range, only the bound
     is asserted there; `out_dtypes` and `m_align` must admit `out` and the group sizes;
     `deterministic` takes two calls (`assert_bitexact` on them).
     Only rows below sum(group_sizes) are compared.
@@ -197,7 +197,7 @@ def assert_bitexact(a: Any, b: Any) -> CaseResult:
     """Assert that a and b have the same shape, dtype and bits (NaN payloads included):
     the determinism check (run a kernel twice) or a kernel vs a bit-exact reference."""
     __tracebackhide__ = True
-    from fp8check import metrics
+    from fp8check.measures import metrics
 
     x, y = as_array(a, "a"), as_array(b, "b")
     if x.shape != y.shape or x.dtype != y.dtype:

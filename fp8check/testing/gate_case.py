@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from fp8check.cases import Case, CaseInputs, case_inputs
 from fp8check.contracts import (
     CONTRACTS_BY_NAME,
     NUMPY_DTYPES,
@@ -22,8 +21,9 @@ from fp8check.contracts import (
 )
 from fp8check.gate.declarations import PlainDeclarations
 from fp8check.gate.repro import gate_command
-from fp8check.integrity import changes, inputs_criterion, merged, raw_bits
+from fp8check.inputs.cases import Case, CaseInputs, case_inputs
 from fp8check.layers.op import LAYER, Problem, ProblemCache
+from fp8check.measures.integrity import changes, inputs_criterion, merged, raw_bits
 from fp8check.profiles import get_profile
 from fp8check.results import CaseResult, Criterion
 from fp8check.testing import recording

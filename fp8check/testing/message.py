@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fp8check.integrity import INPUTS_UNCHANGED
 from fp8check.layers.op.locations import Locate
+from fp8check.measures.integrity import INPUTS_UNCHANGED
 from fp8check.results import CaseResult
 
 

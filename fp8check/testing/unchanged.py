@@ -1,5 +1,5 @@
 """`assert_inputs_unchanged`: call a kernel and assert that it wrote into none of its
-arguments, as the gate checks after every call (`fp8check.integrity`)."""
+arguments, as the gate checks after every call (`fp8check.measures.integrity`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from fp8check.integrity import INPUTS_UNCHANGED, describe, watched_call
+from fp8check.measures.integrity import INPUTS_UNCHANGED, describe, watched_call
 
 
 def _names(fn: Callable[..., Any], n_positional: int, keywords: list[str]) -> list[str]:
@@ -24,7 +24,7 @@ def _names(fn: Callable[..., Any], n_positional: int, keywords: list[str]) -> li
 
 def assert_inputs_unchanged(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """Call `fn(*args, **kwargs)` and return its result, asserting that every array
-    argument (numpy, torch on any device, jax: `fp8check.integrity`) has after the call
+    argument (numpy, torch on any device, jax: `fp8check.measures.integrity`) has after the call
     the bits it had before, NaN payloads included.
 
     Raises:

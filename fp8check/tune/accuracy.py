@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fp8check import registry
-from fp8check.cases import DEFAULT_RECIPE, EXACT_RECIPE, Case, case_id
 from fp8check.contracts import GMM, GMM_FP8, NUMPY_DTYPES, TGMM, KernelSpec, contract_of
+from fp8check.inputs.cases import DEFAULT_RECIPE, EXACT_RECIPE, Case, case_id
 from fp8check.kernels.pallas.tiling import Tiling
 from fp8check.layers.op import ProblemCache, validate_case
 from fp8check.profiles import get_profile

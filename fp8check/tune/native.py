@@ -1,5 +1,5 @@
 """The search's native-compile check: a tiling that does not compile for the chosen TPU
-chip (deviceless, `fp8check.native.tpu`) is rejected with the compiler's reason, and an
+chip (deviceless, `fp8check.targets.tpu`) is rejected with the compiler's reason, and an
 accepted one carries its compiled figures (VMEM, LLO op counts) beside the cost model."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from fp8check.kernels.pallas.gmm import dgrad, gmm_fp8
 from fp8check.kernels.pallas.native import BF16, F32, FP8, I32
 from fp8check.kernels.pallas.tgmm import tgmm
 from fp8check.kernels.pallas.tiling import LANES, Tiling
-from fp8check.native.tpu import compile_for_tpu
-from fp8check.targets import tpu_targets
+from fp8check.targets.chips import tpu_targets
+from fp8check.targets.tpu import compile_for_tpu
 from fp8check.tune.shapes import GmmShape
 from fp8check.tune.space import PHASE_DTYPES
 

@@ -27,7 +27,7 @@ Accumulation (`accum`).  Per 128-wide K block the kernel takes the f32 dot P, sc
 by the lhs then the rhs scale, and adds it to the f32 accumulator (`_scale_out_by_scale`
 twice, then `acc_scratch[...] += out`): acc = RN(RN(RN(P*sa)*sb) + acc), the reference
 recipe "tokamax".  That holds where each operation rounds on its own: on the TPU (its VPU
-has no fused multiply-add, `fp8check.native.tpu`) and in interpret mode with the
+has no fused multiply-add, `fp8check.targets.tpu`) and in interpret mode with the
 ``xla-cpu-no-fma`` fidelity fix (`fp8check.jaxenv`).  Without that fix XLA:CPU may fuse
 the last multiply and add, so no recipe is declared (only the bound is gated).
 

@@ -14,7 +14,7 @@ order.  This equals the reference bit for bit when each P is exact in f32 (it is
 the 128 products sum exactly, e.g. small-integer FP8 values); otherwise the f32 dot's own
 summation order is the MXU's (or XLA's), and only `bound_ratio` <= 1 is promised.
 On TPU the VPU multiplies and adds separately: the Mosaic LLO of this kernel, compiled
-for v5e, v6e and v5p (`fp8check.native.tpu`, gate layer 0), has `vmul.f32` and
+for v5e, v6e and v5p (`fp8check.targets.tpu`, gate layer 0), has `vmul.f32` and
 `vadd.f32` and no fused multiply-add, so `ACCUM_NATIVE` is "tokamax"; the MXU takes the
 e4m3 operands as `e4m3b_to_bf16` (converted to bf16 on the way in, exact for every e4m3
 value) and returns f32.  Interpret mode runs on XLA:CPU, which would contract

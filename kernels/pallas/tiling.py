@@ -94,7 +94,7 @@ def vmem_bytes(phase: str, tiling: Tiling, in_bytes: int, out_bytes: int) -> int
     blocks of the K tile (f32, FP8 only: lhs [tm, nsub] takes a full 128-lane row per
     sublane, rhs [nsub, tn] at least 8 sublanes), the initial-output and output tiles and
     the f32 accumulator.  Gate layer 0 measures the compiled kernel's blocks from Mosaic
-    (`fp8check.native.tpu`) and tests hold this estimate to it.  tgmm: lhs and dY tiles, the
+    (`fp8check.targets.tpu`) and tests hold this estimate to it.  tgmm: lhs and dY tiles, the
     transposed lhs copy (f32), the output tile and the f32 accumulator.
     """
     tm, tk, tn = tiling

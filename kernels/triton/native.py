@@ -18,7 +18,7 @@ kernel passes to ``tl.dot`` (None: it passes none, so Triton's default for the t
 applies, ``2**30`` on sm_90: an FP8 WGMMA chain never promotes inside one tl.dot; the
 FP8 GEMM promotes itself, one tl.dot per 128-wide K block, see `gmm`).
 
-Compile them with `compile_native_builds` (or ``fp8check.native.cuda.compile_many`` on
+Compile them with `compile_native_builds` (or ``fp8check.targets.cuda.compile_many`` on
 ``[b.job() for b in builds]``).  Compiling is not running.
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import triton
 
-from fp8check.native.cuda import CudaBuild, CudaJob, compile_many
+from fp8check.targets.cuda import CudaBuild, CudaJob, compile_many
 
 from ._common import QBLOCK
 from .backward import _dgrad_kernel, _tgmm_kernel, dgrad, dgrad_launch, tgmm, tgmm_launch
@@ -64,7 +64,7 @@ class TritonBuild:
         return f"{self.kernel} ({self.variant})" if self.variant else self.kernel
 
     def job(self, capability: int = 90) -> CudaJob:
-        """This build as a `fp8check.native.cuda.CudaJob`."""
+        """This build as a `fp8check.targets.cuda.CudaJob`."""
         return CudaJob(self.label, self.fn, self.signature, self.constexprs, self.attrs,
                          self.num_warps, self.num_stages, capability)
 

@@ -17,7 +17,7 @@ cannot be written from Python (`.at[]` makes a new array, `np.asarray(x)` is rea
 so the jax forms write the array's buffer through DLPack (`torch.from_dlpack`), as a
 foreign function that writes an operand it did not declare as aliased does: the gate
 compares the very jax arrays it handed (private copies, `contracts.to_framework`),
-reading their buffers after the call (`fp8check.integrity`), so that write cannot pass
+reading their buffers after the call (`fp8check.measures.integrity`), so that write cannot pass
 unseen either.  Also a quantizer that reuses x's buffer for its scaled values and a tgmm
 that zeroes dy's rows past sum(group_sizes) in place.  The correct twins are the torch and
 jax forms of `naive_dequantized` (the numpy one is `numpy-fp8-naive`) and the kernels'

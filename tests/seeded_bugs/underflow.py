@@ -4,7 +4,7 @@
 is flushed to zero after every update where it falls below 2^-126, as a kernel compiled
 with flush-to-zero (nvcc --use_fast_math / -ftz=true, XLA) behaves, while it declares
 IEEE subnormals (framework numpy: flushes_subnormals False).  The gate's data only reaches
-that range in the ci `subnormal` cases (`fp8check.subnormal_data`), where every valid order
+that range in the ci `subnormal` cases (`fp8check.inputs.subnormal`), where every valid order
 is exact: there most outputs lie below 2^-126 and the flushed ones exceed the bound's
 underflow term (K 2^-150) by orders of magnitude.
 """

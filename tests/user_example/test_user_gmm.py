@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from user_kernels import gmm_fp8, quantize_1x128
 
-from fp8check import strategies
+from fp8check.inputs import strategies
 from fp8check.references import quantize
 from fp8check.testing import assert_bitexact, assert_gmm_matches, assert_quantizer_matches
 

@@ -19,7 +19,7 @@ grouped matmul (`bf16_forward`, the reference backward): the baseline, whose res
 not reported.  Every output of the user's kernels is checked for its shape and dtype (a
 ValueError naming the kernel is the result's error), and after every call of a user's
 kernel on concrete arrays its arguments are compared bit for bit with what it was handed
-(`fp8check.integrity`: a traced jax value is not, it has no buffer): a kernel that wrote
+(`fp8check.measures.integrity`: a traced jax value is not, it has no buffer): a kernel that wrote
 into one fails its result with the error `inputs_unchanged failed: ...` naming it.
 """
 
@@ -39,8 +39,8 @@ from fp8check.contracts import (
     out_dtype_kwargs,
     takes_out_dtype,
 )
-from fp8check.integrity import raise_if_changed, watched_call
 from fp8check.layers.moe.matmuls import LAYER_FRAMEWORKS, ExpertMatmuls
+from fp8check.measures.integrity import raise_if_changed, watched_call
 
 REFERENCE_BACKWARD = "fp8check's bf16 reference (bf16 operands, float32 accumulation)"
 

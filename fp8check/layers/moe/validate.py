@@ -43,8 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from fp8check import metrics
 from fp8check.layers.moe.matmuls import VARIANTS, ExpertMatmuls, resolve
+from fp8check.measures import metrics
 from fp8check.profiles import BF16_IMPACT_MIN_DB, ST_MIN_SQNR_DB, get_profile
 from fp8check.references.casts import to_float64
 from fp8check.references.moe import MoEInputs, MoEOutputs, moe_reference, route_numpy

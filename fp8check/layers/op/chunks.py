@@ -2,7 +2,7 @@
 what the criteria engine (`layers.op.engine`) reads, from a Problem held in memory
 (`InMemoryChunks`: slices of its [rows, ...] references, one chunk covering every row by
 default) or from a production-shape `StreamedProblem` (`StreamedChunks`: the references
-computed one chunk at a time, `fp8check.totals.gmm_reference_chunks`).
+computed one chunk at a time, `fp8check.measures.totals.gmm_reference_chunks`).
 
 A source also says which references it cannot give (`missing`, with why): the engine then
 does not evaluate the criteria that need them and says so, rather than computing them
@@ -16,11 +16,11 @@ from typing import Protocol
 
 import numpy as np
 
-from fp8check import metrics
 from fp8check.contracts import NUMPY_DTYPES
 from fp8check.layers.op.accumulator import AccumulatorModel
 from fp8check.layers.op.problem import Problem, StreamedProblem
-from fp8check.underflow import UnderflowModel
+from fp8check.measures import metrics
+from fp8check.measures.underflow import UnderflowModel
 
 # The references a source may lack, by the name `missing` gives them.
 NAIVE, UNQUANTIZED, TRUNCATION = "naive", "unquantized", "truncation"
@@ -217,7 +217,7 @@ class StreamedChunks:
         }
 
     def chunks(self, out: np.ndarray, acc: AccumulatorModel) -> Iterator[RowChunk]:
-        from fp8check.totals import gmm_reference_chunks
+        from fp8check.measures.totals import gmm_reference_chunks
 
         p = self.prob
         lq, rq = p.quantized

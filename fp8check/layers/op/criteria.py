@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from fp8check import metrics
 from fp8check.contracts import MatmulClaims, QuantizerClaims
 from fp8check.layers.op.chunks import InMemoryChunks
 from fp8check.layers.op.engine import PlotHook, evaluate
@@ -26,6 +25,7 @@ from fp8check.layers.op.verdict import (
     same_bits,
     shape_error,
 )
+from fp8check.measures import metrics
 from fp8check.profiles import Profile
 from fp8check.results.model import Criterion
 
@@ -52,7 +52,7 @@ def output_criteria(
     "deepgemm-blackwell" promoting every 128-wide block) declares that tensor core: the
     bound gains its truncation term and the criteria compare with the model
     (`accumulator.AccumulatorModel`).  The bound's underflow term is the problem's
-    (`fp8check.underflow`), the flush-to-zero one when the kernel declares
+    (`fp8check.measures.underflow`), the flush-to-zero one when the kernel declares
     `flushes_subnormals`: then outputs below 2^-126 are only held to that term, and `m`
     says so (`subnormal_range`).  Computed by `engine.evaluate` over the problem's
     compared rows as one chunk.

@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from fp8check import metrics
 from fp8check.contracts import NUMPY_DTYPES, MatmulClaims
 from fp8check.layers.op.accumulator import AccumulatorModel
 from fp8check.layers.op.chunks import NAIVE, TRUNCATION, UNQUANTIZED, ChunkSource
 from fp8check.layers.op.problem import Problem
 from fp8check.layers.op.tally import ChunkArrays, OutputTally, Setting, ulp_histogram
 from fp8check.layers.op.verdict import BadOutput, bias_limits, criterion, shape_error
+from fp8check.measures import metrics
 from fp8check.profiles import Profile, sqnr_band
 from fp8check.results.model import Criterion
 

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from fp8check.cases import NONFINITE, Case, case_inputs
 from fp8check.contracts import GMM, GMM_FP8, NUMPY_DTYPES, TGMM, contract_of
+from fp8check.inputs.cases import NONFINITE, Case, case_inputs
+from fp8check.measures.underflow import UnderflowModel, fp8_model, plain_model
 from fp8check.profiles import IMPACT_REPORT_ONLY
 from fp8check.references.baselines import grouped_matmul, grouped_tmatmul
 from fp8check.references.casts import to_float64
-from fp8check.underflow import UnderflowModel, fp8_model, plain_model
 
 
 @dataclass
@@ -28,7 +28,7 @@ class Problem:
     group sizes are, `group_sizes`).  `rows` is how many leading rows of the output are
     compared (all of them for tgmm); `k`, `n_terms`
     and `underflow` (what the bound's underflow / flush-to-zero term needs,
-    `fp8check.underflow`) feed the error bound.  `out_dtype` is the dtype the output must
+    `fp8check.measures.underflow`) feed the error bound.  `out_dtype` is the dtype the output must
     have; `exact_partials` says every 128-wide partial is exact in float32 (then a
     declared accumulation recipe is checked bit for bit); `unquantized` is None when the
     unquantized operands are not known (the impact question is then not measured);
@@ -104,7 +104,7 @@ class StreamedProblem:
     """The `gmm-fp8` problem of a streamed (production-shape) case: the kernel's arguments
     and quantized operands only.  No reference is held: the criteria engine computes the
     exact value, |A||B| and a recipe reference one row chunk at a time
-    (`chunks.StreamedChunks`, `fp8check.totals.gmm_reference_chunks`), so memory is the
+    (`chunks.StreamedChunks`, `fp8check.measures.totals.gmm_reference_chunks`), so memory is the
     operands, the output and O(chunk), never an [M, N] float64 array.  `rows`, `k`,
     `out_dtype`, `underflow` and `exact_partials` as in Problem (the contract is
     gmm-fp8's); `out_shape` is the [M, N] shape the kernel must return."""

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from fp8check import metrics
 from fp8check.layers.op.chunks import RowChunk
 from fp8check.layers.op.verdict import element, one_ulp
-from fp8check.metrics import BIAS_MODES, BiasSums
+from fp8check.measures import metrics
+from fp8check.measures.metrics import BIAS_MODES, BiasSums
 from fp8check.profiles import REF_ATOL, REF_RTOL
 from fp8check.references.casts import rounded, to_float64
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from fp8check.cases import Case, CaseInputs, case_inputs
 from fp8check.contracts import (
     CONTRACT_DOC,
     NUMPY_DTYPES,
@@ -16,7 +15,7 @@ from fp8check.contracts import (
     run_kernel,
     takes_out_dtype,
 )
-from fp8check.integrity import InputChange, describe, inputs_criterion, merged
+from fp8check.inputs.cases import Case, CaseInputs, case_inputs
 from fp8check.layers.op.criteria import (
     BadOutput,
     PlotHook,
@@ -29,6 +28,7 @@ from fp8check.layers.op.criteria import (
 )
 from fp8check.layers.op.problem import AnyProblem, StreamedProblem, build_problem
 from fp8check.layers.op.streamed import streamed_output_criteria
+from fp8check.measures.integrity import InputChange, describe, inputs_criterion, merged
 from fp8check.profiles import Profile
 from fp8check.results.model import CaseResult, Criterion
 

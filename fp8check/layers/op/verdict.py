@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from fp8check import metrics
 from fp8check.contracts import NUMPY_DTYPES
+from fp8check.measures import metrics
 from fp8check.profiles import Profile
 from fp8check.results.model import Criterion
 

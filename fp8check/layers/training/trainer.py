@@ -37,7 +37,7 @@ def train(grad_fn: GradFn, cfg: ModelConfig, sched: Schedule, task: TrainingTask
     `snr_ref` (usually the f32 dense model) is evaluated every `sched.snr_every` steps at
     the run's own weights and batch, and the SNR of `grad_fn`'s gradients against it logged.
     """
-    from fp8check.metrics import sqnr_db
+    from fp8check.measures.metrics import sqnr_db
 
     params, opt, log = init_params(cfg, seed), AdamW(sched), TrainLog()
     names = cfg.trainable()

@@ -14,7 +14,7 @@ corpus follows the Python version; results record its sha256).
 
 Per seed and case, two results (case `<task>-...-s<seed>`):
 
-* `<family>-train-fp8`: the FP8 loss curve against the bf16 one (`fp8check.curves`:
+* `<family>-train-fp8`: the FP8 loss curve against the bf16 one (`fp8check.measures.curves`:
   per-step gap raw and EMA, AUC gap, final-loss gap, NaN / spikes), and the gradient SNR
   of the FP8 model against the f32 dense model at the FP8 run's own weights and batch,
   every `snr_every` steps: its median and its fitted decline over the run (trend);
@@ -51,7 +51,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fp8check.curves import Curve, compare, get_limits, seed_test, trend
 from fp8check.layers.moe.matmuls import VARIANTS, ExpertMatmuls, resolve
 from fp8check.layers.training.dense import dense_f32_grad_fn
 from fp8check.layers.training.model import GradFn, ModelConfig
@@ -65,6 +64,7 @@ from fp8check.layers.training.task import (
     text_task,
 )
 from fp8check.layers.training.trainer import TrainLog, train
+from fp8check.measures.curves import Curve, compare, get_limits, seed_test, trend
 from fp8check.profiles import MIN_LEARNED
 from fp8check.results.model import CaseResult, Criterion
 
@@ -176,7 +176,7 @@ def layer3_size(suite: str, cases: Sequence[str] | None = None, *, seed: int = 0
 def _learned(curve: list[float], achievable: float) -> float:
     """Fraction of the way from the first loss to the achievable one that the final loss
     (mean of the last tenth of the steps) has come; NaN for a diverged curve."""
-    from fp8check.curves import final_window
+    from fp8check.measures.curves import final_window
 
     y = np.asarray(curve, np.float64)
     if not np.all(np.isfinite(y)) or y[0] <= achievable:
@@ -240,7 +240,7 @@ def _seed_result(matmuls: ExpertMatmuls, variant: str, tc: TrainingCase, seed: i
 
 def _seeds_result(name: str, tc: TrainingCase, seed: int, profile: str,
                   per_seed: list[tuple[int, dict[str, TrainLog]]]) -> CaseResult:
-    from fp8check.curves import auc, rel_gap
+    from fp8check.measures.curves import auc, rel_gap
 
     cid = tc.seeds_case_id(seed)
     res = CaseResult(kernel=f"{name}-train-fp8", layer=LAYER, case=cid, passed=None)

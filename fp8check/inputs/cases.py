@@ -7,7 +7,7 @@ fields; its id names all of them (`wi-m512-k1024-n256-g8-zero-middle-normal-f32-
 `case_inputs(case)` regenerates the same float32 inputs from the id alone, so `--case ID`
 reproduces a failure bit for bit.
 
-Coverage (built from `fp8check.testdata`): the production wi (K = 4 N) and wo (K < N)
+Coverage (built from `fp8check.inputs.testdata`): the production wi (K = 4 N) and wo (K < N)
 aspects scaled for the CPU, every group pattern (zero-size groups first / middle / last,
 M_g = 1, residues over 1..127, multiples of 128, many tiny groups, one dominant group),
 every value distribution, K with at least 4 quantization blocks whose magnitudes differ by
@@ -17,20 +17,20 @@ and beside 128-row tile edges, rows past the last group), and an `exact_partials
 (small integers times power-of-two block magnitudes, quantized with `deepgemm-ue8m0`): on
 it every 128-wide partial sum is exactly representable in float32, so a kernel declaring
 an accumulation recipe must match the reference bit for bit.  ci adds the `subnormal`
-family (`fp8check.subnormal_data`): outputs and partial sums in the float32 subnormal
+family (`fp8check.inputs.subnormal`): outputs and partial sums in the float32 subnormal
 range, exact in every valid order, so a flush-to-zero accumulator fails unless declared.
 ci's `smallint-ties` cases scale each K block of w by the inverse of x's power of two, so
 the products are plain integers and about a fifth of the bf16 outputs are exact rounding
 ties (each rounding direction bug changes them).  ci's M is 512 (whole 128-row tiles)
 except in its cases of M = 77 and M = 140 (`_ROW_CASES`: rows that no 4, 8, 16, 64 or
 128-row alignment covers, a partial last tile, small M with many groups), and it has two
-non-finite cases per output dtype (NaN and +-Inf planted, `fp8check.nonfinite_inputs`).
+non-finite cases per output dtype (NaN and +-Inf planted, `fp8check.inputs.nonfinite`).
 
 Quantizer-only cases (`Case.quantizer_only`, aspect "quant") have K % 128 != 0 and, for
 128x128 blocks (w [G, K, N]: K rows), K and N not multiples of 128, so every quantizer
 meets partial last blocks; the matmul contracts, which take whole 128-wide K blocks, are
 never handed them (`Case.applies_to`).  Two of ci's (`ue8m0-edges`,
-`fp8check.testdata.ue8m0_edges`) put every block scale RN(amax / 448) on a power of two or
+`fp8check.inputs.testdata.ue8m0_edges`) put every block scale RN(amax / 448) on a power of two or
 a few ulps above one, where the `deepgemm-ue8m0` and `deepseek-v3-ue8m0` recipes part.
 """
 
@@ -42,16 +42,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from fp8check.contracts import CONTRACTS, CONTRACTS_BY_NAME
-from fp8check.nonfinite_inputs import plant as plant_nonfinite
-from fp8check.references.quant import BLOCK
-from fp8check.subnormal_data import SUBNORMAL_DIST, SUBNORMAL_RECIPE, subnormal_inputs
-from fp8check.testdata import (
+from fp8check.inputs.nonfinite import plant as plant_nonfinite
+from fp8check.inputs.subnormal import SUBNORMAL_DIST, SUBNORMAL_RECIPE, subnormal_inputs
+from fp8check.inputs.testdata import (
     DISTRIBUTIONS,
     GROUP_PATTERNS,
     UE8M0_EDGES,
     GroupPattern,
     ue8m0_edges,
 )
+from fp8check.references.quant import BLOCK
 
 EXACT_RECIPE = "deepgemm-ue8m0"
 DEFAULT_RECIPE = "deepgemm"
@@ -61,7 +61,7 @@ _BLOCK_SPREAD_LOG2 = (-3, 3)
 # sum is an integer multiple of 2**-(e_a+e_b) with at most 128 * 8 * 8 = 2**13 units.
 _EXACT_INT_MAX = 8
 
-# The value class with NaN and +-Inf planted in normal operands (`fp8check.nonfinite_inputs`):
+# The value class with NaN and +-Inf planted in normal operands (`fp8check.inputs.nonfinite`):
 # not a DISTRIBUTIONS entry, since fuzzing and the other suites draw finite data.
 NONFINITE = "nonfinite"
 
@@ -328,7 +328,7 @@ def build_suite(suite: str, seed: int = 0) -> list[Case]:
         )
     if suite == "ci":
         # Outputs and partial sums in the float32 subnormal range, exact in every valid
-        # order (fp8check.subnormal_data): one f32 and one bf16 output (bf16 has
+        # order (fp8check.inputs.subnormal): one f32 and one bf16 output (bf16 has
         # subnormals too).
         for aspect, pattern, out in (("wo", focus[1], "f32"), ("wi", focus[0], "bf16")):
             cases.append(replace(

@@ -5,8 +5,8 @@
   same for one quantizer class (block scales on the two ue8m0 recipes' edges);
 * `make_gmm_inputs(seed, m, k, n, g, pattern=..., dist=...) -> GmmInputs`.
 
-The gate's named suites (`fp8check.cases`) are built from these, so the same seed gives
-the same arrays on every machine and library version; `fp8check.strategies` wraps them
+The gate's named suites (`fp8check.inputs.cases`) are built from these, so the same seed gives
+the same arrays on every machine and library version; `fp8check.inputs.strategies` wraps them
 in hypothesis strategies for fuzzing.
 
 Examples::

@@ -322,7 +322,7 @@ def bound_ratio(
     may add an absolute e, |e| <= 2^-150 (or, in a kernel that flushes subnormals to zero,
     every operation up to 2^-126), amplified by the factors applied after it and by at
     most n roundings: `underflow` is W, the sum of those |e| times their amplification
-    (`fp8check.underflow` derives it per contract, with the proof), and the bound adds
+    (`fp8check.measures.underflow` derives it per contract, with the proof), and the bound adds
     (1 + gamma_n) W.  W = 0 (the default) is the no-underflow model.  The final
     rounding out = RN(acc) to out_dtype adds <= 0.5 ulp(acc); RN is monotone, so |out|
     lies in the binade of |acc| or above and ulp(max(|exact|, |out|)) >= ulp(acc).

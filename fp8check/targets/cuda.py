@@ -1,5 +1,5 @@
 """Deviceless native compilation of Triton kernels for NVIDIA GPUs (the CUDA rows of
-`fp8check.targets`: Hopper sm_90a, Blackwell sm_100a), no GPU needed.
+`fp8check.targets.chips`: Hopper sm_90a, Blackwell sm_100a), no GPU needed.
 
 `compile_for_cuda` runs Triton's own AOT pipeline (``triton.compile(ASTSource(fn,
 signature, constexprs), target=GPUTarget("cuda", capability, 32))``) down to a cubin with
@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from fp8check.native import ToolchainMissing
+from fp8check.targets.toolchains import ToolchainMissing
 
 _ERROR_LINES = 12  # lines of a compiler message kept in CudaBuild.error
 
@@ -263,7 +263,7 @@ def _run_worker(payloads: list[dict], timeout_s: float,
                    PYTHONPATH=os.pathsep.join(paths + [os.environ.get("PYTHONPATH", "")]))
         out = os.path.join(tmp, "out.jsonl")
         request = json.dumps({"capabilities": caps, "jobs": payloads, "tmp": tmp})
-        code = "import sys; from fp8check.native.cuda import _worker; _worker(sys.argv[1])"
+        code = "import sys; from fp8check.targets.cuda import _worker; _worker(sys.argv[1])"
         why = ""
         try:
             proc = subprocess.run([sys.executable, "-c", code, out], input=request, env=env,
@@ -278,7 +278,7 @@ def _run_worker(payloads: list[dict], timeout_s: float,
             with open(out) as f:
                 records = [json.loads(line) for line in f if line.strip()]
     if not records:
-        raise RuntimeError(f"fp8check.native.cuda: the compile process did not start: {why}")
+        raise RuntimeError(f"fp8check.targets.cuda: the compile process did not start: {why}")
     tools = records.pop(0)
     if not payloads:
         return [tools], why

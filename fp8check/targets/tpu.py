@@ -44,8 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fp8check.native import ToolchainMissing
-from fp8check.targets import target
+from fp8check.targets.chips import target
+from fp8check.targets.toolchains import ToolchainMissing
 
 _DUMP_FLAG = "--xla_mosaic_dump_to"
 _DUMP_OWNER = "FP8CHECK_MOSAIC_DUMP_PID"  # the process whose dump directory the flag names
@@ -131,7 +131,7 @@ def check_toolchain() -> None:
 
 @functools.cache
 def device(chip: str):
-    """A device of the TPU target `chip` (a row of `fp8check.targets`) from libtpu's
+    """A device of the TPU target `chip` (a row of `fp8check.targets.chips`) from libtpu's
     topology description of its `compile_for` name (no hardware needed)."""
     row = target(chip)
     if row.platform != "tpu":

@@ -5,7 +5,7 @@ Triton `GPUTarget` capability), its resource limits with their sources, its FP8 
 (the MXU data formats that are FP8 into the MXU; the tensor-core instruction family), its
 accumulator model or "unknown" with the run that would settle it, and which module reads
 its compiled facts.  Layer 0 (`fp8check.layers.native`), the deviceless compilers
-(`fp8check.native`), `fp8check gate --targets`, `fp8check tune --chip`, the report and
+(`fp8check.targets.toolchains`), `fp8check gate --targets`, `fp8check tune --chip`, the report and
 `docs/native.md` read this table; adding a chip is a row here and, for a new instruction
 family, its reader.
 
@@ -38,8 +38,8 @@ class Limit:
 class Target:
     """One chip layer 0 compiles for (module docstring).
 
-    platform: "tpu" (libtpu, compiled through `fp8check.native.tpu`) or "cuda" (Triton's AOT
-    compiler and the ptxas in its wheel, `fp8check.native.cuda`).
+    platform: "tpu" (libtpu, compiled through `fp8check.targets.tpu`) or "cuda" (Triton's AOT
+    compiler and the ptxas in its wheel, `fp8check.targets.cuda`).
     compile_for: the libtpu topology name (`jax.experimental.topologies.get_topology_desc(
     compile_for, "tpu")`) or, for CUDA, the ptxas target name; `capability` the Triton
     `GPUTarget("cuda", capability, 32)` (None for TPUs).
@@ -78,7 +78,7 @@ class Target:
 
 
 _TPU_INFO = "jax's TPU table (jax._src.pallas.mosaic.tpu_info: vmem_capacity_bytes per core)"
-_TPU_FACTS = "fp8check.native.tpu.llo_figures (matmul_data_format<...> in the final LLO)"
+_TPU_FACTS = "fp8check.targets.tpu.llo_figures (matmul_data_format<...> in the final LLO)"
 _TPU_ACC = ("float32: the MXU's partial of exact products (e4m3 x e4m3 has 8 significant "
             "bits, exact in bf16 and in float32) accumulated in float32; the scale step on "
             "the VPU is vmul.f32 then vadd.f32 (no FMA in the LLO: recipe `tokamax`)")
@@ -111,7 +111,7 @@ def _cuda(name: str, chip: str, capability: int, *, instruction: str, datapath: 
               "spill_bytes": Limit(0, "bytes of spill stores + loads per thread", _SPILLS),
               **(extra or {})}
     return Target(name, "cuda", chip, name, limits, datapath, accumulator, evidence, settle,
-                  "fp8check.native.cuda (the PTX's tensor-core instructions, ptxas's report, "
+                  "fp8check.targets.cuda (the PTX's tensor-core instructions, ptxas's report, "
                   "the cubin's resource usage)", capability=capability,
                   fp8_instruction=instruction)
 

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fp8check.cases import RANDOM_PATTERN, Case
 from fp8check.contracts import CONTRACTS, contract_of
+from fp8check.inputs.cases import RANDOM_PATTERN, Case
 from fp8check.references.quant import BLOCK
 
 N_TILE = 256  # the widest N tile a real kernel uses: N % 256 != 0 leaves a partial one
@@ -29,7 +29,7 @@ INT16_MAX = 2**15 - 1
 
 # A distribution's name, split at "-", marks a value class when one of its words is here
 # (e.g. "nonfinite", "subnormal-sums").  Extend this table when a distribution of a new
-# class is added to `fp8check.testdata.DISTRIBUTIONS`.
+# class is added to `fp8check.inputs.testdata.DISTRIBUTIONS`.
 NONFINITE = "non-finite inputs"
 SUBNORMAL = "float32-subnormal partial sums / outputs"
 UE8M0_EDGES = "ue8m0 scale edges (RN(amax/448) on or just above 2^k: the ue8m0 recipes part)"
@@ -180,7 +180,7 @@ def _flag_counts(cases: Sequence[Case]) -> list[tuple[str, str]]:
 
 
 def suite_coverage(cases: Sequence[Case]) -> Coverage:
-    """The coverage of `cases` (a suite from `fp8check.cases.build_suite`, or a part)."""
+    """The coverage of `cases` (a suite from `fp8check.inputs.cases.build_suite`, or a part)."""
     kn = {a: [f"{c.k}x{c.n}" for c in cases if c.aspect == a]
           for a in dict.fromkeys(c.aspect for c in cases)}
     kb = [k_blocks(c) for c in cases]

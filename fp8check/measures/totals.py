@@ -2,7 +2,7 @@
 elementwise metric arrays of (production shapes: 10^8 elements and more).
 
 `metric_totals(out, exact, abs_ab, k)` returns, in one fused pass (numba, parallel over fixed
-blocks of elements), exactly what the elementwise functions of `fp8check.metrics` give
+blocks of elements), exactly what the elementwise functions of `fp8check.measures.metrics` give
 when reduced:
 
 * `ulp_max`, `n_ulp_off`: max and count of `ulp_distance(out, RN(exact), out_dtype) > 0`
@@ -42,7 +42,7 @@ import numpy as np
 
 from fp8check.bits import F64_MAX, bits_f32, exponent, pow2
 from fp8check.formats import get_format
-from fp8check.metrics import (
+from fp8check.measures.metrics import (
     BIAS_MODES,
     ULP_NAN,
     BiasSums,
@@ -351,10 +351,10 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     roundoff of the bound.  Only rows below sum(group_sizes) are compared, as in the gate.
     The bound's underflow term is the operands' (`underflow.fp8_model`), for a kernel that
     flushes subnormals when `ftz`."""
+    from fp8check.measures.underflow import fp8_model
     from fp8check.references.casts import rounded
     from fp8check.references.gmm import TENSOR_CORE_ACCUMS
     from fp8check.references.quant import QTensor
-    from fp8check.underflow import fp8_model
 
     out = np.asarray(out)
     if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):

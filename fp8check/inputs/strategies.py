@@ -1,5 +1,5 @@
 """Hypothesis strategies for grouped matmuls, over the deterministic builders of
-`fp8check.testdata` (re-exported here, so one import serves both).
+`fp8check.inputs.testdata` (re-exported here, so one import serves both).
 
 Each strategy draws a pattern or distribution name and a seed and calls the same builders,
 so hypothesis shrinks towards simple names and small seeds.  hypothesis is not a runtime
@@ -11,7 +11,7 @@ dependency of fp8check: this module needs the `test` extra (`pip install 'fp8che
     @given(gmm_inputs(max_m=256, max_g=4))           # GmmInputs, K and N multiples of 128
 
 The builders (`GROUP_PATTERNS`, `DISTRIBUTIONS`, `GmmInputs`, `make_gmm_inputs`) and
-the group-size sum rule are documented in `fp8check.testdata`.
+the group-size sum rule are documented in `fp8check.inputs.testdata`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 from hypothesis import strategies as st
 
-from fp8check.references.quant import BLOCK
-from fp8check.testdata import (
+from fp8check.inputs.testdata import (
     DISTRIBUTIONS,
     GROUP_PATTERNS,
     GmmInputs,
@@ -31,6 +30,7 @@ from fp8check.testdata import (
     gmm_inputs_from_sizes,
     make_gmm_inputs,
 )
+from fp8check.references.quant import BLOCK
 
 __all__ = [
     "DISTRIBUTIONS", "GROUP_PATTERNS", "GmmInputs", "arrays", "distributions", "gmm_inputs",
