@@ -31,7 +31,7 @@ exact            sum of P*sa*sb in exact arithmetic, rounded once to out_dtype (
 e5m2 values span 2^-16 .. 57344, so their 128-wide partials need up to ~70 bits: the
 reference computes them with the exact superaccumulator instead of float64 BLAS.
 
-Plain (unquantized bf16 / float32) operands have no blocks and no scales: their only recipe
+Unscaled (unquantized bf16 / float32) operands have no blocks and no scales: their only recipe
 is `exact`, rounded once to out_dtype; `references.matmul.exact_matmul` (also behind
 `tgmm` and `dgrad`) explains how it is exact at nearly the speed of float64 BLAS.
 
@@ -72,7 +72,7 @@ from fp8check.references.exact import (
     two_sum,
 )
 from fp8check.references.intdot import DigitPath
-from fp8check.references.matmul import PLAIN_DTYPES, check_plain, exact_matmul
+from fp8check.references.matmul import UNSCALED_DTYPES, check_unscaled, exact_matmul
 from fp8check.references.quant import QTensor
 
 ACCUMS = ("deepgemm", "cublas", "tokamax", "deepgemm-hopper", "deepgemm-blackwell", "exact")
@@ -138,7 +138,7 @@ def group_offsets(group_sizes: np.ndarray) -> np.ndarray:
 def _check_operands(lhs, rhs):
     """Return (blockwise, M, K, N, G) after checking kinds, shapes and dtypes."""
     if isinstance(lhs, QTensor) != isinstance(rhs, QTensor):
-        raise ValueError("lhs and rhs must both be QTensors or both be plain arrays")
+        raise ValueError("lhs and rhs must both be QTensors or both be unscaled arrays")
     blockwise = isinstance(lhs, QTensor)
     a, b = (lhs.values, rhs.values) if blockwise else (np.asarray(lhs), np.asarray(rhs))
     if a.ndim != 2 or b.ndim != 3:
@@ -159,9 +159,9 @@ def _check_operands(lhs, rhs):
             raise ValueError(f"blockwise gmm needs K a multiple of 128, got K={k}")
         if a.dtype not in _LUT or b.dtype not in _LUT:
             raise ValueError(f"QTensor values must be fp8, got {a.dtype} and {b.dtype}")
-    elif a.dtype not in PLAIN_DTYPES or b.dtype not in PLAIN_DTYPES:
+    elif a.dtype not in UNSCALED_DTYPES or b.dtype not in UNSCALED_DTYPES:
         raise ValueError(
-            f"plain gmm operands must be float32 or bfloat16, got {a.dtype} and {b.dtype}"
+            f"unscaled gmm operands must be float32 or bfloat16, got {a.dtype} and {b.dtype}"
         )
     return blockwise, m, k, n, g
 
@@ -533,8 +533,8 @@ def gmm(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray, group_sizes: Array
     """Reference grouped matmul out[rows of g] = lhs[rows of g] @ rhs[g].
 
     Args:
-      lhs: QTensor with (1,128) blocks [M, K] or a plain float32/bfloat16 array [M, K].
-      rhs: QTensor with (128,128) blocks [G, K, N] or a plain array [G, K, N] (same kind).
+      lhs: QTensor with (1,128) blocks [M, K] or an unscaled float32/bfloat16 array [M, K].
+      rhs: QTensor with (128,128) blocks [G, K, N] or an unscaled array [G, K, N] (same kind).
       group_sizes: int [G], rows per group, non-negative, summing to at most M.
       out_dtype: float32 or bfloat16 (RNE from the float32 accumulator, or once from the
         exact value for "exact"), or float64 with "exact" (the exact value correctly
@@ -542,7 +542,7 @@ def gmm(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray, group_sizes: Array
       accum: "deepgemm" (default for QTensors), "cublas", "tokamax", "deepgemm-hopper" (the
         Hopper tensor core's partials, `mma.HOPPER_FP8`), "deepgemm-blackwell" (the sm_100a
         tensor core's, `mma.BLACKWELL_FP8`) or "exact" (the only recipe, and the default,
-        for plain operands).
+        for unscaled operands).
       interval: deepgemm-hopper only: K elements the tensor core chains from zero before
         the chain's partial is added in float32 into the block's P (Triton's
         max_num_imprecise_acc: 32, 64 or 128; 128 is DeepGEMM's one chain per block).
@@ -580,7 +580,7 @@ def _checked_gmm_args(lhs, rhs, group_sizes, out_dtype, accum: str | None,
     if accum not in ACCUMS:
         raise ValueError(f"unknown accum {accum!r}; expected one of {ACCUMS}")
     if not blockwise and accum != "exact":
-        raise ValueError(f"accum {accum!r} needs blockwise FP8 operands; plain ones use 'exact'")
+        raise ValueError(f"accum {accum!r} needs blockwise FP8 operands; unscaled ones use 'exact'")
     if not valid_interval(accum, interval):
         raise ValueError(f"interval {interval!r}: {INTERVAL_RULE}")
     return m, n, accum, _check_out(out_dtype, accum), check_group_sizes(group_sizes, g, m)
@@ -637,7 +637,7 @@ def tgmm(lhs: np.ndarray, dy: np.ndarray, group_sizes: ArrayLike,
       [G, K, N] of out_dtype: the exact value rounded once; an empty group gives zeros; a
       NaN or infinity in an operand gives IEEE's value to exactly the elements it reaches.
     """
-    lhs, dy = check_plain("lhs", lhs), check_plain("dy", dy)
+    lhs, dy = check_unscaled("lhs", lhs), check_unscaled("dy", dy)
     if lhs.ndim != 2 or dy.ndim != 2 or lhs.shape[0] != dy.shape[0]:
         raise ValueError(f"expected lhs [M,K] and dy [M,N], got {lhs.shape} and {dy.shape}")
     dt = _check_exact_out(out_dtype)
@@ -664,7 +664,7 @@ def dgrad(dy: np.ndarray, rhs: np.ndarray, group_sizes: ArrayLike,
       are zero; a NaN or infinity in an operand gives IEEE's value to exactly the elements
       it reaches.
     """
-    dy, rhs = check_plain("dy", dy), check_plain("rhs", rhs)
+    dy, rhs = check_unscaled("dy", dy), check_unscaled("rhs", rhs)
     if dy.ndim != 2 or rhs.ndim != 3 or dy.shape[1] != rhs.shape[2]:
         raise ValueError(f"expected dy [M,N] and rhs [G,K,N], got {dy.shape} and {rhs.shape}")
     dt = _check_exact_out(out_dtype)
@@ -680,7 +680,7 @@ def dgrad(dy: np.ndarray, rhs: np.ndarray, group_sizes: ArrayLike,
 
 def _abs_f64(x, sl) -> np.ndarray:
     """|x[sl]| in float64, exact, 2-D; x a QTensor (dequantized, fp8 x float32 needs at
-    most 28 bits: one pass over the codes) or a plain array.  `sl` picks rows of a 2-D
+    most 28 bits: one pass over the codes) or an unscaled array.  `sl` picks rows of a 2-D
     operand or one group of a 3-D one, so a group at a time is materialised, never a whole
     operand."""
     if isinstance(x, QTensor):

@@ -344,13 +344,13 @@ def _float32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32, copy=False)
 
 
-PLAIN_DTYPES = (np.dtype(np.float32), BF16)  # the operands the exactness argument covers
+UNSCALED_DTYPES = (np.dtype(np.float32), BF16)  # the operands the exactness argument covers
 
 
-def check_plain(name: str, x: ArrayLike) -> np.ndarray:
+def check_unscaled(name: str, x: ArrayLike) -> np.ndarray:
     """x as an array, or ValueError naming it unless it is float32 or bfloat16."""
     x = np.asarray(x)
-    if x.dtype not in PLAIN_DTYPES:
+    if x.dtype not in UNSCALED_DTYPES:
         raise ValueError(f"{name} must be float32 or bfloat16, got {x.dtype}")
     return x
 
@@ -363,7 +363,7 @@ def exact_matmul(a: np.ndarray, b: np.ndarray, out_dtype: DTypeLike,
     IEEE values of the elements they reach (module docstring)."""
     dt = np.dtype(out_dtype)
     precision_of(dt)  # ValueError for a format without exact rounding
-    a, b = check_plain("a", a), check_plain("b", b)
+    a, b = check_unscaled("a", a), check_unscaled("b", b)
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     if out is None:
         out = np.empty((m, n), dt)

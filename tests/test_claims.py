@@ -31,7 +31,7 @@ from fp8check.contracts import (
     claims_for,
     contract_of,
 )
-from fp8check.gate.declarations import CLAIM_FLAGS, PlainDeclarations
+from fp8check.gate.declarations import CLAIM_FLAGS, BareDeclarations
 from fp8check.gate.kernels import load_kernels
 from fp8check.gate.plan import make_plan
 from fp8check.inputs.cases import build_suite
@@ -49,7 +49,7 @@ ALIGNED = dataclasses.replace(SMOKE[0], id="aligned-128", group_sizes=(128, 0, 1
 PROBLEMS = ProblemCache(capacity=4)
 PROFILE = get_profile("strict")
 
-# What the gate's parser takes besides the claims: what a plain function is and the
+# What the gate's parser takes besides the claims: what a bare function is and the
 # backward kernels layers 2 and 3 build around it.
 NOT_CLAIMS = {"contract", "framework", "tgmm", "dgrad"}
 
@@ -70,14 +70,14 @@ def _gate_parser() -> argparse.ArgumentParser:
 
 
 def _declaration_actions() -> dict[str, argparse.Action]:
-    """The gate's options that declare something of a plain function (the fields of
-    `PlainDeclarations`, which the command line fills by dest), by dest."""
-    fields = {f.name for f in dataclasses.fields(PlainDeclarations)}
+    """The gate's options that declare something of a bare function (the fields of
+    `BareDeclarations`, which the command line fills by dest), by dest."""
+    fields = {f.name for f in dataclasses.fields(BareDeclarations)}
     return {a.dest: a for a in _gate_parser()._actions if a.dest in fields}
 
 
 def test_every_declaration_flag_is_a_claim_flag():
-    """Each option of the gate that declares something of a plain function is a claim
+    """Each option of the gate that declares something of a bare function is a claim
     flag (`CLAIM_FLAGS`: what the parametrisation below enumerates) or one of
     NOT_CLAIMS; each claim flag is an option of the parser and names a claim."""
     actions = _declaration_actions()
@@ -157,8 +157,8 @@ def reached(monkeypatch) -> list[Any]:
     return got
 
 
-def _gate_spec(tmp_path: Path, argv: list[str]) -> tuple[KernelSpec, PlainDeclarations]:
-    """The kernel the gate loads from the command line `argv` (a plain numpy function):
+def _gate_spec(tmp_path: Path, argv: list[str]) -> tuple[KernelSpec, BareDeclarations]:
+    """The kernel the gate loads from the command line `argv` (a bare numpy function):
     parsed, planned and loaded as `fp8check gate` does, and its declarations."""
     (tmp_path / "k.py").write_text(KERNELS)
     contract = "quantizer" if "quantizer" in argv else "gmm-fp8"
@@ -169,7 +169,7 @@ def _gate_spec(tmp_path: Path, argv: list[str]) -> tuple[KernelSpec, PlainDeclar
     opts = options(args)
     plan, _ = make_plan(opts, GateConfig(layers=(1,)))
     (spec,) = load_kernels(plan).specs
-    return spec, opts.plain
+    return spec, opts.bare
 
 
 @pytest.mark.parametrize(("claim", "argv"), list(_declarations()))
@@ -179,8 +179,8 @@ def test_every_cli_declaration_reaches_the_criteria_through_the_asserts(
     and loaded from the command line) and the asserts declaring the same claims by keyword
     (`assert_gmm_matches` and `GateCase.assert_matches`, or `assert_quantizer_matches`)
     hand the criteria equal claims, which hold the declared value."""
-    spec, plain = _gate_spec(tmp_path, argv)
-    declared = plain.declared()
+    spec, bare = _gate_spec(tmp_path, argv)
+    declared = bare.declared()
     if isinstance(spec.claims, MatmulClaims):
         case = next(c for c in [ALIGNED, *SMOKE]
                     if spec.matmul_claims.skip_reason(c.out_dtype, c.group_sizes, c.m) is None)

@@ -108,7 +108,7 @@ def test_pass_and_fail_with_all_outputs(kernels, tmp_path, capsys):
 
 
 def test_a_plain_function_runs_every_out_dtype_unless_narrowed(kernels, tmp_path, capsys):
-    """No silent halving: a plain function (here one that takes out_dtype) runs on the
+    """No silent halving: a bare function (here one that takes out_dtype) runs on the
     suite's f32 and bf16 cases; --out-dtypes f32 narrows it, and the summary says how many
     were skipped and why."""
     rc = _gate("--kernel", f"{kernels}:naive", "--contract", "gmm-fp8", "--framework", "numpy",
@@ -142,7 +142,7 @@ def test_a_fail_line_is_one_line_whatever_the_kernel_raised(tmp_path, monkeypatc
 
 
 def test_a_run_that_checked_nothing_fails(kernels, tmp_path, capsys):
-    # a plain function declared f32-only on one bf16 case: its only result is skipped
+    # a bare function declared f32-only on one bf16 case: its only result is skipped
     rc = _gate("--kernel", f"{kernels}:naive", "--contract", "gmm-fp8", "--framework", "numpy",
                "--out-dtypes", "f32", "--case", "wo-m256-k512-n768-g4-residues-fp8-ties-bf16-s0",
                "--json", str(tmp_path / "p.json"))

@@ -1,6 +1,6 @@
 """A user's own kernel through `fp8check gate`: kernel files importing their siblings (in
 the worker processes too) and repros that rerun from where they were printed; FAIL lines
-that say why (criterion, value, limit, worst element); plain quantizers declared from the
+that say why (criterion, value, limit, worst element); bare quantizers declared from the
 command line; `fp8check list`'s families."""
 
 import json

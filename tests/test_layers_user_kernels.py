@@ -246,14 +246,14 @@ def test_reference_bf16_grouped_matmuls_are_exact_on_exactly_summable_data(frame
 
 
 def test_a_layer_1_rerun_does_not_repeat_the_backward_kernels():
-    from fp8check.gate.declarations import PlainDeclarations
+    from fp8check.gate.declarations import BareDeclarations
     from fp8check.gate.repro import gate_command
 
-    plain = PlainDeclarations("gmm-fp8", "torch", tgmm="k.py:tgmm", dgrad="k.py:dgrad")
-    one = shlex.split(gate_command("k.py:fwd", 1, suite="smoke", plain=plain))
+    bare = BareDeclarations("gmm-fp8", "torch", tgmm="k.py:tgmm", dgrad="k.py:dgrad")
+    one = shlex.split(gate_command("k.py:fwd", 1, suite="smoke", bare=bare))
     assert "--tgmm" not in one and "--dgrad" not in one and "--contract" in one
     for layer in (2, 3):
-        cmd = shlex.split(gate_command("k.py:fwd", layer, suite="smoke", plain=plain))
+        cmd = shlex.split(gate_command("k.py:fwd", layer, suite="smoke", bare=bare))
         assert cmd[cmd.index("--tgmm") + 1] == "k.py:tgmm"
         assert cmd[cmd.index("--dgrad") + 1] == "k.py:dgrad"
 
@@ -332,36 +332,36 @@ def test_assert_layers_pass_names_the_failing_criteria_and_the_gate_command():
 
 def test_layers_from_the_config_narrow_the_run_and_say_why():
     from fp8check.config import GateConfig
-    from fp8check.gate.declarations import PlainDeclarations
+    from fp8check.gate.declarations import BareDeclarations
     from fp8check.gate.plan import GateOptions, make_plan
 
     cfg = GateConfig(layers=(1, 2, 3), kernels=(f"{TORCH}:gmm_fp8",))
-    numpy_plain = PlainDeclarations(contract="gmm-fp8", framework="numpy")
-    plan, notice = make_plan(GateOptions(plain=numpy_plain), cfg)
+    numpy_bare = BareDeclarations(contract="gmm-fp8", framework="numpy")
+    plan, notice = make_plan(GateOptions(bare=numpy_bare), cfg)
     assert plan.layers == (1,) and plan.dropped == (2, 3) and plan.layer_kernel is None
     assert notice is not None and "in jax or torch; --framework is numpy" in notice
-    torch_plain = PlainDeclarations(contract="gmm-fp8", framework="torch")
-    plan, notice = make_plan(GateOptions(plain=torch_plain), cfg)
+    torch_bare = BareDeclarations(contract="gmm-fp8", framework="torch")
+    plan, notice = make_plan(GateOptions(bare=torch_bare), cfg)
     assert plan.layers == (1, 2, 3) and plan.layer_kernel == f"{TORCH}:gmm_fp8"
     assert notice is not None and "no --dgrad or --tgmm" in notice
     # with a family beside it, the family runs and the user's kernel is said to be left out
     cfg = GateConfig(layers=(1, 2), kernels=("pallas", f"{TORCH}:gmm_fp8"))
-    plan, notice = make_plan(GateOptions(plain=numpy_plain), cfg)
+    plan, notice = make_plan(GateOptions(bare=numpy_bare), cfg)
     assert plan.layers == (1, 2) and plan.families == ("pallas",) and plan.layer_kernel is None
     assert notice is not None and "layers 2 and 3 skip your kernels" in notice
 
 
 def test_the_users_training_runs_in_shard_1_and_layer_2_shards_by_case():
     from fp8check.config import GateConfig
-    from fp8check.gate.declarations import PlainDeclarations
+    from fp8check.gate.declarations import BareDeclarations
     from fp8check.gate.plan import GateOptions, make_plan
     from fp8check.gate.runner import _layer_cases
 
-    plain = PlainDeclarations(contract="gmm-fp8", framework="torch")
+    bare = BareDeclarations(contract="gmm-fp8", framework="torch")
     cfg = GateConfig(layers=(2, 3), kernels=(f"{TORCH}:gmm_fp8",), suite="ci")
     ids = [s.case_id(0) for s in LAYER2_SUITES["ci"]]
     for shard, layer3, layer2 in (("1/2", None, ids[0::2]), ("2/2", [], ids[1::2])):
-        plan, _ = make_plan(GateOptions(plain=plain, shard=shard), cfg)
+        plan, _ = make_plan(GateOptions(bare=bare, shard=shard), cfg)
         assert _layer_cases(plan, 3, None) == layer3
         assert _layer_cases(plan, 2, None) == layer2
 

@@ -48,7 +48,7 @@ def _outputs_text(nb) -> str:
                                             (["tgmm_f32"], False)], ids=["failing", "passing"])
 def test_notebook_02_investigates_a_users_own_gate_document(tmp_path, names, failing):
     """Notebook 02's first cell is the user's: a gate document written elsewhere by
-    `fp8check gate` and the plain functions it checked (here numpy tgmm kernels) are read,
+    `fp8check gate` and the bare functions it checked (here numpy tgmm kernels) are read,
     drilled into and rerun in process with the gate's verdict; a run where everything
     passed shows its case closest to the bound."""
     path = ROOT / "notebooks" / "02_investigating_a_failing_kernel.ipynb"

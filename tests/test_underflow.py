@@ -16,7 +16,7 @@ import pytest
 from fp8check.contracts import KernelSpec, MatmulClaims
 from fp8check.inputs.cases import build_suite, case_inputs
 from fp8check.layers.op import ProblemCache, validate_case
-from fp8check.layers.op.problem import gmm_fp8_problem, plain_gmm_problem
+from fp8check.layers.op.problem import gmm_fp8_problem, unscaled_gmm_problem
 from fp8check.measures import metrics
 from fp8check.measures.underflow import ETA, FLUSH, fp8_model
 from fp8check.profiles import get_profile
@@ -43,7 +43,7 @@ def _keep(x):
 # ---------------------------------------------------------------- float32 valid orders
 
 
-def _plain_sequential(a, b, flush=_keep, reverse=False):
+def _unscaled_sequential(a, b, flush=_keep, reverse=False):
     """sum_k RN(a_k b_k) left to right (or right to left), float32, [M,K] @ [K,N]."""
     acc = np.zeros((a.shape[0], b.shape[1]), F32)
     ks = range(a.shape[1] - 1, -1, -1) if reverse else range(a.shape[1])
@@ -52,7 +52,7 @@ def _plain_sequential(a, b, flush=_keep, reverse=False):
     return acc
 
 
-def _plain_pairwise(a, b, flush=_keep):
+def _unscaled_pairwise(a, b, flush=_keep):
     p = flush(a.astype(F32)[:, :, None] * b.astype(F32)[None])
     while p.shape[1] > 1:
         if p.shape[1] % 2:
@@ -81,7 +81,7 @@ def _fp8_orders(lq, rq, flush=_keep):
         nested = flush(nested + flush(sa[:, kb, None] * flush(sbn * p)))
     da = flush(a * np.repeat(sa, 128, axis=1))
     db = flush(b * np.repeat(np.repeat(sb, 128, axis=0), 128, axis=1))
-    dequant = _plain_sequential(da, db, flush)
+    dequant = _unscaled_sequential(da, db, flush)
     return {"deepgemm": deepgemm, "sa-(sb-P)": nested, "dequantize-first": dequant}
 
 
@@ -103,17 +103,17 @@ def _tie_operands(rng, m=8, k=256, n=16):
     return a.astype(BF16), b.astype(BF16)
 
 
-def _plain_problem(a, b):
-    return plain_gmm_problem(a, b[None], np.array([a.shape[0]], np.int32), "f32")
+def _unscaled_problem(a, b):
+    return unscaled_gmm_problem(a, b[None], np.array([a.shape[0]], np.int32), "f32")
 
 
 def test_plain_tie_products_reach_the_underflow_term_and_halving_it_fails():
     a, b = _tie_operands(np.random.default_rng(0))
-    prob = _plain_problem(a, b)
+    prob = _unscaled_problem(a, b)
     term = prob.underflow.term(ftz=False, u=U)
     assert term == a.shape[1] * ETA
-    for out in (_plain_sequential(a, b), _plain_sequential(a, b, reverse=True),
-                _plain_pairwise(a, b)):
+    for out in (_unscaled_sequential(a, b), _unscaled_sequential(a, b, reverse=True),
+                _unscaled_pairwise(a, b)):
         err = out.astype(np.float64) - prob.exact
         assert np.all(err == a.shape[1] * ETA)  # the construction, checked
         assert np.all(_ratio(out, prob.exact, prob.abs_ab, a.shape[1], term) <= 1.0)
@@ -128,10 +128,10 @@ def test_plain_random_subnormal_products_stay_within_the_bound():
         k = int(rng.integers(2, 300))
         a = (rng.standard_normal((16, k)) * 2.0**-70).astype(BF16)
         b = (rng.standard_normal((k, 24)) * 2.0 ** float(rng.integers(-82, -70))).astype(BF16)
-        prob = _plain_problem(a, b)
+        prob = _unscaled_problem(a, b)
         term = prob.underflow.term(ftz=False, u=U)
-        for out in (_plain_sequential(a, b), _plain_pairwise(a, b),
-                    _plain_sequential(a, b, reverse=True)):
+        for out in (_unscaled_sequential(a, b), _unscaled_pairwise(a, b),
+                    _unscaled_sequential(a, b, reverse=True)):
             assert np.max(_ratio(out, prob.exact, prob.abs_ab, k, term)) <= 1.0
 
 
@@ -197,10 +197,10 @@ def test_ftz_orders_stay_within_the_flush_term():
     for a, b in (_tie_operands(np.random.default_rng(4)),
                  ((np.random.default_rng(5).standard_normal((8, 200)) * 2.0**-64).astype(BF16),
                   (np.random.default_rng(6).standard_normal((200, 12)) * 2.0**-64).astype(BF16))):
-        prob = _plain_problem(a, b)
+        prob = _unscaled_problem(a, b)
         k = a.shape[1]
         ftz_term = prob.underflow.term(ftz=True, u=U)
-        for out in (_plain_sequential(a, b, _ftz), _plain_pairwise(a, b, _ftz)):
+        for out in (_unscaled_sequential(a, b, _ftz), _unscaled_pairwise(a, b, _ftz)):
             assert np.max(_ratio(out, prob.exact, prob.abs_ab, k, ftz_term)) <= 1.0
 
 
@@ -210,8 +210,8 @@ def test_flush_term_is_attained_within_a_factor_two():
     k = 64
     a = np.full((4, k), (1 - 2.0**-8) * 2.0**-63).astype(BF16)
     b = np.full((k, 8), 2.0**-63).astype(BF16)
-    prob = _plain_problem(a, b)
-    out = _plain_sequential(a, b, _ftz)
+    prob = _unscaled_problem(a, b)
+    out = _unscaled_sequential(a, b, _ftz)
     assert not np.any(out)
     ratio = _ratio(out, prob.exact, prob.abs_ab, k, prob.underflow.term(ftz=True, u=U))
     assert 0.49 < np.min(ratio) and np.max(ratio) <= 1.0
@@ -221,9 +221,9 @@ def test_subnormal_bf16_inputs_read_as_zero_are_covered():
     rng = np.random.default_rng(7)
     a = (rng.uniform(-1, 1, (8, 64)) * 2.0**-127).astype(BF16)  # all subnormal
     b = (rng.standard_normal((64, 8)) * 2.0**30).astype(BF16)
-    prob = _plain_problem(a, b)
+    prob = _unscaled_problem(a, b)
     assert not prob.underflow.nonroot_normal
-    out = _plain_sequential(_ftz(a.astype(F32)), b, _ftz)  # DAZ: inputs read as 0
+    out = _unscaled_sequential(_ftz(a.astype(F32)), b, _ftz)  # DAZ: inputs read as 0
     assert np.max(np.abs(prob.exact)) > 2.0**-100 and not np.any(out)
     assert np.max(_ratio(out, prob.exact, prob.abs_ab, 64,
                          prob.underflow.term(ftz=True, u=U))) <= 1.0
@@ -337,7 +337,7 @@ def test_testing_asserts_take_the_declaration(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a failing assertion saves its replay file here
     inp = case_inputs(SUBNORMAL_CASES[0])
     a, b = inp.x[:16].astype(BF16), inp.w[:1, :, :128].astype(BF16)
-    out = _plain_pairwise(a, b[0], _ftz)
+    out = _unscaled_pairwise(a, b[0], _ftz)
     assert np.count_nonzero(out) < out.size // 2  # most of it flushed
     gs = np.array([16], np.int32)
     res = assert_gmm_matches(out, a, b, gs, flushes_subnormals=True)
@@ -345,7 +345,7 @@ def test_testing_asserts_take_the_declaration(tmp_path, monkeypatch):
     with pytest.raises(AssertionError, match="bound_ratio"):
         assert_gmm_matches(out, a, b, gs)
     # the IEEE result passes without the declaration
-    assert_gmm_matches(_plain_pairwise(a, b[0]), a, b, gs)
+    assert_gmm_matches(_unscaled_pairwise(a, b[0]), a, b, gs)
 
 
 FTZ_KERNEL_FILE = f"""
@@ -382,8 +382,8 @@ def test_streamed_totals_apply_the_same_term():
     from fp8check.measures.totals import gmm_metric_totals, metric_totals
 
     a, b = _tie_operands(np.random.default_rng(8))
-    prob = _plain_problem(a, b)
-    out = _plain_pairwise(a, b)
+    prob = _unscaled_problem(a, b)
+    out = _unscaled_pairwise(a, b)
     k = a.shape[1]
     term = prob.underflow.term(ftz=False, u=U)
     for w in (term, term / 2):
@@ -416,11 +416,11 @@ def test_ftz_flag_parses_and_repeats_in_the_repro_command(flag, value):
     register(parser.add_subparsers())
     args = parser.parse_args(["gate", "--contract", "gmm", "--framework", "jax",
                               *([flag] if flag else [])])
-    plain = options(args).plain
-    assert plain.ftz is value
-    assert plain.declared().get("flushes_subnormals") is value
-    assert (flag in plain.arguments()) if flag else not any("ftz" in a
-                                                             for a in plain.arguments())
+    bare = options(args).bare
+    assert bare.ftz is value
+    assert bare.declared().get("flushes_subnormals") is value
+    assert (flag in bare.arguments()) if flag else not any("ftz" in a
+                                                             for a in bare.arguments())
 
 
 def test_finite_peak_streams_chunks_and_skips_non_finite(monkeypatch):

@@ -10,7 +10,7 @@ from fp8check import exitcodes, registry
 from fp8check.commands import add_summary_args
 from fp8check.config import DEFAULT_TIMEOUT
 from fp8check.contracts import ACCUMS, CONTRACT_DOC, CONTRACTS, FRAMEWORKS, OUT_DTYPES
-from fp8check.gate.declarations import PlainDeclarations
+from fp8check.gate.declarations import BareDeclarations
 from fp8check.gate.plan import GateOptions
 from fp8check.inputs import cases as cases_mod
 from fp8check.profiles import PROFILES
@@ -20,7 +20,7 @@ from fp8check.targets.chips import TARGETS
 
 DESCRIPTION = f"""Run the accuracy gate on kernels: the built-in ones (by name or family, see
 `fp8check list`) or your own, named FILE.py:NAME or module:NAME.  NAME is a KernelSpec, or
-a plain function declared by the flags below (at least --contract and --framework).  The
+a bare function declared by the flags below (at least --contract and --framework).  The
 kernel contract (each contract's call, argument layouts and dtypes per framework,
 out_dtype, what is compared, an example per framework): {CONTRACT_DOC}."""
 
@@ -32,34 +32,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--kernel", action="append", default=None,
                    help="built-in name, family, module:attr or file.py:attr (repeatable; "
                         "default: every built-in kernel)")
-    g.add_argument("--contract", choices=CONTRACTS, help="contract of a plain function")
-    g.add_argument("--framework", choices=FRAMEWORKS, help="framework of a plain function")
-    g.add_argument("--accum", help=f"accumulation recipe a plain gmm-fp8 function follows bit "
+    g.add_argument("--contract", choices=CONTRACTS, help="contract of a bare function")
+    g.add_argument("--framework", choices=FRAMEWORKS, help="framework of a bare function")
+    g.add_argument("--accum", help=f"accumulation recipe a bare gmm-fp8 function follows bit "
                                    f"for bit: one of {', '.join(ACCUMS)} (default: none, "
                                    f"checked against the error bound only)")
     g.add_argument("--out-dtypes", help=f"comma list of the output dtypes "
-                                        f"({', '.join(OUT_DTYPES)}) a plain function "
+                                        f"({', '.join(OUT_DTYPES)}) a bare function "
                                         f"supports (default: all; the suite's cases of the "
                                         f"others are skipped)")
-    g.add_argument("--m-align", type=int, help="group-size alignment a plain function needs")
+    g.add_argument("--m-align", type=int, help="group-size alignment a bare function needs")
     g.add_argument("--hopper-interval", type=int, metavar="K",
                    help=f"with --accum deepgemm-hopper: the tensor core's promotion interval "
                         f"in K elements (Triton's max_num_imprecise_acc: "
                         f"{', '.join(map(str, PROMOTION_INTERVALS))}; default 128)")
-    g.add_argument("--recipe", help=f"a plain quantizer's recipe: one of {', '.join(RECIPES)} "
+    g.add_argument("--recipe", help=f"a bare quantizer's recipe: one of {', '.join(RECIPES)} "
                                     f"(required with --contract quantizer)")
-    g.add_argument("--block", help="a plain quantizer's block: 1x128, 128x1 or 128x128 "
+    g.add_argument("--block", help="a bare quantizer's block: 1x128, 128x1 or 128x128 "
                                    "(default 1x128)")
-    g.add_argument("--fmt", help="a plain quantizer's fp8 format: e4m3fn or e5m2 "
+    g.add_argument("--fmt", help="a bare quantizer's fp8 format: e4m3fn or e5m2 "
                                  "(default e4m3fn)")
     g.add_argument("--division-ulps", type=int, metavar="N",
-                   help="a plain quantizer divides approximately (Triton's `/`): each "
+                   help="a bare quantizer divides approximately (Triton's `/`): each "
                         "division within N float32 ulps of the exact quotient; its scales "
                         "are then checked within that of the recipe's and its values "
                         "against its own scales (default 0: the recipe's bits; "
                         "docs/contract.md)")
     g.add_argument("--ftz", action=argparse.BooleanOptionalAction, default=None,
-                   help="a plain function flushes float32 subnormals to zero (FTZ/DAZ): the "
+                   help="a bare function flushes float32 subnormals to zero (FTZ/DAZ): the "
                         "bound gains the flush term and outputs below 2^-126 are not checked "
                         "precisely (default: yes for --framework jax, no for numpy and torch)")
     g.add_argument("--tgmm", metavar="FILE.py:NAME",
@@ -111,8 +111,8 @@ def options(args: argparse.Namespace) -> GateOptions:
     """The parsed command line as GateOptions."""
     return GateOptions(
         kernels=tuple(args.kernel or ()),
-        plain=PlainDeclarations(**{f.name: getattr(args, f.name)
-                                   for f in dataclasses.fields(PlainDeclarations)}),
+        bare=BareDeclarations(**{f.name: getattr(args, f.name)
+                                   for f in dataclasses.fields(BareDeclarations)}),
         suite=args.suite, profile=args.profile, layers=args.layers, seed=args.seed,
         backend=args.backend, targets=args.targets, cases=tuple(args.case or ()),
         json=args.json, jsonl=args.jsonl, junit=args.junit, report=args.report,

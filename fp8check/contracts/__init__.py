@@ -23,7 +23,7 @@ is called with `out_dtype=<the framework's dtype object>` of the case; one that 
 is called without it (`takes_out_dtype`), and on every case its result must have the
 case's dtype: a kernel that returns one dtype only declares it (`MatmulClaims.out_dtypes`,
 the gate's `--out-dtypes`), else its other cases fail, saying so.  Rows at or past sum(group_sizes)
-are never compared.  A plain function becomes a spec through `spec_from_target(
+are never compared.  A bare function becomes a spec through `spec_from_target(
 "module:attr" or "path/file.py:attr", contract, framework)`.
 
 Each contract is a `Contract` (`table`: `contract_of(name)`, `CONTRACTS_BY_NAME`), holding

@@ -211,7 +211,7 @@ def declare(claims: C, declared: Mapping[str, Any]) -> C:
 
 def claims_for(contract: Contract, declared: Mapping[str, Any]) -> Claims:
     """The claims of a kernel of `contract` that declares the claims `declared` by field
-    name, the others left at their defaults (a plain function's declarations on the gate's
+    name, the others left at their defaults (a bare function's declarations on the gate's
     command line).  ValueError for a quantizer without a recipe, a key that is no claim of
     the contract's kind, a claim that is none (ClaimError) or that the contract does not
     take (`check_claims`)."""

@@ -1,5 +1,5 @@
 """A user's kernel by name: "module:attr" or "path/to/file.py:attr" imported as pytest
-would, and made a `KernelSpec` (a plain function with the contract, framework and claims
+would, and made a `KernelSpec` (a bare function with the contract, framework and claims
 it is declared to have)."""
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def spec_from_target(
     """A KernelSpec for `--kernel target`, `declared` the claims declared for it by field
     name (`fp8check.contracts.claims`): the target may already be a KernelSpec (then
     contract, framework and every declared claim must agree with it: a declaration is
-    never silently ignored), or a plain function, which needs contract and framework and
+    never silently ignored), or a bare function, which needs contract and framework and
     has the claims `claims_for` makes of `declared`.  ValueError (one line, pointing to
     `CONTRACT_DOC`) when it is not a kernel."""
     try:
@@ -121,6 +121,6 @@ def _spec_of(target: str, contract: str | None, framework: str | None,
     if not callable(obj):
         raise ValueError(f"{target} is neither a KernelSpec nor a function")
     if contract is None or framework is None:
-        raise ValueError(f"{target} is a plain function: pass --contract and --framework")
+        raise ValueError(f"{target} is a bare function: pass --contract and --framework")
     return KernelSpec(name=target, contract=contract, framework=framework, fn=obj,
                       claims=claims_for(contract_of(contract), declared))

@@ -1,5 +1,5 @@
-"""What a user's plain function is declared to be on the gate's command line
-(`PlainDeclarations`), and the one table between the command line's claim flags and the
+"""What a user's bare function is declared to be on the gate's command line
+(`BareDeclarations`), and the one table between the command line's claim flags and the
 fields of the claims (`CLAIM_FLAGS`, `fp8check.contracts.claims`): the flags are parsed
 into claims here, and claims are written back as flags here (a repro line)."""
 
@@ -35,10 +35,10 @@ def _same(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class ClaimFlag:
-    """A gate flag that declares one claim of a plain function.
+    """A gate flag that declares one claim of a bare function.
 
     flag: the option ("--out-dtypes"; for a boolean its positive spelling, "--ftz", whose
-        negation is "--no-ftz"); dest: the `PlainDeclarations` field (and argparse dest)
+        negation is "--no-ftz"); dest: the `BareDeclarations` field (and argparse dest)
         that holds its value as given; claim: the claims field it declares; parse: the
         value as given -> the claim's value (ValueError, one line); text: the claim's
         value -> the value as given (what a repro line repeats).
@@ -68,8 +68,8 @@ _BY_CLAIM = {f.claim: f for f in CLAIM_FLAGS}
 
 
 @dataclass(frozen=True)
-class PlainDeclarations:
-    """What a user's kernel is declared to be on the command line: a plain function's
+class BareDeclarations:
+    """What a user's kernel is declared to be on the command line: a bare function's
     (not a KernelSpec's) `--contract` and `--framework`, its claims as the flags of
     `CLAIM_FLAGS` gave them (None: not given; `--ftz` / `--no-ftz`: True / False), and the
     backward kernels (`--tgmm`, `--dgrad`: file.py:attr or module:attr) layers 2 and 3
@@ -91,8 +91,8 @@ class PlainDeclarations:
     hopper_interval: int | None = None
 
     @classmethod
-    def of(cls, contract: str, framework: str, claims: MatmulClaims) -> PlainDeclarations:
-        """The declarations of a plain matmul function of `contract` and `framework` with
+    def of(cls, contract: str, framework: str, claims: MatmulClaims) -> BareDeclarations:
+        """The declarations of a bare matmul function of `contract` and `framework` with
         `claims`: the flag of each claim that differs from its default (for the
         framework), and only those (a repro line)."""
         default = MatmulClaims().resolved(framework)
@@ -101,7 +101,7 @@ class PlainDeclarations:
                  and getattr(claims, f.claim) != getattr(default, f.claim)}
         return cls(contract=contract, framework=framework, **given)
 
-    def for_layer(self, layer: int) -> PlainDeclarations:
+    def for_layer(self, layer: int) -> BareDeclarations:
         """The declarations a rerun of a `layer` result repeats: the backward kernels only
         for layers 2 and 3, the only ones that run them."""
         return self if layer >= 2 else replace(self, tgmm=None, dgrad=None)
@@ -130,7 +130,7 @@ class PlainDeclarations:
                 if getattr(self, f.dest) is not None}
 
     def claims(self, contract: Contract) -> Claims:
-        """The claims of a plain function of `contract` these declare (`claims_for`);
+        """The claims of a bare function of `contract` these declare (`claims_for`);
         ValueError (one line) naming the flags that declare claims a kernel of `contract`
         does not have, or the flag of a claim that is none."""
         declared = self.declared()

@@ -53,18 +53,18 @@ def load_kernels(plan: GatePlan) -> LoadedKernels:
         return loaded
     by_origin = {k.origin: k.spec for k in loaded.kernels}
     forward = by_origin.get(plan.layer_kernel) or _load_user(plan.layer_kernel, plan)
-    plain = plan.options.plain
+    bare = plan.options.bare
     with usage_errors():
         layers = UserKernels(
-            forward, dgrad=_backward_kernel(plain.dgrad, "dgrad", forward.framework),
-            tgmm=_backward_kernel(plain.tgmm, "tgmm", forward.framework),
-            dgrad_name=plain.dgrad or "dgrad", tgmm_name=plain.tgmm or "tgmm")
+            forward, dgrad=_backward_kernel(bare.dgrad, "dgrad", forward.framework),
+            tgmm=_backward_kernel(bare.tgmm, "tgmm", forward.framework),
+            dgrad_name=bare.dgrad or "dgrad", tgmm_name=bare.tgmm or "tgmm")
     return LoadedKernels(loaded.kernels, loaded.errors, layers)
 
 
 def _backward_kernel(target: str | None, role: str, framework: str
                      ) -> Callable[..., Any] | None:
-    """The function `--tgmm` / `--dgrad` names (a plain function, or a KernelSpec in the
+    """The function `--tgmm` / `--dgrad` names (a bare function, or a KernelSpec in the
     forward's framework of a contract that is that backward kernel,
     `Contract.layer_backward`); ValueError otherwise."""
     if target is None:
@@ -82,9 +82,9 @@ def _backward_kernel(target: str | None, role: str, framework: str
 
 def _load_user(name: str, plan: GatePlan) -> KernelSpec:
     """The KernelSpec of a user's `--kernel` target, with the command line's declarations."""
-    plain = plan.options.plain
+    bare = plan.options.bare
     with usage_errors():
-        return spec_from_target(name, plain.contract, plain.framework, **plain.declared())
+        return spec_from_target(name, bare.contract, bare.framework, **bare.declared())
 
 
 def _layer01_kernels(plan: GatePlan) -> LoadedKernels:

@@ -13,7 +13,7 @@ from fp8check import registry
 from fp8check.config import MAX_TIMEOUT, GateConfig, valid_timeout
 from fp8check.contracts import LAYER_CONTRACTS, contract_of
 from fp8check.errors import UsageError, usage_errors
-from fp8check.gate.declarations import PlainDeclarations
+from fp8check.gate.declarations import BareDeclarations
 from fp8check.inputs import cases as cases_mod
 from fp8check.profiles import get_profile
 from fp8check.userfiles import check_output
@@ -28,7 +28,7 @@ class GateOptions:
     """What the command line gave (None: not given, the config or default decides)."""
 
     kernels: tuple[str, ...] = ()
-    plain: PlainDeclarations = PlainDeclarations()
+    bare: BareDeclarations = BareDeclarations()
     suite: str | None = None
     profile: str | None = None
     layers: str | None = None  # comma list, as typed
@@ -57,7 +57,7 @@ class GatePlan:
     `config`: the merged settings (its `layers` are the layers that run); `dropped`: layers
     the config asked for that need a kernel family none of the kernels has; `families`:
     the kernel families layers 0, 2 and 3 run; `layer_kernel`: the user's `--kernel` target
-    layers 2 and 3 build a MoE layer around (with `options.plain`'s `--tgmm`, `--dgrad`),
+    layers 2 and 3 build a MoE layer around (with `options.bare`'s `--tgmm`, `--dgrad`),
     if any; `cases`: `--case` ids (empty: the suite, this shard's part); `shard` (i, n),
     1-based; `jsonl`: the streaming log.
     """
@@ -149,16 +149,16 @@ def check_kernel_names(kernels: tuple[str, ...]) -> None:
             raise UsageError(registry.unknown_kernel(name))
 
 
-def check_plain(plain: PlainDeclarations) -> None:
-    """UsageError (one line, naming the flag) for a declaration of a plain function that
-    is none: with `--contract`, the claims it declares are made (`PlainDeclarations.
+def check_bare(bare: BareDeclarations) -> None:
+    """UsageError (one line, naming the flag) for a declaration of a bare function that
+    is none: with `--contract`, the claims it declares are made (`BareDeclarations.
     claims`: every rule of the claims); without one the kernel must be a KernelSpec,
     whose own claims the declarations are compared with when it loads."""
     with usage_errors():
-        if plain.contract is None:
-            plain.declared()
+        if bare.contract is None:
+            bare.declared()
         else:
-            plain.claims(contract_of(plain.contract))
+            bare.claims(contract_of(bare.contract))
 
 
 def families_of(kernels: tuple[str, ...]) -> tuple[str, ...]:
@@ -186,9 +186,9 @@ def _layer_kernel(opts: GateOptions, cfg: GateConfig) -> tuple[str | None, str |
     MoE layer to go into."""
     from fp8check.layers.moe.matmuls import LAYER_FRAMEWORKS
 
-    plain = opts.plain
+    bare = opts.bare
     user = _user_kernels(cfg.kernels)
-    backward = "/".join(f for f, v in (("--tgmm", plain.tgmm), ("--dgrad", plain.dgrad)) if v)
+    backward = "/".join(f for f, v in (("--tgmm", bare.tgmm), ("--dgrad", bare.dgrad)) if v)
     layered = any(n >= 2 for n in cfg.layers)
     if backward and not layered:
         raise UsageError(f"{backward} is the backward of the MoE layer of layers 2 and 3; "
@@ -203,13 +203,13 @@ def _layer_kernel(opts: GateOptions, cfg: GateConfig) -> tuple[str | None, str |
     if len(user) > 1:
         return None, (f"layers 2 and 3 build one MoE layer around one forward kernel; "
                       f"--kernel names {len(user)} of yours")
-    if plain.contract is not None and contract_of(plain.contract).layer_variant is None:
+    if bare.contract is not None and contract_of(bare.contract).layer_variant is None:
         return None, (f"layers 2 and 3 build a MoE layer around a forward kernel of "
                       f"contract {' or '.join(LAYER_CONTRACTS)}; --contract is "
-                      f"{plain.contract}")
-    if plain.framework is not None and plain.framework not in LAYER_FRAMEWORKS:
+                      f"{bare.contract}")
+    if bare.framework is not None and bare.framework not in LAYER_FRAMEWORKS:
         return None, (f"layers 2 and 3 build the MoE layer in "
-                      f"{' or '.join(LAYER_FRAMEWORKS)}; --framework is {plain.framework}")
+                      f"{' or '.join(LAYER_FRAMEWORKS)}; --framework is {bare.framework}")
     return user[0], None
 
 
@@ -229,7 +229,7 @@ def make_plan(opts: GateOptions, cfg: GateConfig) -> tuple[GatePlan, str | None]
 
     cfg = _merged(opts, cfg)
     check_kernel_names(cfg.kernels)
-    check_plain(opts.plain)
+    check_bare(opts.bare)
     if not cfg.layers or any(n not in LAYERS for n in cfg.layers):
         raise UsageError(f"--layers {cfg.layers}: this build has layers {list(LAYERS)}")
     if cfg.backend not in registry.BACKENDS:
@@ -276,7 +276,7 @@ def make_plan(opts: GateOptions, cfg: GateConfig) -> tuple[GatePlan, str | None]
         if not families:
             dropped = tuple(n for n in cfg.layers if n >= 2)
             cfg = replace(cfg, layers=tuple(n for n in cfg.layers if n < 2))
-    missing = [f for f, v in (("--dgrad", opts.plain.dgrad), ("--tgmm", opts.plain.tgmm)) if not v]
+    missing = [f for f, v in (("--dgrad", opts.bare.dgrad), ("--tgmm", opts.bare.tgmm)) if not v]
     if layer_kernel is not None and missing:
         notices.append(f"fp8check: layers 2 and 3 of {layer_kernel}: no {' or '.join(missing)}"
                        f", so that backward is fp8check's bf16 reference, not a kernel of yours")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import shlex
 
-from fp8check.gate.declarations import PlainDeclarations
+from fp8check.gate.declarations import BareDeclarations
 
 
 def gate_command(kernel: str, layer: int, *, suite: str, seed: int | None = None,
                  profile: str | None = None, backend: str | None = None,
                  case: str | None = None, target: str | None = None,
-                 plain: PlainDeclarations | None = None) -> str:
+                 bare: BareDeclarations | None = None) -> str:
     """The shell command that reruns one result.
 
     Args:
@@ -21,12 +21,12 @@ def gate_command(kernel: str, layer: int, *, suite: str, seed: int | None = None
             identity, e.g. a compile has no seed).
         case: the case id (`--case`), layers 1-3.
         target: layer 0's compile target (`--targets`).
-        plain: declarations of a user's kernel, repeated so it loads the same way (the
+        bare: declarations of a user's kernel, repeated so it loads the same way (the
             backward kernels only for layers 2 and 3).
     """
     parts = ["fp8check", "gate", "--kernel", kernel]
-    if plain is not None:
-        parts += plain.for_layer(layer).arguments()
+    if bare is not None:
+        parts += bare.for_layer(layer).arguments()
     parts += ["--layers", str(layer), "--suite", suite]
     for flag, value in (("--seed", seed), ("--profile", profile), ("--backend", backend),
                         ("--targets", target), ("--case", case)):

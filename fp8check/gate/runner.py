@@ -93,13 +93,13 @@ class Sink:
 
 def _kernel_repro(plan: GatePlan, k: LoadedKernel, layer: int, *, case: str | None = None,
                   target: str | None = None) -> str:
-    """Rerun of one of `k`'s results; a plain function repeats its declarations."""
+    """Rerun of one of `k`'s results; a bare function repeats its declarations."""
     c = plan.config
-    plain = None if k.builtin else plan.options.plain
+    bare = None if k.builtin else plan.options.bare
     if layer == 0:  # a compile has no seed, profile or backend
-        return gate_command(k.origin, 0, suite=c.suite, target=target, plain=plain)
+        return gate_command(k.origin, 0, suite=c.suite, target=target, bare=bare)
     return gate_command(k.origin, layer, suite=c.suite, seed=c.seed, profile=c.profile,
-                        backend=c.backend, case=case, plain=plain)
+                        backend=c.backend, case=case, bare=bare)
 
 
 # --- layer 0 ----------------------------------------------------------------------------------
@@ -277,7 +277,7 @@ def _family_layer(layer: int) -> Callable[[GatePlan, LoadedKernels], list[Batch]
             def user_repro(res: CaseResult) -> str:
                 return gate_command(origin, layer, suite=c.suite, seed=c.seed,
                                     profile=c.profile, backend=c.backend,
-                                    case=res.case or None, plain=plan.options.plain)
+                                    case=res.case or None, bare=plan.options.bare)
 
             out.append(batch(user.forward.name, lambda: user_matmuls(user),
                              user.forward.framework, (tested_variant(user.forward.contract),),

@@ -29,7 +29,7 @@ def _environment(plan: GatePlan, specs: list, load_errors: dict[str, str]) -> di
     if 0 in c.layers:
         env["native_targets"] = list(plan.targets)
     if plan.layer_kernel is not None:  # what layers 2 and 3 were built around
-        p = plan.options.plain
+        p = plan.options.bare
         env["layer_kernels"] = {"forward": plan.layer_kernel, "dgrad": p.dgrad, "tgmm": p.tgmm}
     return env
 

@@ -23,7 +23,7 @@ to the output dtype.
 
 Which nodes count, per output element, for the K terms of a matmul:
 
-* plain contracts (gmm, tgmm: products of two bf16 values, then sums): every product is
+* unscaled contracts (gmm, tgmm: products of two bf16 values, then sums): every product is
   the root of its term (nothing multiplies it afterwards, A = 1), so W = K ETA (`roots`
   = K).  With FTZ: K products, K - 1 additions and the output conversion, W = 2K FLUSH;
   a subnormal bf16 input read as 0 loses |a b| < 2^-126 |b| (or |a|), so when an input is
@@ -106,7 +106,7 @@ class UnderflowModel:
         magnitude (so FTZ flushes none of them).
     nonroot_amp: upper bound of the summed amplification of the other nodes, used where
         the flag for the mode is False (see the module docstring).
-    sum_amp: upper bound of the factors applied after an addition (1 for the plain
+    sum_amp: upper bound of the factors applied after an addition (1 for the unscaled
         contracts, whose sums are never scaled).
     subnormal_free: every input and every nonzero product a valid order forms, roots
         included, is >= 2^-125: FTZ changes no product, only a sum that cancels below
@@ -139,8 +139,8 @@ class UnderflowModel:
         return ETA * (self.roots + extra)
 
 
-def plain_model(lhs: np.ndarray, rhs: np.ndarray, k: int) -> UnderflowModel:
-    """The model of a plain (bf16 or f32 operand) matmul with at most k products per
+def unscaled_model(lhs: np.ndarray, rhs: np.ndarray, k: int) -> UnderflowModel:
+    """The model of an unscaled (bf16 or f32 operand) matmul with at most k products per
     output: every product is a root; a subnormal input is a flush under FTZ."""
     mags = [_finite_magnitudes(v) for v in (lhs, rhs)]
     peak = [float(np.max(a, initial=0.0)) for a in mags]

@@ -13,9 +13,9 @@ from fp8check.contracts import TGMM, MatmulClaims, QuantizerClaims, check_claims
 from fp8check.contracts.claims import IN_DTYPES
 from fp8check.layers.op import (
     gmm_fp8_problem,
-    plain_gmm_problem,
     quantizer_output_criteria,
     tgmm_problem,
+    unscaled_gmm_problem,
 )
 from fp8check.layers.op.locations import in_quantized, nowhere
 from fp8check.references.quant import BLOCK
@@ -63,7 +63,7 @@ def assert_gmm_matches(
       contract.  `unquantized=(x, w)` (the float inputs) adds the impact question;
     * with `recipe` (e.g. "deepgemm"): the float32/bf16 inputs, quantized here with that
       recipe exactly as the gate does (both questions are measured);
-    * otherwise plain bf16/f32 operands: the `gmm` contract (a bf16 GMM).
+    * otherwise unscaled bf16/f32 operands: the `gmm` contract (a bf16 GMM).
     The kernel's claims are `claims` (a `MatmulClaims`, e.g. its KernelSpec's) with any
     claim given as a keyword by field name over them (`declared`: every claim the gate's
     command line declares, and the others), judged as the gate judges them:
@@ -96,7 +96,7 @@ def assert_gmm_matches(
     lq, rq = quantized_operand(lhs, (1, BLOCK), "lhs"), quantized_operand(rhs, (BLOCK, BLOCK),
                                                                           "rhs")
     if (lq is None) != (rq is None):
-        raise ValueError("lhs and rhs must both be quantized or both be plain arrays")
+        raise ValueError("lhs and rhs must both be quantized or both be unscaled arrays")
     unq = _unquantized(unquantized)
     if lq is None:
         a, b = as_array(lhs, "lhs"), as_array(rhs, "rhs")
@@ -119,7 +119,7 @@ def assert_gmm_matches(
         if judged.accum is not None:
             raise ValueError("accum needs quantized operands (QTensors, (values, scales) or "
                              "recipe=...)")
-        prob = plain_gmm_problem(as_array(lhs, "lhs"), as_array(rhs, "rhs"), gs, out_dtype,
+        prob = unscaled_gmm_problem(as_array(lhs, "lhs"), as_array(rhs, "rhs"), gs, out_dtype,
                                  unq)
         arrays = {"lhs": prob.args[0], "rhs": prob.args[1]}
     if unq is not None:

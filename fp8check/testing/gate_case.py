@@ -19,7 +19,7 @@ from fp8check.contracts import (
     framework_dtype,
     to_framework,
 )
-from fp8check.gate.declarations import PlainDeclarations
+from fp8check.gate.declarations import BareDeclarations
 from fp8check.gate.repro import gate_command
 from fp8check.inputs.cases import Case, CaseInputs, case_inputs
 from fp8check.layers.op import LAYER, Problem, ProblemCache
@@ -117,10 +117,10 @@ class GateCase:
 
     def gate_command(self) -> str:
         """The gate command that reruns this case on the kernel (module:attr)."""
-        plain = PlainDeclarations.of(self.contract, self.framework, self.claims)
+        bare = BareDeclarations.of(self.contract, self.framework, self.claims)
         return gate_command(self.kernel or "<module:attr of your kernel>", LAYER,
                             suite=self.suite, seed=self.seed, profile=self.profile,
-                            case=self.case.id, plain=plain)
+                            case=self.case.id, bare=bare)
 
     def _judged(self, claims: MatmulClaims, declared: Mapping[str, Any]) -> MatmulClaims:
         """`claims` with the claims `declared` over them, checked against the contract

@@ -43,7 +43,7 @@ def group_sizes_of(group_sizes: Any, g: int, m: int) -> np.ndarray:
 
 
 def quantized_operand(x: Any, block: tuple[int, int], what: str) -> Any:
-    """A QTensor from a QTensor or a (values, scales) pair; None for a plain array."""
+    """A QTensor from a QTensor or a (values, scales) pair; None for an unscaled array."""
     __tracebackhide__ = True
     from fp8check.references import QTensor
 

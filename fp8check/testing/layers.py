@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fp8check.contracts import KernelSpec, MatmulClaims
-from fp8check.gate.declarations import PlainDeclarations
+from fp8check.gate.declarations import BareDeclarations
 from fp8check.gate.repro import gate_command
 from fp8check.layers.moe import UserKernels, iter_layer2, user_matmuls
 from fp8check.layers.training import iter_layer3
@@ -51,7 +51,7 @@ def assert_layers_pass(
         spec = forward
     else:
         if framework is None:
-            raise ValueError("a plain forward function needs its framework (jax or torch)")
+            raise ValueError("a bare forward function needs its framework (jax or torch)")
         spec = KernelSpec(name=kernel or str(getattr(forward, "__qualname__", "forward")),
                           contract=contract, framework=framework, fn=forward,
                           claims=MatmulClaims(out_dtypes=tuple(out_dtypes)))
@@ -70,10 +70,10 @@ def assert_layers_pass(
         lines = [f"{len(failed)} of {len(results)} layer results failed:"]
         lines += [f"  {r.kernel} {r.case}: {_why(r)}" for r in failed]
         if kernel is not None:
-            plain = PlainDeclarations.of(spec.contract, spec.framework, spec.matmul_claims)
+            bare = BareDeclarations.of(spec.contract, spec.framework, spec.matmul_claims)
             lines.append("Reproduce in the gate (add --tgmm / --dgrad FILE.py:NAME for your "
                          "backward kernels): " + gate_command(
                              kernel, failed[0].layer, suite=suite, seed=seed,
-                             profile=profile, case=failed[0].case, plain=plain))
+                             profile=profile, case=failed[0].case, bare=bare))
         raise AssertionError("\n".join(lines))
     return results

@@ -35,16 +35,16 @@ from fp8check.layers.op.problem import (
     StreamedProblem,
     build_problem,
     gmm_fp8_problem,
-    plain_gmm_problem,
     streamed_gmm_fp8_problem,
     tgmm_problem,
+    unscaled_gmm_problem,
 )
 from fp8check.layers.op.streamed import streamed_output_criteria
 from fp8check.layers.op.validate import LAYER, skipped_result, validate_case
 
 __all__ = [
     "LAYER", "BadOutput", "PlotHook", "Problem", "ProblemCache", "build_problem",
-    "gmm_fp8_problem", "output_criteria", "plain_gmm_problem", "quantizer_output_criteria",
+    "gmm_fp8_problem", "output_criteria", "unscaled_gmm_problem", "quantizer_output_criteria",
     "skipped_result", "StreamedProblem", "streamed_gmm_fp8_problem",
     "streamed_output_criteria", "tgmm_problem", "validate_case",
 ]

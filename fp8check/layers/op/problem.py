@@ -14,7 +14,7 @@ import numpy as np
 
 from fp8check.contracts import GMM, GMM_FP8, NUMPY_DTYPES, TGMM, contract_of
 from fp8check.inputs.cases import NONFINITE, Case, case_inputs
-from fp8check.measures.underflow import UnderflowModel, fp8_model, plain_model
+from fp8check.measures.underflow import UnderflowModel, fp8_model, unscaled_model
 from fp8check.profiles import IMPACT_REPORT_ONLY
 from fp8check.references.baselines import grouped_matmul, grouped_tmatmul
 from fp8check.references.casts import to_float64
@@ -204,11 +204,11 @@ def gmm_fp8_problem(
     )
 
 
-def plain_gmm_problem(
+def unscaled_gmm_problem(
     lhs: np.ndarray, rhs: np.ndarray, group_sizes: np.ndarray, out_dtype: str,
     unquantized: tuple[np.ndarray, np.ndarray] | None = None, **facts: Any,
 ) -> Problem:
-    """The `gmm` problem on plain (bf16 or f32) operands lhs [M,K], rhs [G,K,N]."""
+    """The `gmm` problem on unscaled (bf16 or f32) operands lhs [M,K], rhs [G,K,N]."""
     from fp8check.references import abs_product, gmm
 
     gs = group_sizes
@@ -218,9 +218,9 @@ def plain_gmm_problem(
         abs_ab=abs_product(lhs, rhs, gs),
         naive=grouped_matmul(lhs, rhs, gs).astype(NUMPY_DTYPES[out_dtype]),
         unquantized=None if unquantized is None else grouped_matmul(*unquantized, gs, np.float64),
-        # No scales in a plain matmul: only the K-term sum rounds.
+        # No scales in an unscaled matmul: only the K-term sum rounds.
         rows=int(gs.sum()), k=lhs.shape[1], n_terms=lhs.shape[1], out_dtype=out_dtype,
-        underflow=plain_model(lhs, rhs, lhs.shape[1]), contract=GMM.name, **facts,
+        underflow=unscaled_model(lhs, rhs, lhs.shape[1]), contract=GMM.name, **facts,
     )
 
 
@@ -228,7 +228,7 @@ def tgmm_problem(
     lhs: np.ndarray, dy: np.ndarray, group_sizes: np.ndarray, out_dtype: str,
     unquantized: tuple[np.ndarray, np.ndarray] | None = None, **facts: Any,
 ) -> Problem:
-    """The `tgmm` problem on plain (bf16 or f32) operands lhs [M,K], dy [M,N]."""
+    """The `tgmm` problem on unscaled (bf16 or f32) operands lhs [M,K], dy [M,N]."""
     from fp8check.references import tgmm
 
     gs = group_sizes
@@ -244,14 +244,14 @@ def tgmm_problem(
         naive=grouped_tmatmul(lhs, dy, gs).astype(NUMPY_DTYPES[out_dtype]),
         unquantized=None if unquantized is None else grouped_tmatmul(*unquantized, gs, np.float64),
         rows=len(gs), k=k, n_terms=k, out_dtype=out_dtype,
-        underflow=plain_model(lhs, dy, k), contract=TGMM.name, **facts,
+        underflow=unscaled_model(lhs, dy, k), contract=TGMM.name, **facts,
     )
 
 
 # The Problem builder of each matmul contract, by `Contract.problem`: (lhs, rhs, group
 # sizes, out dtype, the unquantized operands, **facts) -> Problem.
 PROBLEM_BUILDERS: dict[str, Callable[..., Problem]] = {
-    "gmm_fp8": gmm_fp8_problem, "plain_gmm": plain_gmm_problem, "tgmm": tgmm_problem}
+    "gmm_fp8": gmm_fp8_problem, "plain_gmm": unscaled_gmm_problem, "tgmm": tgmm_problem}
 
 
 # Rows quantized at a time for a streamed case: quantize's float32 and float64 temporaries
