@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from fp8check.contracts.table import CONTRACTS_BY_NAME, Contract
 from fp8check.references.gmm import ACCUMS as REFERENCE_ACCUMS
 from fp8check.references.gmm import INTERVAL_RULE, valid_interval
-from fp8check.references.quant import FP8_FORMATS, RECIPES
+from fp8check.references.quant import BLOCKS, FP8_FORMATS, RECIPES
 from fp8check.references.quant_approx import check_division_ulps
 
 F32_UNIT_ROUNDOFF = 2.0**-24  # float32's unit roundoff: a float32 accumulator's u
@@ -26,7 +26,7 @@ OUT_DTYPES = ("f32", "bf16")  # the output dtypes a matmul kernel can return
 # The recipes a kernel can follow bit for bit: the reference's, but "exact", which no
 # float32 accumulator computes.
 ACCUMS = tuple(a for a in REFERENCE_ACCUMS if a != "exact")
-QUANT_BLOCKS = ((1, 128), (128, 1), (128, 128))  # a quantizer's blocks (rows, columns)
+QUANT_BLOCKS = BLOCKS  # a quantizer's blocks (rows, columns): the reference's
 IN_DTYPES = ("f32", "bf16")  # the dtypes a quantizer's x can have
 # The frameworks whose kernels flush float32 subnormals unless they declare otherwise:
 # XLA:CPU (which runs jax and interpreted Pallas here) and TPUs flush; numpy's and

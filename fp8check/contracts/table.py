@@ -182,7 +182,7 @@ GMM = Contract(
     args=(Arg("lhs", ("m", "k"), "bf16", "lhs"), Arg("rhs", ("g", "k", "n"), "bf16", "rhs"),
           _GROUP_SIZES),
     out=("m", "n"), operands=(Operand("x"), Operand("w")),
-    problem="plain_gmm", streamed=False, replay="gmm", layer_variant="bf16")
+    problem="unscaled_gmm", streamed=False, replay="gmm", layer_variant="bf16")
 TGMM = Contract(
     "tgmm",
     args=(Arg("lhs", ("m", "k"), "bf16", "lhs"), Arg("dy", ("m", "n"), "bf16", "dy"),

@@ -34,7 +34,7 @@ def check_matmul(out: np.ndarray, prob: Problem, record: ReplayRecord,
     if not isinstance(claims, MatmulClaims):
         raise ValueError(f"the {record.kind} record lacks its matmul claims")
     prof = get_profile(record.need("profile"))
-    gs = prob.args[-1]
+    gs = prob.group_sizes
     excluded = claims.skip_reason(prob.out_dtype, gs.tolist(), prob.args[0].shape[0])
     if excluded is not None:
         raise ValueError(f"the kernel's claims exclude this output: {excluded}")

@@ -143,13 +143,12 @@ class GateCase:
         if o.dtype != NUMPY_DTYPES[prob.out_dtype] or o.shape != prob.exact.shape:
             raise ValueError(f"out is {o.dtype}{list(o.shape)}; case {self.case.id} expects "
                              f"{NUMPY_DTYPES[prob.out_dtype]}{list(prob.exact.shape)}")
-        arrays = dict(zip((a.replay for a in contract.args[:-1]), prob.args[:-1], strict=True))
+        arrays = dict(zip((a.replay for a in contract.args), prob.args, strict=True))
         if prob.impact_not_gated is None:  # replay measures impact the same way
             inputs = self.inputs  # the unquantized operands: x and w (dy for tgmm)
             x, w = (getattr(inputs, op.source) for op in contract.operands)
             arrays.update(x=x, w=w)
-        record = ReplayRecord(contract.replay, arrays | {"out": o, "group_sizes": prob.args[-1]},
-                              self.profile, claims)
+        record = ReplayRecord(contract.replay, arrays | {"out": o}, self.profile, claims)
         scope = recording.current_scope()
         in_own_scope = scope is not None and scope.gate_case is self
         with nullcontext() if in_own_scope else recording.assertion_context(

@@ -251,7 +251,7 @@ def tgmm_problem(
 # The Problem builder of each matmul contract, by `Contract.problem`: (lhs, rhs, group
 # sizes, out dtype, the unquantized operands, **facts) -> Problem.
 PROBLEM_BUILDERS: dict[str, Callable[..., Problem]] = {
-    "gmm_fp8": gmm_fp8_problem, "plain_gmm": unscaled_gmm_problem, "tgmm": tgmm_problem}
+    "gmm_fp8": gmm_fp8_problem, "unscaled_gmm": unscaled_gmm_problem, "tgmm": tgmm_problem}
 
 
 # Rows quantized at a time for a streamed case: quantize's float32 and float64 temporaries
