@@ -36,7 +36,7 @@ _P, _I = ctypes.c_void_p, ctypes.c_int64
 def row_shares(offsets: np.ndarray, parts: int) -> np.ndarray:
     """Boundaries [parts + 1] of `parts` contiguous row ranges of the groups (offsets
     [G + 1]) of about equal cost, each starting at one of a group's 8-row panels.  A panel
-    costs 1 and packing a group's rhs about 1 more (measured: about the work of 8 rows of
+    costs 1 and packing a group's rhs about 1 more (about the work of 8 rows of
     the same K and N), so many tiny groups split as evenly as one large one."""
     rows = np.diff(offsets)
     panels = -(-rows // _PANEL)

@@ -149,7 +149,7 @@ def torchao_grouped_emulated(backend: str = "auto") -> KernelSpec:
 
     return KernelSpec(
         name="torchao-grouped-emulated", contract="gmm-fp8", framework="torch", fn=gmm,
-        # torch's CPU bf16 GEMM flushes float32-subnormal results (measured: a [4, n] x
+        # torch's CPU bf16 GEMM flushes float32-subnormal results (a [4, n] x
         # [n, 4] bf16 matmul of 2^-70 entries gives 0, not n 2^-140; the AVX512-BF16 dot
         # instructions flush); on a GPU it is not known to, and stays IEEE.
         claims=MatmulClaims(out_dtypes=("bf16",), flushes_subnormals=interpret),
