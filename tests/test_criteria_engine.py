@@ -1,11 +1,13 @@
-"""The criteria engine is one implementation whatever the chunking: on ci suite cases, the
-in-memory path (one chunk covering every compared row), the same Problem cut into many row
-chunks, and the production-shape path (references streamed chunk by chunk) give the same
-criteria, bit for bit, on a correct kernel's and a buggy kernel's outputs.
+"""The criteria engine is one implementation whatever the chunking: on the ci suite's
+cases, the in-memory path (one chunk covering every compared row), the same Problem cut
+into many row chunks, and the production-shape path (references streamed chunk by chunk)
+give the same criteria, bit for bit, on a correct kernel's and a buggy kernel's outputs.
 
-The cases cover gmm-fp8 with float32 and bfloat16 outputs, zero-size groups (first, middle,
-last), many tiny groups, the subnormal and non-finite families, a float32 recipe checked
-bit for bit (exact partials), a tensor-core recipe, a kernel declaring it flushes
+Every ci case of every matmul contract is swept with a correct kernel (64-row chunks and,
+for gmm-fp8, the streamed source); the chosen cases below add seeded bugs and finer
+chunks.  They cover gmm-fp8 with float32 and bfloat16 outputs, zero-size groups (first,
+middle, last), many tiny groups, the subnormal and non-finite families, a float32 recipe
+checked bit for bit (exact partials), a tensor-core recipe, a kernel declaring it flushes
 subnormals, and the gmm and tgmm contracts.
 """
 
@@ -163,3 +165,35 @@ def test_streamed_chunks_give_the_in_memory_criteria(case_id, contract, name):
         assert repr(str_m[key]) == repr(mem_m[key]), key
     if "ftz_not_gated" in mem_m:
         assert str_m["ftz_not_gated"] == [n for n in mem_m["ftz_not_gated"] if n not in skipped]
+
+
+CORRECT = {"gmm-fp8": "numpy-fp8-deepgemm", "gmm": "naive", "tgmm": "numpy-tgmm"}
+SWEEP = [(c.id, contract, name) for c in CI.values() for contract, name in CORRECT.items()
+         if c.applies_to(contract)]
+
+
+@pytest.mark.parametrize(("case_id", "contract", "name"), SWEEP)
+def test_every_ci_case_gives_the_same_criteria_in_chunks_and_streamed(case_id, contract, name):
+    """A correct kernel on every ci case of its contract: 64-row chunks give the one-chunk
+    criteria and metrics; for gmm-fp8 the streamed source gives every criterion it
+    evaluates identically."""
+    prob, spec, out = _output(case_id, contract, name)
+    one = _evaluate(out, InMemoryChunks(prob), spec)
+    many = _evaluate(out, InMemoryChunks(prob, rows_per_chunk=64), spec)
+    assert [_fields(c) for c in many[0]] == [_fields(c) for c in one[0]]
+    assert repr(many[2]) == repr(one[2])
+    if contract == "gmm-fp8":
+        streamed = streamed_gmm_fp8_problem(*prob.quantized, prob.group_sizes,
+                                            prob.out_dtype, prob.exact_partials)
+        str_crit, skipped, _ = _evaluate(out, StreamedChunks(streamed, 64), spec)
+        by_name = {c.name: c for c in one[0]}
+        assert [_fields(c) for c in str_crit] == [_fields(by_name[c.name]) for c in str_crit]
+        assert {c.name for c in one[0]} - {c.name for c in str_crit} <= set(skipped)
+
+
+def test_the_sweep_covers_the_whole_ci_suite():
+    """Every ci case with a matmul contract is in the sweep (the quantizer-only ones are
+    the quantizer's)."""
+    swept = {case_id for case_id, _, _ in SWEEP}
+    assert swept == {c.id for c in CI.values() if not c.quantizer_only}
+    assert len({(i, c) for i, c, _ in SWEEP}) == len(SWEEP) > 2 * len(swept)
