@@ -95,10 +95,10 @@ def row(label, fn, base_fn, target, path, repeat=3):
 
 
 def dev_table():
-    from fp8check.references import amx, gmm, mma, native, vnni
+    from fp8check.references import amx, cbuild, gmm, mma, vnni
     from fp8check.references.gmm import PARTIALS, TENSOR_CORE_ACCUMS
 
-    flags = native.cpu_flags()
+    flags = cbuild.cpu_flags()
     print("CPU flags: " + " ".join(f"{f}{'+' if f in flags else '-'}" for f in CPU_FLAGS))
     lhs, rhs, gs = make_problem(**DEV)
     a = np.random.default_rng(1).standard_normal((DEV["m"], DEV["k"]), dtype=np.float32)

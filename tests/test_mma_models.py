@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from fp8check import references
-from fp8check.references import mma, native
+from fp8check.references import cbuild, mma
 from fp8check.references.mma import (
     BLACKWELL_FP8,
     HOPPER_FP8,
@@ -264,7 +264,7 @@ def test_c_row_kernel_is_on_where_the_cpu_has_it():
     fallback); FP8CHECK_MMA_C=0 switches it off, and elsewhere the status says why."""
     if os.environ.get("FP8CHECK_MMA_C") == "0":
         assert mma.ROWS_STATUS == "off (FP8CHECK_MMA_C=0)"
-    elif set(mma._ROWS_NEEDS) <= native.cpu_flags():
+    elif set(mma._ROWS_NEEDS) <= cbuild.cpu_flags():
         assert mma.ROWS_STATUS == "avx512"
     else:
         assert mma.ROWS_STATUS.startswith("off (no ")
