@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 
 from fp8check.references.intdot import DigitPath
+from fp8check.references.quant import BLOCK
 
 # -ffp-contract=off: the recipes' multiplies and adds must not be fused behind our back.
 _FLAGS = ("-O3", "-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512dq", "-mavx512bw",
@@ -38,7 +39,7 @@ def _packed_shape(k: int, n: int) -> tuple[int, ...]:
     """[K/128, 3, 2, ceil(N/16), 16, 64] int8: tile [kb, d, kk, ct] element [k4, 4 col + t]
     is digit d of codes[128 kb + 64 kk + 4 k4 + t, 16 ct + col] (zero past N): the layout
     TDPBSSD reads, every tile contiguous."""
-    return (k // 128, 3, 2, -(-n // 16), 16, 64)
+    return (k // BLOCK, 3, 2, -(-n // 16), 16, 64)
 
 
 PATH = DigitPath("amx-int8", Path(__file__).with_name("amx_gmm.c"), _FLAGS, _NEEDS,

@@ -73,12 +73,13 @@ from fp8check.references.exact import (
 )
 from fp8check.references.intdot import DigitPath
 from fp8check.references.matmul import UNSCALED_DTYPES, check_unscaled, exact_matmul
-from fp8check.references.quant import QTensor
+from fp8check.references.quant import BLOCK, QTensor
 
 ACCUMS = ("deepgemm", "cublas", "tokamax", "deepgemm-hopper", "deepgemm-blackwell", "exact")
 # deepgemm-hopper's promotion intervals, in K elements (Triton's max_num_imprecise_acc);
-# every other recipe promotes once per 128-wide block.
+# every other recipe promotes once per 128-wide block: DEFAULT_INTERVAL, the default.
 PROMOTION_INTERVALS = (32, 64, 128)
+DEFAULT_INTERVAL = 128
 INTERVAL_RULE = "32, 64 or 128, and only with deepgemm-hopper"
 TENSOR_CORE_ACCUMS = {"deepgemm-hopper": "sm_90a", "deepgemm-blackwell": "sm_100a"}
 """The recipes that are deepgemm's promotion on a tensor core's block partials
@@ -148,14 +149,14 @@ def _check_operands(lhs, rhs):
     if k != k2:
         raise ValueError(f"K mismatch: lhs has K={k}, rhs has K={k2}")
     if blockwise:
-        if lhs.block != (1, 128) or rhs.block != (128, 128):
+        if lhs.block != (1, BLOCK) or rhs.block != (BLOCK, BLOCK):
             raise ValueError(
                 f"blockwise gmm needs lhs (1,128) and rhs (128,128) blocks, "
                 f"got {lhs.block} and {rhs.block}"
             )
         if lhs.fmt != rhs.fmt:
             raise ValueError(f"lhs is {lhs.fmt} but rhs is {rhs.fmt}")
-        if k % 128:
+        if k % BLOCK:
             raise ValueError(f"blockwise gmm needs K a multiple of 128, got K={k}")
         if a.dtype not in _LUT or b.dtype not in _LUT:
             raise ValueError(f"QTensor values must be fp8, got {a.dtype} and {b.dtype}")
@@ -271,14 +272,14 @@ def _gmm_e4m3(values, lut, b64, sa, sb, code, rows):
     for t in numba.prange((m + rows - 1) // rows):
         r0 = t * rows
         r1 = min(m, r0 + rows)
-        a = np.empty((r1 - r0, 128))
+        a = np.empty((r1 - r0, BLOCK))
         acc = np.zeros((r1 - r0, n), np.float32)
         p, old = np.empty(n, np.float32), np.empty(n, np.float32)
-        for kb in range(k // 128):
+        for kb in range(k // BLOCK):
             for i in range(r1 - r0):
-                for c in range(128):
-                    a[i, c] = lut[values[r0 + i, 128 * kb + c]]
-            part = np.dot(a, b64[128 * kb : 128 * (kb + 1)])
+                for c in range(BLOCK):
+                    a[i, c] = lut[values[r0 + i, BLOCK * kb + c]]
+            part = np.dot(a, b64[BLOCK * kb : BLOCK * (kb + 1)])
             for i in range(r1 - r0):
                 for j in range(n):
                     p[j] = np.float32(part[i, j])  # RN32 of the exact partial
@@ -353,14 +354,15 @@ def _exact_pair_partials(a, b):
 def _partials(a64: np.ndarray, b64: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     """Exact 128-wide K partials as (hi, lo): a64 [m, K], b64 [K, N] -> 2 x [KB, m, N]."""
     m, k = a64.shape
-    kb = k // 128
+    kb = k // BLOCK
     if fmt == "e4m3fn":
         hi = np.empty((kb, m, b64.shape[1]), np.float64)
         for b in range(kb):  # exact in any order, see the module docstring
-            np.matmul(a64[:, 128 * b : 128 * (b + 1)], b64[128 * b : 128 * (b + 1)], out=hi[b])
+            blk = slice(BLOCK * b, BLOCK * (b + 1))
+            np.matmul(a64[:, blk], b64[blk], out=hi[b])
         return hi, _NO_REMAINDER
-    a3 = np.ascontiguousarray(a64.reshape(m, kb, 128).transpose(1, 0, 2))
-    return _exact_pair_partials(a3, np.ascontiguousarray(b64.reshape(kb, 128, -1)))
+    a3 = np.ascontiguousarray(a64.reshape(m, kb, BLOCK).transpose(1, 0, 2))
+    return _exact_pair_partials(a3, np.ascontiguousarray(b64.reshape(kb, BLOCK, -1)))
 
 
 def _digit_path() -> DigitPath | None:
@@ -391,9 +393,9 @@ def _no_nan_codes(lhs: QTensor, rhs: QTensor, gs) -> bool:
 
 
 def _gmm_blockwise(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec,
-                   interval: int = 128):
+                   interval: int = DEFAULT_INTERVAL):
     if accum in TENSOR_CORE_ACCUMS:  # the model's partials: no exact-partial fast path
-        if not (interval == 128 and _tensor_core_in_c(lhs, rhs, gs, out, accum)):
+        if not (interval == DEFAULT_INTERVAL and _tensor_core_in_c(lhs, rhs, gs, out, accum)):
             _gmm_groups(lhs, rhs, gs, out, accum, prec, fused=False, interval=interval)
     elif lhs.fmt == "e4m3fn" and accum != "exact":
         if not _digit_gmm(lhs, rhs, gs, out, accum):
@@ -433,9 +435,9 @@ def _tensor_core_partials(a: np.ndarray, b: np.ndarray, fmt: str, interval: int,
     added in float32; 128, one chain, on Blackwell).  Float32 values, exact in float64, so
     `_accumulate`'s round_pair_f32(P, 0) hands the recipe P itself."""
     model = mma.mma_model(TENSOR_CORE_ACCUMS[accum])
-    kb = a.shape[1] // 128
-    return np.stack([mma.promoted_partial(a[:, i * 128:(i + 1) * 128],
-                                          b[i * 128:(i + 1) * 128], interval, model=model,
+    kb = a.shape[1] // BLOCK
+    return np.stack([mma.promoted_partial(a[:, i * BLOCK:(i + 1) * BLOCK],
+                                          b[i * BLOCK:(i + 1) * BLOCK], interval, model=model,
                                           fmt=fmt)
                      for i in range(kb)]).astype(np.float64)
 
@@ -456,27 +458,27 @@ def _ieee_where_nonfinite(res: np.ndarray, a64: np.ndarray, b64: np.ndarray, sa:
     these (`round_certified` flags them and the exact fallback returns garbage)."""
     with np.errstate(invalid="ignore", over="ignore"):
         ieee = np.zeros(res.shape, np.float64)
-        for kb in range(a64.shape[1] // 128):
-            blk = slice(128 * kb, 128 * (kb + 1))
+        for kb in range(a64.shape[1] // BLOCK):
+            blk = slice(BLOCK * kb, BLOCK * (kb + 1))
             ieee += (a64[:, blk] @ b64[blk]) * sa[:, kb, None].astype(np.float64) * sb[kb]
     bad = ~np.isfinite(ieee)
     res[bad] = ieee[bad]
 
 
 def _gmm_groups(lhs: QTensor, rhs: QTensor, gs, out: np.ndarray, accum: str, prec,
-                fused: bool, interval: int = 128,
+                fused: bool, interval: int = DEFAULT_INTERVAL,
                 also: tuple[np.ndarray, str] | None = None):
     """Recipe `accum` of every group into out; with accum "exact", `also` = (out2, recipe)
     applies a second recipe to the same exact partials (`gmm_and_exact`)."""
     n = rhs.values.shape[2]
-    kb = lhs.values.shape[1] // 128
+    kb = lhs.values.shape[1] // BLOCK
     offs = group_offsets(gs)
     chunk = max(1, _CHUNK_BYTES // (8 * kb * n))
     scratch = None  # one buffer for every chunk's VNNI partials: fresh ones cost page faults
     for g in range(gs.shape[0]):
         if gs[g] == 0:
             continue
-        sb = np.repeat(rhs.scales[g].astype(np.float32), 128, axis=1)[:, :n]
+        sb = np.repeat(rhs.scales[g].astype(np.float32), BLOCK, axis=1)[:, :n]
         sb = np.ascontiguousarray(sb)
         rows = slice(offs[g], offs[g + 1])
         sa = np.ascontiguousarray(lhs.scales[rows].astype(np.float32))
@@ -529,7 +531,7 @@ def _operand_f64(made: np.ndarray | None, values: np.ndarray) -> np.ndarray:
 
 def gmm(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray, group_sizes: ArrayLike,
         out_dtype: DTypeLike = np.float32, accum: str | None = None, *,
-        interval: int = 128) -> np.ndarray:
+        interval: int = DEFAULT_INTERVAL) -> np.ndarray:
     """Reference grouped matmul out[rows of g] = lhs[rows of g] @ rhs[g].
 
     Args:
@@ -588,12 +590,13 @@ def _checked_gmm_args(lhs, rhs, group_sizes, out_dtype, accum: str | None,
 
 def valid_interval(accum: str | None, interval: object) -> bool:
     """`interval` is a promotion interval recipe `accum` can have (`INTERVAL_RULE`)."""
-    return interval in PROMOTION_INTERVALS and (interval == 128 or accum == "deepgemm-hopper")
+    return interval in PROMOTION_INTERVALS and (interval == DEFAULT_INTERVAL
+                                                or accum == "deepgemm-hopper")
 
 
 def gmm_and_exact(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
                   out_dtype: DTypeLike = np.float32, accum: str = "deepgemm", *,
-                  interval: int = 128) -> tuple[np.ndarray, np.ndarray]:
+                  interval: int = DEFAULT_INTERVAL) -> tuple[np.ndarray, np.ndarray]:
     """(gmm(lhs, rhs, group_sizes, out_dtype, accum, interval=interval),
     gmm(lhs, rhs, group_sizes, np.float64, "exact")), bit for bit, for blockwise operands.
 

@@ -55,7 +55,9 @@ import ml_dtypes
 import numba
 import numpy as np
 
+from fp8check.references.gmm import DEFAULT_INTERVAL
 from fp8check.references.mma import HOPPER_FP8, MmaModel
+from fp8check.references.quant import BLOCK
 
 _NONE = -(1 << 20)  # exponent of a zero operand: its products never set E
 _BIAS = {"e4m3fn": (3, 7, ml_dtypes.float8_e4m3fn), "e5m2": (2, 15, ml_dtypes.float8_e5m2)}
@@ -111,7 +113,7 @@ def _bounds(a, b, exp, mag, k0, width, group, frac, c_in, u_sum, u_out, out):
             out[i, j] = total
 
 
-def chain_bound(a_codes: np.ndarray, b_codes: np.ndarray, *, interval: int = 128,
+def chain_bound(a_codes: np.ndarray, b_codes: np.ndarray, *, interval: int = DEFAULT_INTERVAL,
                 model: MmaModel = HOPPER_FP8, fmt: str = "e4m3fn") -> np.ndarray:
     """Bound [KB, M, N] float64 on |P_model - P| for each 128-wide K block of
     a_codes [M, K] @ b_codes [K, N] (uint8 FP8 codes, K a multiple of 128), when the tensor
@@ -122,17 +124,17 @@ def chain_bound(a_codes: np.ndarray, b_codes: np.ndarray, *, interval: int = 128
         raise ValueError(f"fmt must be one of {tuple(_BIAS)}, got {fmt!r}")
     a, b = np.ascontiguousarray(a_codes, np.uint8), np.ascontiguousarray(b_codes, np.uint8)
     (m, k), n = a.shape, b.shape[1]
-    if b.shape[0] != k or k % 128:
+    if b.shape[0] != k or k % BLOCK:
         raise ValueError(f"need a [M, K] and b [K, N] with K a multiple of 128, got "
                          f"{a.shape} and {b.shape}")
-    if interval % model.group or 128 % interval:
+    if interval % model.group or BLOCK % interval:
         raise ValueError(f"interval {interval} must be a multiple of {model.group} "
                          f"dividing 128")
     exp, mag = _operand_tables(fmt)
-    out = np.zeros((k // 128, m, n))
+    out = np.zeros((k // BLOCK, m, n))
     part = np.empty((m, n))
-    for blk in range(k // 128):
-        for k0 in range(blk * 128, (blk + 1) * 128, interval):
+    for blk in range(k // BLOCK):
+        for k0 in range(blk * BLOCK, (blk + 1) * BLOCK, interval):
             _bounds(a, b, exp, mag, k0, interval, model.group, model.frac_bits,
                     model.c_in_alignment, _unit(model.sum_frac_bits, model.sum_rounding),
                     _unit(model.out_bits, model.rounding), part)
@@ -148,7 +150,7 @@ def _unit(bits: int | None, rounding: str) -> float:
     return 2.0 ** -(bits + (rounding == "rne"))
 
 
-def truncation_term(lhs, rhs, group_sizes, *, interval: int = 128,
+def truncation_term(lhs, rhs, group_sizes, *, interval: int = DEFAULT_INTERVAL,
                     model: MmaModel = HOPPER_FP8) -> np.ndarray:
     """[M, N] float64: sum over K blocks of |s_a s_b| times `chain_bound`, the most the
     tensor core's truncation can move a blockwise-FP8 grouped matmul's output (rows of
@@ -164,7 +166,7 @@ def truncation_term(lhs, rhs, group_sizes, *, interval: int = 128,
             t = chain_bound(lhs.values[rows].view(np.uint8), rhs.values[g].view(np.uint8),
                             interval=interval, model=model, fmt=lhs.fmt)
             sa = np.abs(lhs.scales[rows].astype(np.float64)).T[:, :, None]  # [KB, m, 1]
-            sb = np.abs(np.repeat(rhs.scales[g].astype(np.float64), 128, axis=1))[:, :n]
+            sb = np.abs(np.repeat(rhs.scales[g].astype(np.float64), BLOCK, axis=1))[:, :n]
             # An infinite scale times a zero chain term is NaN (the non-finite cases): the
             # criteria do not compare those elements' bounds (`finite` decides them).
             with np.errstate(invalid="ignore"):

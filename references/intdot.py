@@ -27,6 +27,7 @@ import numba
 import numpy as np
 
 from fp8check.references import cbuild
+from fp8check.references.quant import BLOCK
 
 RECIPE_CODES = {"deepgemm": 0, "cublas": 1, "tokamax": 2}
 _PANEL = 8  # rows: the unit of a share's cut inside a group
@@ -127,11 +128,11 @@ class DigitPath:
         fresh one."""
         m, k = a_codes.shape
         a_codes = np.ascontiguousarray(a_codes, dtype=np.uint8)
-        size = (k // 128) * m * n
+        size = (k // BLOCK) * m * n
         if scratch is not None and (scratch.dtype != np.float64 or scratch.ndim != 1
                                     or scratch.size < size or not scratch.flags.c_contiguous):
             raise ValueError(f"scratch must be flat contiguous float64 of >= {size} elements")
-        out = (np.empty(size) if scratch is None else scratch[:size]).reshape(k // 128, m, n)
+        out = (np.empty(size) if scratch is None else scratch[:size]).reshape(k // BLOCK, m, n)
         cuts = row_shares(np.array([0, m]), parts or numba.get_num_threads()).tolist()
         fn = self._fn("partials")
         cbuild.run_parallel([

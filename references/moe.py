@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from fp8check.references.quant import BLOCK
+
 OPERAND_MODES = ("exact", "fp8", "bf16")
 
 
@@ -120,7 +122,7 @@ def _fp8_roundtrip(block: tuple[int, int]):
 
     def fn(v: np.ndarray) -> np.ndarray:
         # The layers quantize bf16 activations and float32 weights: round from those.
-        src = v.astype(ml_dtypes.bfloat16) if block == (1, 128) else v.astype(np.float32)
+        src = v.astype(ml_dtypes.bfloat16) if block == (1, BLOCK) else v.astype(np.float32)
         # A [E, K, N] weight gets 128x128 blocks within each expert.
         return dequantize(quantize(src, block, "deepgemm"))
 
@@ -188,7 +190,7 @@ def moe_reference(inp: MoEInputs, operands: str = "exact") -> MoEOutputs:
         if operands == "bf16":
             gmm = _grouped_matmul(_round_bf16, _round_bf16)
         else:
-            gmm = _grouped_matmul(_fp8_roundtrip((1, 128)), _fp8_roundtrip((128, 128)))
+            gmm = _grouped_matmul(_fp8_roundtrip((1, BLOCK)), _fp8_roundtrip((BLOCK, BLOCK)))
 
     logits = x @ w_r + torch.tensor(inp.router_bias, dtype=f64)
     probs = torch.softmax(logits, dim=1)

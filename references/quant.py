@@ -233,7 +233,7 @@ def recipe_scales(amax: np.ndarray, recipe: str, fmax: np.float32, in_dtype) -> 
 
 def quantize(
     x,
-    block: tuple[int, int] = (1, 128),
+    block: tuple[int, int] = (1, BLOCK),
     recipe: str = "deepgemm",
     fmt: str = "e4m3fn",
     nan: str = "raise",

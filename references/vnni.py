@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from fp8check.references.intdot import DigitPath
+from fp8check.references.quant import BLOCK
 
 # -ffp-contract=off: the recipes' multiplies and adds must not be fused behind our back.
 _FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512vnni",
@@ -30,7 +31,7 @@ _NEEDS = ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni")
 def _packed_shape(k: int, n: int) -> tuple[int, ...]:
     """[K/128, ceil(N/16), 64, 3, 16, 2] int16: element [kb, v, p, d, c, j] is digit d (h,
     l, h + l) of codes[128 kb + 2 p + j, 16 v + c], zero past N."""
-    return (k // 128, -(-n // 16), 64, 3, 16, 2)
+    return (k // BLOCK, -(-n // 16), 64, 3, 16, 2)
 
 
 PATH = DigitPath("avx512-vnni", Path(__file__).with_name("vnni_gmm.c"), _FLAGS, _NEEDS,

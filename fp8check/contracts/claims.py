@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 from fp8check.contracts.table import CONTRACTS_BY_NAME, Contract
 from fp8check.references.gmm import ACCUMS as REFERENCE_ACCUMS
-from fp8check.references.gmm import INTERVAL_RULE, valid_interval
-from fp8check.references.quant import BLOCKS, FP8_FORMATS, RECIPES
+from fp8check.references.gmm import DEFAULT_INTERVAL, INTERVAL_RULE, valid_interval
+from fp8check.references.quant import BLOCK, BLOCKS, FP8_FORMATS, RECIPES
 from fp8check.references.quant_approx import check_division_ulps
 
 F32_UNIT_ROUNDOFF = 2.0**-24  # float32's unit roundoff: a float32 accumulator's u
@@ -88,7 +88,7 @@ class MatmulClaims:
 
     accum: str | None = None
     acc_unit_roundoff: float = F32_UNIT_ROUNDOFF
-    hopper_interval: int = 128
+    hopper_interval: int = DEFAULT_INTERVAL
     flushes_subnormals: bool | None = None
     out_dtypes: tuple[str, ...] = OUT_DTYPES
     m_align: int = 1
@@ -162,7 +162,7 @@ class QuantizerClaims:
     """
 
     recipe: str
-    block: tuple[int, int] = (1, 128)
+    block: tuple[int, int] = (1, BLOCK)
     fmt: str = "e4m3fn"
     in_dtype: str = "f32"
     division_ulps: int = 0

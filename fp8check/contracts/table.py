@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fp8check.contracts.frameworks import NUMPY_DTYPES
+from fp8check.references.quant import BLOCK
 
 if TYPE_CHECKING:
     from fp8check.contracts.spec import KernelSpec
@@ -175,7 +176,7 @@ GMM_FP8 = Contract(
           Arg("rhs_q", ("g", "k", "n"), "e4m3fn", "rhs_values"),
           Arg("rhs_scale", ("g", "k/128", "n/128"), "f32", "rhs_scales"),
           _GROUP_SIZES),
-    out=("m", "n"), operands=(Operand("x", (1, 128)), Operand("w", (128, 128))),
+    out=("m", "n"), operands=(Operand("x", (1, BLOCK)), Operand("w", (BLOCK, BLOCK))),
     problem="gmm_fp8", streamed=True, replay="gmm", layer_variant="fp8")
 GMM = Contract(
     "gmm",

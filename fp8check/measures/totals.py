@@ -52,6 +52,7 @@ from fp8check.measures.metrics import (
     sqnr_db_of_sums,
     underflow_floor,
 )
+from fp8check.references.gmm import DEFAULT_INTERVAL
 
 _BLOCK = 1 << 16  # elements per parallel work item; fixes the order of the float64 sums
 _SUB = 1024  # elements per vectorized sub-block (buffers stay in L1)
@@ -298,7 +299,8 @@ class ReferenceChunk:
 
 
 def gmm_reference_chunks(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
-                         rows_per_chunk: int, interval: int = 128) -> Iterator[ReferenceChunk]:
+                         rows_per_chunk: int, interval: int = DEFAULT_INTERVAL,
+                         ) -> Iterator[ReferenceChunk]:
     """The references of the compared rows (below sum(group_sizes)) of a gmm-fp8 output,
     lhs [M,K] (1x128) and rhs [G,K,N] (128x128) QTensors, in row order, one group's rows at
     most `rows_per_chunk` at a time (a large group in several chunks, an empty group in
@@ -342,7 +344,7 @@ def gmm_reference_chunks(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
 
 def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepgemm",
                 rows_per_chunk: int = 2048, u: float = 2.0**-24,
-                interval: int = 128, ftz: bool = False) -> MetricTotals:
+                interval: int = DEFAULT_INTERVAL, ftz: bool = False) -> MetricTotals:
     """`metric_totals` of a gmm-fp8 output `out` [M, N] (float32 or bfloat16) against the
     exact reference of lhs [M,K] (1x128) and rhs [G,K,N] (128x128) QTensors, streamed
     `rows_per_chunk` rows of one group at a time (`gmm_reference_chunks`); `accum` (None to

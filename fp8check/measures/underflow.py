@@ -92,6 +92,7 @@ FLUSH = 2.0**-126
 
 MIN_NORMAL = 2.0**-126
 _MAX_U = 2.0**-10  # the conservative amplification's factor 2 holds for u <= 2^-10
+_HALF = 128  # a one-byte format's codes with the sign bit clear: 0..127 (128..255 negate them)
 
 
 @dataclass(frozen=True)
@@ -201,11 +202,11 @@ def _sign_magnitude_order(dtype: np.dtype) -> tuple[np.ndarray, int] | None:
         return None
     values = to_float64(np.arange(256, dtype=np.uint8).view(dtype))
     finite = np.isfinite(values)
-    limit = int(np.argmin(finite[:128])) if not finite[:128].all() else 128
-    magnitudes = np.abs(values[:128])
-    ordered = (np.all(finite[:limit]) and not finite[limit:128].any()
-               and np.array_equal(finite[:128], finite[128:])
-               and np.array_equal(magnitudes, np.abs(values[128:]), equal_nan=True)
+    limit = int(np.argmin(finite[:_HALF])) if not finite[:_HALF].all() else _HALF
+    magnitudes = np.abs(values[:_HALF])
+    ordered = (np.all(finite[:limit]) and not finite[limit:_HALF].any()
+               and np.array_equal(finite[:_HALF], finite[_HALF:])
+               and np.array_equal(magnitudes, np.abs(values[_HALF:]), equal_nan=True)
                and bool(np.all(np.diff(magnitudes[:limit]) > 0)))
     return (magnitudes, limit) if ordered else None
 

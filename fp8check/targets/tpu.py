@@ -52,6 +52,7 @@ _DUMP_OWNER = "FP8CHECK_MOSAIC_DUMP_PID"  # the process whose dump directory the
 _OP = re.compile(r'"?llo\.([a-z_0-9.]+)"?[ (<{]')
 _FORMAT = re.compile(r"matmul_data_format<([a-z0-9_]+)>")
 _MEMREF = re.compile(r"%arg\d+: memref<([0-9x]+)x([a-zA-Z0-9]+), #tpu\.memory_space<vmem>>")
+_LANES = 128  # TPU vector lane width (kernels/pallas/tiling.LANES; importing it loads jax)
 _DTYPE_BYTES = {"f32": 4, "i32": 4, "bf16": 2, "f16": 2, "i16": 2, "i8": 1, "i1": 4,
                 "f8E4M3FN": 1, "f8E5M2": 1}
 
@@ -173,7 +174,7 @@ def _padded_bytes(dims: Sequence[int], dtype: str) -> int:
     minor to the dtype's sublane tile (8 rows of 32 bits, packed for narrower types)."""
     item = _DTYPE_BYTES.get(dtype, 4)
     dims = list(dims)
-    dims[-1] = -(-dims[-1] // 128) * 128
+    dims[-1] = -(-dims[-1] // _LANES) * _LANES
     if len(dims) >= 2:
         sub = 8 * 4 // item
         dims[-2] = -(-dims[-2] // sub) * sub

@@ -45,10 +45,11 @@ import functools
 from fp8check import jaxenv
 from fp8check.contracts import OUT_DTYPES, KernelSpec, MatmulClaims
 from fp8check.kernels.pallas.spec import resolve_backend
+from fp8check.references.quant import BLOCK
 
 TILING = (128, 128, 128)  # tokamax's default Config (tile_m, tile_k, tile_n)
 INPUT_BUFFER_COUNT = 2  # tokamax's default Config
-QBLOCK = 128  # the contract's quantization block edge
+QBLOCK = BLOCK  # the contract's quantization block edge
 
 
 def _register_chip_for_interpret() -> None:

@@ -54,8 +54,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from fp8check.contracts import OUT_DTYPES, KernelSpec, MatmulClaims, QuantizerClaims
+from fp8check.references.quant import BLOCK
 
-QBLOCK = 128
+QBLOCK = BLOCK
 GEMM_CONFIG = {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128}  # one of torchao's GEMM configs
 ACT_QUANT_CONFIG = {"NUM_GROUPS": 16}  # one of torchao's activation-quantizer configs
 

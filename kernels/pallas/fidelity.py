@@ -35,6 +35,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 
 from fp8check import jaxenv
+from fp8check.kernels.pallas.tiling import LANES
 
 
 @dataclass(frozen=True)
@@ -71,9 +72,9 @@ def _same(out: np.ndarray, want: np.ndarray) -> bool:
 
 def _check_fp8_upcast() -> bool:
     codes = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn)
-    a = np.zeros((256, 128), ml_dtypes.float8_e4m3fn)
+    a = np.zeros((256, LANES), ml_dtypes.float8_e4m3fn)
     a[:, 0] = codes
-    b = np.zeros((128, 128), ml_dtypes.float8_e4m3fn)
+    b = np.zeros((LANES, LANES), ml_dtypes.float8_e4m3fn)
     b[0, :] = 1.0
     return _same(_interpret_dot(a, b)[:, 0], codes.astype(np.float64))
 
@@ -81,8 +82,8 @@ def _check_fp8_upcast() -> bool:
 def _check_dot_accumulates_f32(dtype, rng: np.random.Generator) -> bool:
     # Integers in [-16, 16] are exact in e4m3fn and bf16; 128 products of at most 256 sum
     # to below 2^15 in any order, exact in f32 but not in bf16 (8 significant bits).
-    a = rng.integers(-16, 17, (64, 128)).astype(np.float32)
-    b = rng.integers(-16, 17, (128, 128)).astype(np.float32)
+    a = rng.integers(-16, 17, (64, LANES)).astype(np.float32)
+    b = rng.integers(-16, 17, (LANES, LANES)).astype(np.float32)
     out = _interpret_dot(a.astype(dtype), b.astype(dtype))
     return _same(out, a.astype(np.float64) @ b.astype(np.float64))
 
@@ -96,7 +97,7 @@ def _check_bf16_rounding(rng: np.random.Generator) -> bool:
     special = np.array([np.finfo(np.float32).max, -np.finfo(np.float32).max, 3.4e38, 1e-40,
                         -1e-42, 0.0, -0.0, np.inf, -np.inf, np.nan], np.float32)
     x = np.concatenate([ties, near, above, special]).astype(np.float32)
-    x = np.resize(x, (x.size // 128 + 1) * 128).reshape(-1, 128)
+    x = np.resize(x, (x.size // LANES + 1) * LANES).reshape(-1, LANES)
 
     def kernel(x_ref, o_ref):
         o_ref[...] = x_ref[...].astype(jnp.bfloat16)
@@ -117,16 +118,16 @@ def _measure_accum(rng: np.random.Generator) -> str | None:
     kernel body fuses, not on the step alone (`fp8check.jaxenv`)."""
     from fp8check.kernels.pallas.gmm import gmm_fp8  # gmm imports us
     from fp8check.references.gmm import gmm
-    from fp8check.references.quant import QTensor
+    from fp8check.references.quant import BLOCK, QTensor
 
     def measured(m: int, k: int, n: int, tiling: tuple[int, int, int]) -> set[str]:
         fp8 = ml_dtypes.float8_e4m3fn
         lhs = QTensor(rng.integers(-4, 5, (m, k)).astype(np.float32).astype(fp8),
-                      rng.uniform(0.01, 3.0, (m, k // 128)).astype(np.float32), (1, 128),
+                      rng.uniform(0.01, 3.0, (m, k // BLOCK)).astype(np.float32), (1, BLOCK),
                       "e4m3fn", "deepgemm")
         rhs = QTensor(rng.integers(-4, 5, (1, k, n)).astype(np.float32).astype(fp8),
-                      rng.uniform(0.01, 3.0, (1, k // 128, n // 128)).astype(np.float32),
-                      (128, 128), "e4m3fn", "deepgemm")
+                      rng.uniform(0.01, 3.0, (1, k // BLOCK, n // BLOCK)).astype(np.float32),
+                      (BLOCK, BLOCK), "e4m3fn", "deepgemm")
         gs = np.array([m], np.int32)
         out = np.asarray(gmm_fp8(lhs.values, lhs.scales, rhs.values, rhs.scales, gs,
                                  tiling=tiling, out_dtype=jnp.float32, interpret=True))

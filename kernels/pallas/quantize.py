@@ -21,6 +21,7 @@ import ml_dtypes
 import numpy as np
 
 from fp8check.contracts import KernelSpec, QuantizerClaims
+from fp8check.references.quant import BLOCK
 
 E4M3_MAX = 448.0
 AMAX_FLOOR = np.float32(1e-4)  # float32(1e-4), as the reference's guard
@@ -75,6 +76,6 @@ def quantizer_spec(backend: str) -> KernelSpec:
     jnp, it runs on jax's default device whatever `backend` says."""
     return KernelSpec(
         name="pallas-quantizer", contract="quantizer", framework="jax",
-        fn=functools.partial(quantize_deepgemm, block=(1, 128)),
-        claims=QuantizerClaims("deepgemm", block=(1, 128)), backend=jax.default_backend(),
+        fn=functools.partial(quantize_deepgemm, block=(1, BLOCK)),
+        claims=QuantizerClaims("deepgemm", block=(1, BLOCK)), backend=jax.default_backend(),
     )

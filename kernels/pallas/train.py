@@ -25,6 +25,7 @@ from fp8check.kernels.pallas.gmm import dgrad, gmm_bf16, gmm_fp8
 from fp8check.kernels.pallas.quantize import quantize_deepgemm
 from fp8check.kernels.pallas.tgmm import tgmm
 from fp8check.kernels.pallas.tiling import Tiling
+from fp8check.references.quant import BLOCK
 
 TrainTilings = tuple[Tiling | None, Tiling | None, Tiling | None]  # (fwd, dgrad, tgmm)
 
@@ -38,8 +39,8 @@ def _train(lhs, rhs, group_sizes, forward: str, tilings: TrainTilings,
 def _forward(lhs, rhs, group_sizes, forward, tilings, interpret):
     """The forward product: "fp8" (quantize, then `gmm_fp8`) or "bf16" (`gmm_bf16`)."""
     if forward == "fp8":
-        lhs_q, lhs_s = quantize_deepgemm(lhs, (1, 128))
-        rhs_q, rhs_s = quantize_deepgemm(rhs, (128, 128))
+        lhs_q, lhs_s = quantize_deepgemm(lhs, (1, BLOCK))
+        rhs_q, rhs_s = quantize_deepgemm(rhs, (BLOCK, BLOCK))
         return gmm_fp8(lhs_q, lhs_s, rhs_q, rhs_s, group_sizes, tiling=tilings[0],
                        out_dtype=lhs.dtype, interpret=interpret)
     return gmm_bf16(lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16), group_sizes,

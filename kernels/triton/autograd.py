@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import torch
 
+from ._common import QBLOCK
 from .backward import dgrad, tgmm
 from .gmm import gmm_fp8
 from .quantize import quantize_fp8
@@ -25,8 +26,8 @@ Forward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torc
 
 
 def _fp8_forward(x, w, x16, w16, group_sizes) -> torch.Tensor:
-    xq, xs = quantize_fp8(x, (1, 128))
-    wq, ws = quantize_fp8(w, (128, 128))
+    xq, xs = quantize_fp8(x, (1, QBLOCK))
+    wq, ws = quantize_fp8(w, (QBLOCK, QBLOCK))
     y = torch.zeros((x.shape[0], w.shape[2]), dtype=torch.bfloat16, device=x.device)
     return gmm_fp8(xq, xs, wq, ws, group_sizes, out=y)
 

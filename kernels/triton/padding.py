@@ -15,7 +15,7 @@ import torch
 
 from fp8check.contracts import KernelSpec
 
-from ._common import output_buffer
+from ._common import QBLOCK, output_buffer
 from .gmm import check_gmm_fp8_inputs, launch_gmm_fp8
 from .spec import triton_spec
 
@@ -48,7 +48,7 @@ def padding_overhead(group_sizes, k: int, n: int, block_m: int = 128, *,
     if (sizes < 0).any() or k <= 0 or n <= 0 or block_m <= 0:
         raise ValueError("padding_overhead: sizes must be >= 0 and K, N, block_m positive")
     pad_rows = int((padded_sizes(sizes, block_m).to(torch.int64) - sizes).sum())
-    row_bytes = k * _BYTES_FP8 + -(-k // 128) * _BYTES_SCALE + n * out_bytes
+    row_bytes = k * _BYTES_FP8 + -(-k // QBLOCK) * _BYTES_SCALE + n * out_bytes
     return pad_rows * row_bytes
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fp8check.contracts import MatmulClaims
-from fp8check.references.gmm import TENSOR_CORE_ACCUMS
+from fp8check.references.gmm import DEFAULT_INTERVAL, TENSOR_CORE_ACCUMS
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class AccumulatorModel:
         accum = claims.accum
         target = TENSOR_CORE_ACCUMS.get(accum) if accum is not None else None
         return cls(accum, claims.acc_unit_roundoff, target,
-                   claims.hopper_interval if target is not None else 128)
+                   claims.hopper_interval if target is not None else DEFAULT_INTERVAL)
 
     @property
     def against_model(self) -> bool:

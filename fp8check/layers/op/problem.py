@@ -18,6 +18,8 @@ from fp8check.measures.underflow import UnderflowModel, fp8_model, unscaled_mode
 from fp8check.profiles import IMPACT_REPORT_ONLY
 from fp8check.references.baselines import grouped_matmul, grouped_tmatmul
 from fp8check.references.casts import to_float64
+from fp8check.references.gmm import DEFAULT_INTERVAL
+from fp8check.references.quant import BLOCK
 
 
 @dataclass
@@ -70,7 +72,7 @@ class Problem:
         blocks (128 for gmm-fp8's 128x128 blocks), 1 for an unscaled rhs."""
         return 1 if self.quantized is None else int(self.quantized[1].block[-1])
 
-    def accum_ref(self, accum: str, out_dtype: str, interval: int = 128) -> np.ndarray:
+    def accum_ref(self, accum: str, out_dtype: str, interval: int = DEFAULT_INTERVAL) -> np.ndarray:
         """gmm(..., accum=accum, interval=interval) on the quantized operands, rounded to
         out_dtype (`interval`: a tensor-core recipe's promotion interval)."""
         from fp8check.references import gmm
@@ -300,9 +302,9 @@ def streamed_problem(contract: str, case: Case) -> StreamedProblem:
     inp = case_inputs(case)
     x, w, gs = inp.x, inp.w, inp.group_sizes
     del inp  # the float32 operands go as soon as they are quantized (GiBs)
-    lq = _quantized_in_chunks(x, (1, 128), case.recipe)
+    lq = _quantized_in_chunks(x, (1, BLOCK), case.recipe)
     del x
-    rq = _quantized_in_chunks(w, (128, 128), case.recipe)
+    rq = _quantized_in_chunks(w, (BLOCK, BLOCK), case.recipe)
     return streamed_gmm_fp8_problem(lq, rq, gs, case.out_dtype, case.exact_partials)
 
 

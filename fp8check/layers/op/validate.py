@@ -30,6 +30,7 @@ from fp8check.layers.op.problem import AnyProblem, StreamedProblem, build_proble
 from fp8check.layers.op.streamed import streamed_output_criteria
 from fp8check.measures.integrity import InputChange, describe, inputs_criterion, merged
 from fp8check.profiles import Profile
+from fp8check.references.quant import BLOCK
 from fp8check.results.model import CaseResult, Criterion
 
 LAYER = 1
@@ -138,7 +139,7 @@ def _dtype_hint(spec: KernelSpec, out_dtype: str) -> str:
 
 def _quantizer_criteria(spec: KernelSpec, inp: CaseInputs, m: dict[str, Any]) -> list[Criterion]:
     claims = spec.quantizer_claims
-    x = inp.w if claims.block == (128, 128) else inp.x
+    x = inp.w if claims.block == (BLOCK, BLOCK) else inp.x
     x = x.astype(NUMPY_DTYPES[claims.in_dtype])
     calls = [run_kernel(spec, (x,)) for _ in range(2 if claims.deterministic else 1)]
     runs = [c.out for c in calls]
