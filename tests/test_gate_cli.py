@@ -166,8 +166,8 @@ def test_a_run_that_checked_nothing_fails(kernels, tmp_path, capsys):
         (["--kernel", "numpy:matmul", "--contract", "quantizer", "--framework", "numpy",
           "--recipe", "deepgem"], "--recipe 'deepgem': expected one of deepgemm, "),
         (["--kernel", "numpy:matmul", "--contract", "quantizer", "--framework", "numpy",
-          "--block", "128x128x1"], "--block '128x128x1': expected one of 1x128, 128x1, "
-                                   "128x128"),
+          "--block", "128x128x1"], "--block '128x128x1': expected one of 1x128, 128x128, "
+                                   "128x1"),
         (["--kernel", "numpy:matmul", "--contract", "quantizer", "--framework", "numpy",
           "--recipe", "deepgemm", "--fmt", "e4m3"], "--fmt 'e4m3': expected one of e4m3fn, e5m2"),
         (["--kernel", "numpy:matmul", "--contract", "gmm-fp8", "--framework", "numpy",
