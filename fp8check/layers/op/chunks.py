@@ -84,8 +84,34 @@ class ChunkSource(Protocol):
         ...
 
 
+class _ProblemFacts:
+    """What both chunk sources read off their problem alike."""
+
+    prob: Problem | StreamedProblem
+
+    @property
+    def out_dtype(self) -> str:
+        return self.prob.out_dtype
+
+    @property
+    def k(self) -> int:
+        return self.prob.k
+
+    @property
+    def underflow(self) -> UnderflowModel:
+        return self.prob.underflow
+
+    @property
+    def block(self) -> int:
+        return self.prob.rhs_block_columns
+
+    @property
+    def exact_partials(self) -> bool:
+        return self.prob.exact_partials
+
+
 @dataclass(frozen=True)
-class InMemoryChunks:
+class InMemoryChunks(_ProblemFacts):
     """The chunks of a `Problem`'s output: `rows_per_chunk` leading rows at a time (the
     last may be shorter), or one chunk covering the compared rows when None (always at
     least one chunk: an empty one when no row is compared)."""
@@ -98,32 +124,12 @@ class InMemoryChunks:
         return tuple(self.prob.exact.shape)
 
     @property
-    def out_dtype(self) -> str:
-        return self.prob.out_dtype
-
-    @property
-    def k(self) -> int:
-        return self.prob.k
-
-    @property
     def n_terms(self) -> int | None:
         return self.prob.n_terms
 
     @property
-    def underflow(self) -> UnderflowModel:
-        return self.prob.underflow
-
-    @property
     def n_groups(self) -> int:
         return metrics.row_groups(self.out_shape, self.prob.group_sizes)[1]
-
-    @property
-    def block(self) -> int:
-        return self.prob.rhs_block_columns
-
-    @property
-    def exact_partials(self) -> bool:
-        return self.prob.exact_partials
 
     @property
     def impact_not_gated(self) -> str | None:
@@ -158,7 +164,7 @@ class InMemoryChunks:
 
 
 @dataclass(frozen=True)
-class StreamedChunks:
+class StreamedChunks(_ProblemFacts):
     """The chunks of a `StreamedProblem`'s output: at most `rows_per_chunk` rows of one
     group each (memory O(rows_per_chunk (K + N))), their exact value, |A||B| and recipe
     reference computed for that chunk alone.  It gives no naive kernel's output, no
@@ -172,32 +178,12 @@ class StreamedChunks:
         return self.prob.out_shape
 
     @property
-    def out_dtype(self) -> str:
-        return self.prob.out_dtype
-
-    @property
-    def k(self) -> int:
-        return self.prob.k
-
-    @property
     def n_terms(self) -> int | None:
         return None  # gmm-fp8's: K and the scalings (`metrics.bound_ratio`)
 
     @property
-    def underflow(self) -> UnderflowModel:
-        return self.prob.underflow
-
-    @property
     def n_groups(self) -> int:
         return len(self.prob.group_sizes)
-
-    @property
-    def block(self) -> int:
-        return self.prob.rhs_block_columns
-
-    @property
-    def exact_partials(self) -> bool:
-        return self.prob.exact_partials
 
     @property
     def impact_not_gated(self) -> str | None:
