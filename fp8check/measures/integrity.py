@@ -12,7 +12,8 @@ call, so a write is seen wherever the kernel made it:
 * jax: arrays are immutable in Python, but their buffers are not: a kernel can write one
   through DLPack (`torch.from_dlpack(x)`) or a foreign function that writes its operand
   without declaring the alias.  The array's buffer is read after the call through a fresh
-  device copy (`x.copy()`, not a host value numpy may have cached).  A traced value
+  device copy (`jax.device_put(x, may_alias=False)`, not a host value numpy may have
+  cached).  A traced value
   (under `jax.jit` or a transformation's trace) has no buffer: it is not compared.
 
 A kernel that needs scratch space allocates its own.  Cost per argument: one comparison,
@@ -98,8 +99,9 @@ def raw_bits(x: Any, *, copy: bool) -> Bits | None:
         if isinstance(x, jax.core.Tracer):
             return None
         # a fresh device copy reads the buffer itself, not a host value numpy may cache,
-        # and is memory of its own (nothing else holds it)
-        return _numpy_bits(np.ascontiguousarray(x.copy()))
+        # and is memory of its own (nothing else holds it); `device_put` copies the buffer
+        # as it is, where `x.copy()` would compile a copy program for each new shape
+        return _numpy_bits(np.ascontiguousarray(jax.device_put(x, may_alias=False)))
     if type(x).__module__.startswith("torch") and hasattr(x, "detach"):
         return _torch_bits(x, copy)
     if isinstance(x, np.ndarray):
