@@ -8,7 +8,8 @@ Prints, measured in this one run, the CPU's relevant flags and then:
   dot products, or float64 BLAS) and, for comparison, the default recipe on each slower
   path this CPU has (and a float64 matmul of the same FLOPs, the BLAS path's floor); the
   tensor-core models (deepgemm-hopper, deepgemm-blackwell);
-* dev shape: the exact tgmm and dgrad references (bf16 operands) in the same table;
+* dev shape: the exact tgmm and dgrad references (bf16 operands) in the same table, with
+  the path that ran (AMX int8 tiles or float64 BLAS splits);
 * the layer-1 metrics (ULP, bound ratio, SQNR; `fp8check.measures.totals.metric_totals`) over 10^8
   elements against one numpy pass over the same bytes (a sum of each input array);
 * production shapes wi (M=65536, K=2048, N=512, G=256) and wo (K and N swapped): time and
@@ -137,21 +138,31 @@ def dev_table():
 
 
 def backward_table(a, gs, f32):
-    """The exact tgmm and dgrad (bf16 operands) per output dtype.  Their path is the exact
-    matmul's (`references.matmul`: float64 BLAS on split operands, certified rounding) on
-    every CPU: the ratio does not depend on AMX / VNNI."""
-    from fp8check.references import dgrad, tgmm
+    """The exact tgmm and dgrad (bf16 operands) per output dtype, through the exact matmul
+    (`references.matmul`): on AMX int8 tiles where the CPU has them (`amx_bf16`: the
+    windowed product in int8 digits, the residuals' correction and the certified rounding
+    fused in C), else float64 BLAS on split operands with certified rounding; and, where
+    AMX ran, the default output (float32) on the BLAS path for comparison."""
+    from fp8check.references import amx_bf16, dgrad, tgmm
 
     rng = np.random.default_rng(3)
     x = a.astype(ml_dtypes.bfloat16)
     dy = rng.standard_normal((DEV["m"], DEV["n"]), dtype=np.float32).astype(ml_dtypes.bfloat16)
     w = rng.standard_normal((DEV["g"], DEV["k"], DEV["n"]), dtype=np.float32)
     w = w.astype(ml_dtypes.bfloat16)
-    path = "exact_matmul: float64 BLAS splits"
+    blas = "exact_matmul: float64 BLAS splits"
+    path = (f"exact_matmul: {amx_bf16.STATUS} tiles, fused correction" if amx_bf16.AVAILABLE
+            else f"{blas} (AMX bf16 {amx_bf16.STATUS})")
     for out in (np.float64, np.float32, ml_dtypes.bfloat16):
         name = np.dtype(out).name
         row(f"tgmm {name}", lambda out=out: tgmm(x, dy, gs, out_dtype=out), f32, 2.0, path)
         row(f"dgrad {name}", lambda out=out: dgrad(dy, w, gs, out_dtype=out), f32, 2.0, path)
+    if amx_bf16.AVAILABLE:  # as on a CPU without AMX (the same bits)
+        amx_bf16.AVAILABLE = False
+        note = f"{blas} (as on a CPU without AMX)"
+        row("tgmm float32", lambda: tgmm(x, dy, gs), f32, 2.0, note)
+        row("dgrad float32", lambda: dgrad(dy, w, gs), f32, 2.0, note)
+        amx_bf16.AVAILABLE = True
 
 
 def metrics_table(n=10**8):

@@ -34,6 +34,13 @@ slice products added exactly in the superaccumulator and rounded once.
 Term path (data spanning so many binades per row that slices would be too many): every
 product into the superaccumulator.
 
+AMX path (bf16 operands, a CPU with AMX int8 tiles, k <= `amx_bf16.MAX_K`; tried first):
+the fast path's scheme with the top parts' product on int8 tiles (`references.amx_bf16`:
+its own split at each line's largest exponent, t1 exact from the tiles, the residuals'
+correction and the certified rounding fused in C), the elements it cannot certify through
+`certified.exact_dots`; operands with a non-finite value or too many residuals take the
+paths above.
+
 Non-finite inputs: the float64 product of finite values never overflows (k < 2^28 terms
 below 2^256 each), so an output element is non-finite exactly when its terms touch a NaN
 or an infinity; it gets the IEEE float64 value of that sum (NaN for inf - inf or inf * 0,
@@ -50,6 +57,7 @@ import numba
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
+from fp8check.references import amx_bf16
 from fp8check.references.casts import BF16, rounded, to_float64
 from fp8check.references.certified import exact_dots, round_certified
 from fp8check.references.exact import exact_sum_rows, precision_of, two_sum
@@ -327,6 +335,32 @@ def _fast(a, b, a1, b1, rows_c, cols_c, out: np.ndarray) -> None:
                                         dt)
 
 
+def _amx_bf16_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """Into out: a @ b exactly rounded for bf16 a, b on AMX tiles (`amx_bf16`), its
+    uncertain roundings through `certified.exact_dots`.  False, nothing written, for
+    operands with a non-finite value or more residuals than the correction handles
+    cheaply (the same rule as the fast path's: the split paths take them, the same
+    bits)."""
+    m, k = a.shape
+    n = b.shape[1]
+    d = amx_bf16.window(k)
+    ea, res_a, finite_a = amx_bf16.lines(a, 1, d)
+    eb, res_b, finite_b = amx_bf16.lines(b, 0, d)
+    if not (finite_a and finite_b) or (res_a.sum() * n + res_b.sum() * m
+                                       > _SPARSE_FRACTION * m * n * k):
+        return False
+    flagged = amx_bf16.matmul(a, ea, b, eb, d, amx_bf16.residual_lists(a, 1, ea, res_a, d),
+                              amx_bf16.residual_lists(b, 0, eb, res_b, d), out)
+    rows = np.flatnonzero(flagged)
+    if rows.size:  # the elements left NaN: finite operands give no NaN of their own
+        fr, fc = np.nonzero(np.isnan(out[rows]))
+        (ui, i), (uj, j) = (np.unique(v, return_inverse=True) for v in (rows[fr], fc))
+        out[ui[i], uj[j]] = rounded(exact_dots(_float32(a[ui]), _float32(b[:, uj]),
+                                               i.reshape(-1), j.reshape(-1),
+                                               *precision_of(out.dtype)), out.dtype)
+    return True
+
+
 def _finite_matmul(a: np.ndarray, b: np.ndarray, split_a, split_b, beta: int,
                    out: np.ndarray) -> None:
     """Into out: a @ b exactly rounded for finite float32 a, b and their splits
@@ -371,6 +405,9 @@ def exact_matmul(a: np.ndarray, b: np.ndarray, out_dtype: DTypeLike,
         raise ValueError(f"out must be C-contiguous {dt} {(m, n)}, got {out.dtype} {out.shape}")
     if m == 0 or n == 0 or k == 0:
         out[...] = 0
+        return out
+    if (amx_bf16.AVAILABLE and a.dtype == b.dtype == BF16 and k <= amx_bf16.MAX_K
+            and _amx_bf16_matmul(a, b, out)):
         return out
     beta = slice_bits(k)
     split_a, split_b = split_top(a, beta, axis=1), split_top(b, beta, axis=0)

@@ -8,14 +8,26 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fp8check.references import certified, dgrad, gmm, matmul, quantize, tgmm
+from fp8check.references import amx_bf16, certified, dgrad, gmm, matmul, quantize, tgmm
 from fp8check.references.exact import precision_of
 from tests.oracle import round_fraction
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FMT = {np.dtype(np.float32): "f32", BF16: "bf16", np.dtype(np.float64): "f64"}
 OUT_DTYPES = [np.dtype(np.float32), BF16, np.dtype(np.float64)]
-PATHS = {"fast": np.inf, "dense": 0.0}  # matmul._SPARSE_FRACTION forcing each path
+# matmul._SPARSE_FRACTION forcing each path, and whether bf16 operands may take the AMX
+# one (`amx_bf16`, where this CPU has it)
+PATHS = {"fast": (np.inf, False), "dense": (0.0, False), "amx": (np.inf, True)}
+
+
+def use_path(monkeypatch, path: str, dtype=BF16) -> None:
+    """Send exact_matmul down `path` (PATHS) for operands of `dtype`; skip "amx" where this
+    CPU lacks it or for float32 operands (it takes bf16 ones only)."""
+    fraction, amx_on = PATHS[path]
+    if amx_on and not (amx_bf16.AVAILABLE and np.dtype(dtype) == BF16):
+        pytest.skip(f"the AMX bf16 path is {amx_bf16.STATUS} / not for {np.dtype(dtype)}")
+    monkeypatch.setattr(matmul, "_SPARSE_FRACTION", fraction)
+    monkeypatch.setattr(amx_bf16, "AVAILABLE", amx_on)
 
 
 def _wide(rng, shape, spread, dtype):
@@ -110,7 +122,7 @@ def test_exact_matmul_equals_term_by_term(monkeypatch, path, dtype, spread, k):
     log2 k = 52; two more bits of beta and float64 rounds these sums); wide spreads put
     nonzeros in most remainders (the fast path then corrects nearly everything, the dense
     one needs several slices or the term path).  Row- and column-major operands alike."""
-    monkeypatch.setattr(matmul, "_SPARSE_FRACTION", PATHS[path])
+    use_path(monkeypatch, path, dtype)
     rng = np.random.default_rng(k + spread)
     a = _wide(rng, (33, k), spread, dtype)
     b = _wide(rng, (k, 17), spread, dtype)
@@ -151,7 +163,7 @@ def _boundary_problem(rng, dtype):
 @pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
 def test_exact_matmul_on_rounding_boundaries_matches_rationals(monkeypatch, path, dtype):
-    monkeypatch.setattr(matmul, "_SPARSE_FRACTION", PATHS[path])
+    use_path(monkeypatch, path, dtype)
     a, b = _boundary_problem(np.random.default_rng(7), dtype)
     for dt in OUT_DTYPES:
         _same_bits(matmul.exact_matmul(a, b, dt), _oracle(a, b, FMT[dt]))
@@ -252,7 +264,9 @@ def test_slices_split_exactly_into_narrow_integers():
 def test_tgmm_dgrad_and_plain_gmm_take_the_fast_path_exactly(monkeypatch):
     """Gaussian bf16 operands with a few tiny values (so remainders are sparse but not
     empty), groups of realistic size with an empty one: each result equals the
-    term-by-term superaccumulator per group, and the fast path's corrections ran."""
+    term-by-term superaccumulator per group, and the fast path's corrections ran (the
+    AMX path off: tests/test_amx_bf16.py has its own)."""
+    use_path(monkeypatch, "fast")
     calls = []
     real = matmul._round_block
     monkeypatch.setattr(matmul, "_round_block",

@@ -1,0 +1,598 @@
+/* The exact bf16 matmul on AMX int8 tiles, rounded once (fp8check; references/amx_bf16.py
+   drives it, references/matmul.py takes the elements it leaves uncertain).
+
+   Exactness.  A finite bf16 h is S 2^(x - 134): S its 8-bit significand (0..255, with the
+   implicit bit of a normal number), x = max(biased exponent, 1).  Per line (a row of a,
+   a column of b: the contraction runs along it) E is the largest x of its nonzero values
+   (1 for an all-zero line) and D the window, D = min(15, (37 - ceil(log2 L)) / 2) for a
+   contraction of length L (`amx_bf16.window`).  A value with E - x <= D is the integer
+   X = +-S 2^(D - (E - x)), |X| < 2^(8 + D) <= 2^23, times the line's unit
+   2^(E - 134 - D); a value further down, a residual, counts as X = 0 there.  So
+   a = a1 + a2 and b = b1 + b2 with a1, b1 the windowed values and a2, b2 the residuals
+   (few: a value 2^15 below its line's largest is rare), and a b = t1 + (a2 b1 + a b2)
+   with t1 = a1 b1.
+
+   In two's complement X = d_0 + 2^8 d_1 + 2^16 d_2, with d_0, d_1 unsigned bytes and d_2
+   a signed one (|X| < 2^23).  sum_t X_a X_b is the sum over digit pairs (i, j) of
+   2^(8 (i + j)) times a byte dot product, which the tile instructions compute exactly in
+   int32 (TDPBUUD u8 x u8, TDPBUSD u8 x s8, TDPBSUD s8 x u8, TDPBSSD s8 x s8).  Grouped by
+   s = i + j, one t contributes at most
+       C_0: 255^2 < 2^16,  C_1: 2 255^2 < 2^17,  C_2: 255^2 + 2 128 255 < 2^17,
+       C_3: 2 128 255 < 2^16,  C_4: 128^2 = 2^14
+   in magnitude, so for L <= 2^14 (`MAX_K`) every C_s and each partial sum of it, in any
+   order, is below 2^31: no wrap-around.  v = sum_s 2^(8 s) C_s is then exact in int64,
+   and |v| < L 2^(16 + 2D) <= 2^53 by the choice of D, so its conversion to float64 is
+   exact, and so is the scaling by the two units 2^(Ea + Eb - 268 - 2D) (exponents within
+   [-300, 250]: far from float64's subnormals and overflow).  That float64 is t1 exactly;
+   rounded once to the output format (float64: itself; float32: the hardware conversion,
+   round to nearest even with subnormals, MXCSR set so for the call; bfloat16: the rule of
+   references/casts.py on that float32) it is the correctly rounded a b wherever no
+   residual reaches.
+
+   Where one reaches (a row of a or a column of b with residuals), the correction
+   a2 b1 + a b2 has few terms, each an exact float64 product of two bf16 values; they are
+   summed as references/matmul.py's _round_block sums its correction (TwoSum after TwoSum,
+   the sum of their magnitudes bounding the float64 sum's error: none when every addition
+   was exact, else gamma_(n-1) times it, covered by (n + 1) u), added to t1 by TwoSum and
+   rounded by references/certified.py's round_certified, ported here (`corrected`).  An
+   element whose rounding the bound cannot certify is left NaN and counted per row: the
+   caller sums it exactly (inputs are finite here, so no NaN is ever a value).
+
+   Layouts:
+     b tiles  [nt][L64][3][16][64] int8 (nt = ceil(n / 16), L64 = ceil(L / 64)): element
+              [k4][4 col + q] of tile [ct][kc][d] is digit d of X_b at t = 64 kc + 4 k4 + q,
+              column 16 ct + col (zero past L and n): TDPB*D's layout, each tile 1 KiB;
+     a planes [3][rows rounded up to 16][64 L64] int8: digit d of X_a of a chunk of rows,
+              made inside (zero past the rows and L).
+*/
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK_ROWS 64 /* rows of a whose planes are made at once */
+
+typedef struct {
+    uint8_t palette_id, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} __attribute__((packed)) tile_config;
+
+/* Eight 16 x 64-byte tiles (per thread: each call configures its own).  The tile state
+   was granted by references/amx.py's library (Linux grants it per process). */
+static void configure_tiles(void) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+static inline int32_t expo(uint16_t h) {
+    const int32_t e = (h >> 7) & 0xFF;
+    return e ? e : 1;
+}
+
+/* X of 16 bf16 values h (zero-extended into int32 lanes) on lines of largest exponents E
+   (header); 0 for a residual (a shift count D - (E - x) below zero reads as one above 31,
+   which VPSLLVD turns into 0). */
+static inline __m512i xval16(__m512i h, __m512i E, __m512i D) {
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(h, 7), _mm512_set1_epi32(0xFF));
+    const __m512i f = _mm512_and_si512(h, _mm512_set1_epi32(0x7F));
+    const __m512i s = _mm512_mask_or_epi32(f, _mm512_test_epi32_mask(e, e), f,
+                                           _mm512_set1_epi32(0x80));
+    const __m512i def = _mm512_sub_epi32(E, _mm512_max_epi32(e, _mm512_set1_epi32(1)));
+    const __m512i x = _mm512_sllv_epi32(s, _mm512_sub_epi32(D, def));
+    return _mm512_mask_sub_epi32(x, _mm512_test_epi32_mask(h, _mm512_set1_epi32(0x8000)),
+                                 _mm512_setzero_si512(), x);
+}
+
+/* Byte d of X in two's complement (header): d 0 and 1 unsigned, d 2 signed. */
+static inline __m128i digit16(__m512i x, int d) {
+    return _mm512_cvtepi32_epi8(_mm512_srai_epi32(x, 8 * d));
+}
+
+/* The three digits of 64 values along t of one line (t contiguous: x, len_left values
+   left from there, zero past them), its exponent E: dig[d] byte t. */
+static inline void digits_along(const uint16_t *x, int64_t len_left, int32_t E, __m512i D,
+                                __m512i dig[3]) {
+    const __m512i Ev = _mm512_set1_epi32(E);
+    for (int q = 0; q < 4; q++) {
+        const int64_t left = len_left - 16 * q;
+        const __mmask16 m = left >= 16 ? 0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + 16 * q));
+        const __m512i v = xval16(h, Ev, D);
+        for (int d = 0; d < 3; d++)
+            dig[d] = _mm512_mask_broadcast_i32x4(q ? dig[d] : _mm512_setzero_si512(),
+                                                 (__mmask16)(0xF << (4 * q)), digit16(v, d));
+    }
+}
+
+/* The three digits of 4 positions t0 .. t0 + 3 of 16 side-by-side lines (lines
+   contiguous: value (l, t) at x[t s_t + l], `lines` of them valid, `ts` of the 4 positions)
+   with exponents E (16 lanes), interleaved as TDPB*D reads them: dig[d] byte 4 l + q is
+   digit d of (l, t0 + q). */
+static inline void digits_across(const uint16_t *x, int64_t s_t, int64_t lines, int64_t ts,
+                                 __m512i E, __m512i D, __m512i interleave, __m512i dig[3]) {
+    const __mmask16 m = lines >= 16 ? 0xFFFF : (__mmask16)((1u << lines) - 1);
+    for (int d = 0; d < 3; d++)
+        dig[d] = _mm512_setzero_si512();
+    for (int q = 0; q < ts; q++) {
+        const __m512i h = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + q * s_t));
+        const __m512i v = xval16(h, E, D);
+        for (int d = 0; d < 3; d++)
+            dig[d] = _mm512_mask_broadcast_i32x4(dig[d], (__mmask16)(0xF << (4 * q)),
+                                                 digit16(v, d));
+    }
+    for (int d = 0; d < 3; d++)
+        dig[d] = _mm512_permutexvar_epi8(interleave, dig[d]);
+}
+
+static __m512i interleave_perm(void) {
+    uint8_t perm[64];
+    for (int l = 0; l < 16; l++)
+        for (int q = 0; q < 4; q++)
+            perm[4 * l + q] = (uint8_t)(16 * q + l);
+    return _mm512_loadu_si512(perm);
+}
+
+/* Lines [l0, l1) of bf16 x (line l, position t at x[l s_line + t s_t], t < len): E of
+   each (header) into E[l], the number of its residuals (nonzero values more than D
+   binades below E) into res[l].  Returns the number of non-finite values read. */
+int64_t fp8check_bf16_lines(uint64_t px, int64_t s_line, int64_t s_t, int64_t l0,
+                            int64_t l1, int64_t len, int64_t D, uint64_t pE, uint64_t pres) {
+    const uint16_t *x = (const uint16_t *)px;
+    int32_t *E = (int32_t *)pE;
+    int64_t *res = (int64_t *)pres, bad = 0;
+    for (int64_t l = l0; l < l1; l++)
+        E[l] = 1, res[l] = 0;
+    if (s_line == 1) { /* the lines side by side in memory: position by position */
+        for (int64_t t = 0; t < len; t++) {
+            const uint16_t *row = x + t * s_t;
+            for (int64_t l = l0; l < l1; l++) {
+                const uint16_t h = row[l];
+                const int32_t e = (h & 0x7FFF) ? expo(h) : 1;
+                bad += e == 255;
+                E[l] = e > E[l] ? e : E[l];
+            }
+        }
+        for (int64_t t = 0; t < len; t++) {
+            const uint16_t *row = x + t * s_t;
+            for (int64_t l = l0; l < l1; l++) {
+                const uint16_t h = row[l];
+                res[l] += (h & 0x7FFF) && E[l] - expo(h) > D;
+            }
+        }
+        return bad;
+    }
+    for (int64_t l = l0; l < l1; l++) {
+        const uint16_t *line = x + l * s_line;
+        int32_t m = 1;
+        for (int64_t t = 0; t < len; t++) {
+            const uint16_t h = line[t * s_t];
+            const int32_t e = (h & 0x7FFF) ? expo(h) : 1;
+            bad += e == 255;
+            m = e > m ? e : m;
+        }
+        int64_t r = 0;
+        for (int64_t t = 0; t < len; t++) {
+            const uint16_t h = line[t * s_t];
+            r += (h & 0x7FFF) && m - expo(h) > D;
+        }
+        E[l] = m, res[l] = r;
+    }
+    return bad;
+}
+
+/* Column tiles [ct0, ct1) of b's digit tiles (layout above, tile ct - ct0 first): b
+   [len][n], element (t, j) at x[t s_t + j s_j], one of s_t, s_j 1; column exponents E. */
+static void pack_b(const uint16_t *x, int64_t s_t, int64_t s_j, int64_t len, int64_t n,
+                   int64_t ct0, int64_t ct1, const int32_t *E, int32_t D, int8_t *tiles) {
+    const int64_t l64 = (len + 63) / 64;
+    const __m512i Dv = _mm512_set1_epi32(D), interleave = interleave_perm();
+    const __m512i rows64 = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
+                                                               7, 6, 5, 4, 3, 2, 1, 0),
+                                              _mm512_set1_epi32(64));
+    for (int64_t ct = ct0; ct < ct1; ct++) {
+        int8_t *base = tiles + (ct - ct0) * l64 * 3 * 1024;
+        const int64_t valid = n - 16 * ct < 16 ? n - 16 * ct : 16;
+        if (s_j == 1) { /* a row of b: 16 columns side by side, 4 rows to a tile row */
+            const __m512i Ev = _mm512_maskz_loadu_epi32((__mmask16)((1u << valid) - 1),
+                                                        E + 16 * ct);
+            for (int64_t t = 0; t < 64 * l64; t += 4) {
+                __m512i dig[3];
+                const int64_t ts = len - t >= 4 ? 4 : len - t > 0 ? len - t : 0;
+                digits_across(x + t * s_t + 16 * ct, s_t, valid, ts, Ev, Dv, interleave, dig);
+                int8_t *o = base + (t / 64) * 3 * 1024 + ((t % 64) / 4) * 64;
+                for (int d = 0; d < 3; d++)
+                    _mm512_storeu_si512(o + d * 1024, dig[d]);
+            }
+            continue;
+        }
+        /* s_t == 1: a column of b is contiguous along t; its 16 t-quads of a K chunk go
+           to the 16 rows of the tiles, at dword `col` */
+        if (valid < 16)
+            memset(base, 0, l64 * 3 * 1024);
+        for (int64_t col = 0; col < valid; col++) {
+            const int64_t j = 16 * ct + col;
+            for (int64_t kc = 0; kc < l64; kc++) {
+                __m512i dig[3];
+                digits_along(x + j * s_j + 64 * kc, len - 64 * kc, E[j], Dv, dig);
+                int8_t *o = base + kc * 3 * 1024 + 4 * col;
+                for (int d = 0; d < 3; d++)
+                    _mm512_i32scatter_epi32(o + d * 1024, rows64, dig[d], 1);
+            }
+        }
+    }
+}
+
+/* Planes of rows [i0, i0 + rows) of a (element (i, t) at a[i s_i + t s_t], one of s_i,
+   s_t 1), layout above, with `pr` plane rows and row stride lp bytes. */
+static void a_planes(const uint16_t *a, int64_t s_i, int64_t s_t, int64_t i0, int64_t rows,
+                     int64_t pr, int64_t len, int64_t lp, const int32_t *E, int32_t D,
+                     int8_t *planes) {
+    const int64_t plane = pr * lp;
+    const __m512i Dv = _mm512_set1_epi32(D);
+    if (rows < pr)
+        for (int d = 0; d < 3; d++)
+            memset(planes + d * plane + rows * lp, 0, (pr - rows) * lp);
+    if (s_t == 1) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t kc = 0; kc < lp / 64; kc++) {
+                __m512i dig[3];
+                digits_along(a + (i0 + r) * s_i + 64 * kc, len - 64 * kc, E[i0 + r], Dv, dig);
+                for (int d = 0; d < 3; d++)
+                    _mm512_storeu_si512(planes + d * plane + r * lp + 64 * kc, dig[d]);
+            }
+        return;
+    }
+    /* s_i == 1: 16 rows side by side; each row's 4 positions t are one dword of the
+       interleaved digits, scattered to the 16 plane rows */
+    const __m512i interleave = interleave_perm();
+    const __m512i rowsv = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
+                                                              7, 6, 5, 4, 3, 2, 1, 0),
+                                             _mm512_set1_epi32((int32_t)lp));
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+        const int64_t nl = rows - r0 < 16 ? rows - r0 : 16;
+        const __m512i Ev = _mm512_maskz_loadu_epi32((__mmask16)((1u << nl) - 1), E + i0 + r0);
+        for (int64_t t = 0; t < lp; t += 4) {
+            __m512i dig[3];
+            const int64_t ts = len - t >= 4 ? 4 : len - t > 0 ? len - t : 0;
+            digits_across(a + t * s_t + (i0 + r0) * s_i, s_t, nl, ts, Ev, Dv, interleave, dig);
+            for (int d = 0; d < 3; d++)
+                _mm512_i32scatter_epi32(planes + d * plane + r0 * lp + t, rowsv, dig[d], 1);
+        }
+    }
+}
+
+/* C_0 .. C_4 (header) of one 16 x 16 output tile into tiles 0-4 (zero before): a the
+   row tile's planes (row stride lp, digit planes `plane` bytes apart), b the column
+   tile's tiles.  Tiles 5 and 7 hold a's digits, 6 b's. */
+static inline void tile_sums(const int8_t *a, int64_t plane, int64_t lp, const int8_t *b,
+                             int64_t l64) {
+    for (int64_t kc = 0; kc < l64; kc++) {
+        const int8_t *ak = a + 64 * kc, *bk = b + kc * 3 * 1024;
+        _tile_loadd(5, ak, lp);
+        _tile_loadd(7, ak + plane, lp);
+        _tile_loadd(6, bk, 64);
+        _tile_dpbuud(0, 5, 6);          /* (0, 0) */
+        _tile_dpbuud(1, 7, 6);          /* (1, 0) */
+        _tile_loadd(6, bk + 1024, 64);
+        _tile_dpbuud(1, 5, 6);          /* (0, 1) */
+        _tile_dpbuud(2, 7, 6);          /* (1, 1) */
+        _tile_loadd(6, bk + 2048, 64);
+        _tile_dpbusd(2, 5, 6);          /* (0, 2): u8 x s8 */
+        _tile_dpbusd(3, 7, 6);          /* (1, 2) */
+        _tile_loadd(5, ak + 2 * plane, lp);
+        _tile_dpbssd(4, 5, 6);          /* (2, 2) */
+        _tile_loadd(6, bk, 64);
+        _tile_dpbsud(2, 5, 6);          /* (2, 0): s8 x u8 */
+        _tile_loadd(6, bk + 1024, 64);
+        _tile_dpbsud(3, 5, 6);          /* (2, 1) */
+    }
+}
+
+static inline void store_sums(int32_t c[5][16][16]) {
+    _tile_stored(0, c[0], 64); _tile_stored(1, c[1], 64); _tile_stored(2, c[2], 64);
+    _tile_stored(3, c[3], 64); _tile_stored(4, c[4], 64);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4);
+}
+
+/* v = sum_s 2^(8 s) C_s of row r (exact in int64), as float64 (exact: |v| < 2^53):
+   columns 0-7 into v[0], 8-15 into v[1]. */
+static inline void row_value(int32_t c[5][16][16], int r, __m512d v[2]) {
+    for (int h = 0; h < 2; h++) {
+        __m512i acc = _mm512_setzero_si512();
+        for (int s = 0; s < 5; s++) {
+            const __m512i cs = _mm512_cvtepi32_epi64(_mm256_load_si256((const __m256i *)(c[s][r] + 8 * h)));
+            acc = _mm512_add_epi64(acc, _mm512_slli_epi64(cs, 8 * s));
+        }
+        v[h] = _mm512_cvtepi64_pd(acc);
+    }
+}
+
+/* 16 float64 (x0: elements 0-7, x1: 8-15) rounded once to bf16, stored under mask m:
+   RN32 by the hardware, then references/casts.py's rule (ties on a bf16 midpoint decided
+   by the side of x; a finite x: no NaN case). */
+static inline void store_bf16(uint16_t *o, __m512d x0, __m512d x1, __mmask16 m) {
+    const __m256 y0 = _mm512_cvtpd_ps(x0), y1 = _mm512_cvtpd_ps(x1);
+    const __m512 y = _mm512_insertf32x8(_mm512_castps256_ps512(y0), y1, 1);
+    const __m512i u = _mm512_castps_si512(y);
+    const __m512i top = _mm512_srli_epi32(u, 16);
+    const __m512i one = _mm512_set1_epi32(1);
+    /* inf stays inf: its low 16 bits are zero, the even rule keeps it */
+    const __m512i even = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF),
+                                             _mm512_and_si512(top, one))), 16);
+    const __mmask16 on_mid = _mm512_cmpeq_epi32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0xFFFF)), _mm512_set1_epi32(0x8000));
+    const __m512d z0 = _mm512_cvtps_pd(y0), z1 = _mm512_cvtps_pd(y1);
+    const __mmask16 inexact = (__mmask16)(_mm512_cmp_pd_mask(x0, z0, _CMP_NEQ_OQ)
+                                          | (_mm512_cmp_pd_mask(x1, z1, _CMP_NEQ_OQ) << 8));
+    const __m512d ax0 = _mm512_abs_pd(x0), ax1 = _mm512_abs_pd(x1);
+    const __mmask16 above = (__mmask16)(_mm512_cmp_pd_mask(ax0, _mm512_abs_pd(z0), _CMP_GT_OQ)
+                                        | (_mm512_cmp_pd_mask(ax1, _mm512_abs_pd(z1), _CMP_GT_OQ) << 8));
+    __m512i r = _mm512_mask_mov_epi32(even, on_mid & inexact,
+                                      _mm512_mask_add_epi32(top, above, top, one));
+    _mm256_mask_storeu_epi16(o, m, _mm512_cvtepi32_epi16(r));
+}
+
+/* Knuth's TwoSum: s = RN(a + b), *e = a + b - s exactly. */
+static inline double two_sum(double a, double b, double *e) {
+    const double s = a + b, bb = s - a;
+    *e = (a - (s - bb)) + (b - bb);
+    return s;
+}
+
+/* x 2^n, exactly where that is a float64 (certified.py's _scaled). */
+static inline double scaled(double x, int n) {
+    if (n < -1022 || n > 1023)
+        return ldexp(x, n);
+    const uint64_t bits = (uint64_t)(n + 1023) << 52;
+    double p;
+    memcpy(&p, &bits, 8);
+    return x * p;
+}
+
+/* references/certified.py's round_certified: *r = RN_p(s) (subnormals below 2^emin);
+   1 when it is RN_p(t) for every t within err of s + e, else 0. */
+static int round_certified(double s, double e, double err, int p, int emin, double *r) {
+    if (!(isfinite(s) && isfinite(e) && isfinite(err))) {
+        *r = s;
+        return 0;
+    }
+    if (s == 0.0 && e == 0.0 && err == 0.0) {
+        *r = 0.0;
+        return 1;
+    }
+    uint64_t bits;
+    memcpy(&bits, &s, 8);
+    const int ex = (int)((bits >> 52) & 0x7FF) - 1023;
+    const int q = (ex > emin ? ex : emin) - p + 1;
+    *r = scaled(nearbyint(scaled(s, -q)), q); /* exact: certified.py's argument */
+    if (e == 0.0 && err == 0.0)
+        return 1;
+    if (*r == 0.0)
+        return 0;
+    double h = scaled(0.5, q);
+    memcpy(&bits, r, 8);
+    const uint64_t frac = bits & (((uint64_t)1 << 52) - 1);
+    if (((bits >> 52) & 0x7FF) ? frac == 0 : (frac & (frac - 1)) == 0) /* a power of 2 */
+        h *= 0.5;
+    const double off = (s - *r) + e, margin = 1.0 + 0x1p-51;
+    return fabs(off) * margin + err * margin < h;
+}
+
+static inline double bf16_value(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+typedef struct {
+    const uint16_t *a, *b;            /* the operands' bf16 bits */
+    int64_t a_si, a_st, b_st, b_sj;   /* their element strides */
+    int64_t n, kind, p, emin, D;      /* kind: 0 float64, 1 float32, 2 bfloat16 output */
+    const double *ws, *rs;            /* column and row units 2^(E - 134 - D) */
+    const int32_t *Eb;
+    void *out;                        /* [m][n] of the kind */
+    const int64_t *rptr, *rt;         /* row i's residuals at t = rt[rptr[i] .. rptr[i+1]) */
+    const int64_t *cptr, *ctt;        /* column j's at t = ctt[cptr[j] .. cptr[j+1]) */
+    const uint8_t *ct_has;            /* [nt]: whether column tile ct has a residual */
+    const int32_t *tmap;              /* [len]: t's row of b1rows, for t among rt */
+    const double *b1rows;             /* [*][jn]: b1 at those t, columns from j0 */
+    int64_t j0, jn;
+    int64_t *flagged;                 /* [m]: elements left as NaN for the caller */
+} sink;
+
+/* Element (i, j) where residuals reach: t1 + (a2 b1 + a b2)_ij, summed and rounded as
+   references/matmul.py's _round_block does (TwoSum of the exact products, a bound on the
+   sum's error, certified rounding), written to out; NaN (an uncertain rounding, for the
+   caller's exact fallback) and a count in flagged[i] when the rounding is not certain. */
+static void corrected(const sink *s, int64_t i, int64_t j, double t1) {
+    double c = 0.0, mag = 0.0, e;
+    int64_t cnt = 0;
+    int inexact = 0;
+    const uint16_t *arow = s->a + i * s->a_si;
+    for (int64_t z = s->rptr[i]; z < s->rptr[i + 1]; z++) { /* a2 b1 */
+        const int64_t t = s->rt[z];
+        const double bv = s->b1rows[s->tmap[t] * s->jn + j - s->j0];
+        if (bv == 0.0)
+            continue;
+        const double term = bf16_value(arow[t * s->a_st]) * bv; /* exact */
+        c = two_sum(c, term, &e);
+        inexact |= e != 0.0;
+        mag += fabs(term);
+        cnt++;
+    }
+    for (int64_t z = s->cptr[j]; z < s->cptr[j + 1]; z++) { /* a b2 */
+        const int64_t t = s->ctt[z];
+        const double term = bf16_value(arow[t * s->a_st])
+                            * bf16_value(s->b[t * s->b_st + j * s->b_sj]);
+        c = two_sum(c, term, &e);
+        inexact |= e != 0.0;
+        mag += fabs(term);
+        cnt++;
+    }
+    const double sum = two_sum(t1, c, &e);
+    double r;
+    const int certain = round_certified(sum, e, inexact ? mag * ((double)(cnt + 1) * 0x1p-53) : 0.0,
+                                       (int)s->p, (int)s->emin, &r);
+    if (!certain) {
+        r = NAN;
+        __atomic_fetch_add(&s->flagged[i], 1, __ATOMIC_RELAXED);
+    }
+    if (s->kind == 0) {
+        ((double *)s->out)[i * s->n + j] = r;
+    } else {
+        const float f = (float)r; /* exact: r has at most 24 (8) bits, or overflows to inf */
+        if (s->kind == 1) {
+            ((float *)s->out)[i * s->n + j] = f;
+        } else {
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            ((uint16_t *)s->out)[i * s->n + j] = (uint16_t)(u >> 16); /* exact (or NaN) */
+        }
+    }
+}
+
+/* Rows i0 .. i0 + nr of a stashed tile of column tile ct into the sink. */
+static void consume(const sink *s, int32_t c[5][16][16], int64_t i0, int nr, int64_t ct) {
+    const int64_t j0 = 16 * ct, valid = s->n - j0 < 16 ? s->n - j0 : 16;
+    const __mmask16 m = (__mmask16)((1u << valid) - 1);
+    const __mmask8 m0 = (__mmask8)m, m1 = (__mmask8)(m >> 8);
+    const __m512d ws0 = _mm512_loadu_pd(s->ws + j0), ws1 = _mm512_loadu_pd(s->ws + j0 + 8);
+    for (int r = 0; r < nr; r++) {
+        const int64_t i = i0 + r;
+        __m512d v[2];
+        row_value(c, r, v);
+        const __m512d rs = _mm512_set1_pd(s->rs[i]);
+        const __m512d x0 = _mm512_mul_pd(_mm512_mul_pd(v[0], ws0), rs); /* exact */
+        const __m512d x1 = _mm512_mul_pd(_mm512_mul_pd(v[1], ws1), rs);
+        if (s->kind == 0) {
+            double *o = (double *)s->out + i * s->n + j0;
+            _mm512_mask_storeu_pd(o, m0, x0);
+            _mm512_mask_storeu_pd(o + 8, m1, x1);
+        } else if (s->kind == 1) {
+            float *o = (float *)s->out + i * s->n + j0;
+            const __m512 y = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(x0)),
+                                                _mm512_cvtpd_ps(x1), 1);
+            _mm512_mask_storeu_ps(o, m, y);
+        } else {
+            store_bf16((uint16_t *)s->out + i * s->n + j0, x0, x1, m);
+        }
+        const int row_res = s->rptr[i + 1] > s->rptr[i];
+        if (row_res || s->ct_has[ct]) {
+            double x[16];
+            _mm512_storeu_pd(x, x0);
+            _mm512_storeu_pd(x + 8, x1);
+            for (int64_t q = 0; q < valid; q++)
+                if (row_res || s->cptr[j0 + q + 1] > s->cptr[j0 + q])
+                    corrected(s, i, j0 + q, x[q]);
+        }
+    }
+}
+
+/* out = a @ b exactly rounded (header) at rows [m0, m1) and column tiles [ct0, ct1),
+   the residuals' terms added where they reach (`corrected`):
+     a        bf16 [m][len], element (i, t) at a[i a_si + t a_st] (a_si or a_st 1);  Ea
+              its row exponents;
+     b        bf16 [len][n], element (t, j) at b[t b_st + j b_sj] (b_st or b_sj 1);  Eb
+              its column exponents;  D the window;
+     out      [m][n], kind 0 float64, 1 float32, 2 bfloat16 (p, emin its precision);
+     rptr, rt the residuals of a by row (CSR over [m + 1]), cptr, ctt of b by column;
+     flagged  [m] int64, counts (added to) of the elements left NaN for the caller.
+   Packs the digits of a's rows and b's column tiles it reads (callers cut the larger
+   operand among threads).  Returns 0, or -1 (nothing written) when its scratch cannot be
+   allocated. */
+int fp8check_bf16_matmul(uint64_t pa, int64_t a_si, int64_t a_st, uint64_t pEa,
+                         uint64_t pb, int64_t b_st, int64_t b_sj, uint64_t pEb,
+                         int64_t len, int64_t n, int64_t D, int64_t m0, int64_t m1,
+                         int64_t ct0, int64_t ct1, uint64_t pout, int64_t kind, int64_t p,
+                         int64_t emin, uint64_t prptr, uint64_t prt, uint64_t pcptr,
+                         uint64_t pctt, uint64_t pflagged) {
+    const int64_t l64 = (len + 63) / 64, lp = 64 * l64, nt = (n + 15) / 16;
+    const int32_t *Ea = (const int32_t *)pEa, *Eb = (const int32_t *)pEb;
+    const int64_t *cptr = (const int64_t *)pcptr;
+    int8_t *planes = aligned_alloc(64, 3 * CHUNK_ROWS * lp + (ct1 - ct0) * l64 * 3 * 1024);
+    double *ws = aligned_alloc(64, (nt * 16 + (m1 - m0)) * sizeof(double));
+    uint8_t *ct_has = calloc(nt, 1);
+    if (!planes || !ws || !ct_has) {
+        free(planes), free(ws), free(ct_has);
+        return -1;
+    }
+    int8_t *tiles = planes + 3 * CHUNK_ROWS * lp;
+    pack_b((const uint16_t *)pb, b_st, b_sj, len, n, ct0, ct1, Eb, (int32_t)D, tiles);
+    double *rs = ws + nt * 16 - m0; /* rs[i] for i in [m0, m1) */
+    for (int64_t j = 0; j < nt * 16; j++)
+        ws[j] = j < n ? ldexp(1.0, Eb[j] - 134 - (int)D) : 0.0;
+    for (int64_t i = m0; i < m1; i++)
+        rs[i] = ldexp(1.0, Ea[i] - 134 - (int)D);
+    for (int64_t j = 0; j < n; j++)
+        ct_has[j / 16] |= cptr[j + 1] > cptr[j];
+    /* b1 at the positions t of a's residuals in these rows, one row per distinct t:
+       the a2 b1 terms read them across a row of out (b1 is b less its residuals) */
+    const int64_t *rptr = (const int64_t *)prptr, *rt = (const int64_t *)prt;
+    const int64_t j0 = 16 * ct0, j1 = 16 * ct1 < n ? 16 * ct1 : n, jn = j1 - j0;
+    int32_t *tmap = malloc(len * sizeof(int32_t) + 1);
+    int64_t nd = 0;
+    if (tmap) {
+        memset(tmap, 0xFF, len * sizeof(int32_t));
+        for (int64_t z = rptr[m0]; z < rptr[m1]; z++)
+            if (tmap[rt[z]] < 0)
+                tmap[rt[z]] = (int32_t)nd++;
+    }
+    double *b1rows = malloc(nd * jn * sizeof(double) + 1);
+    if (!tmap || !b1rows) {
+        free(planes), free(ws), free(ct_has), free(tmap), free(b1rows);
+        return -1;
+    }
+    const uint16_t *b = (const uint16_t *)pb;
+    for (int64_t j = j0; j < j1; j++) /* b's column j, at the distinct t */
+        for (int64_t z = rptr[m0]; z < rptr[m1]; z++) {
+            const int64_t t = rt[z];
+            const uint16_t h = b[t * b_st + j * b_sj];
+            b1rows[tmap[t] * jn + j - j0] = (h & 0x7FFF) && Eb[j] - expo(h) > D ? 0.0
+                                                                                : bf16_value(h);
+        }
+    const sink s = {(const uint16_t *)pa, b, a_si, a_st, b_st, b_sj, n, kind, p, emin, D,
+                    ws, rs, Eb, (void *)pout, rptr, rt, cptr, (const int64_t *)pctt, ct_has,
+                    tmap, b1rows, j0, jn, (int64_t *)pflagged};
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
+    configure_tiles();
+    /* Two stashes: the tile unit forms one output tile's sums while the vector unit
+       consumes the previous one's. */
+    _Alignas(64) int32_t c[2][5][16][16];
+    int64_t prev_i = -1, prev_ct = 0;
+    int prev_nr = 0, buf = 0;
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4);
+    for (int64_t rb = m0; rb < m1; rb += CHUNK_ROWS) {
+        const int64_t rows = m1 - rb < CHUNK_ROWS ? m1 - rb : CHUNK_ROWS;
+        const int64_t pr = (rows + 15) / 16 * 16;
+        a_planes((const uint16_t *)pa, a_si, a_st, rb, rows, pr, len, lp, Ea, (int32_t)D,
+                 planes);
+        for (int64_t ct = ct0; ct < ct1; ct++)
+            for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+                tile_sums(planes + r0 * lp, pr * lp, lp, tiles + (ct - ct0) * l64 * 3 * 1024,
+                          l64);
+                if (prev_i >= 0)
+                    consume(&s, c[buf ^ 1], prev_i, prev_nr, prev_ct);
+                store_sums(c[buf]);
+                prev_i = rb + r0, prev_ct = ct;
+                prev_nr = rows - r0 < 16 ? (int)(rows - r0) : 16;
+                buf ^= 1;
+            }
+    }
+    if (prev_i >= 0)
+        consume(&s, c[buf ^ 1], prev_i, prev_nr, prev_ct);
+    _tile_release();
+    _mm_setcsr(csr);
+    free(planes), free(ws), free(ct_has), free(tmap), free(b1rows);
+    return 0;
+}

@@ -1,0 +1,136 @@
+"""The exact bf16 matmul on AMX int8 tiles, where the CPU has them.
+
+`amx_bf16.c` (its header has the exactness argument) splits each row of a and each
+column of b at its largest exponent: a = a1 + a2, b = b1 + b2, with a1, b1 the values
+within `window(k)` binades of their line's largest (8-bit significands shifted into
+24-bit integers, three int8 digits) and a2, b2 the rest, the residuals (few: a value
+2^15 below its line's largest is rare in real data).  It computes t1 = a1 b1 exactly
+from int8 tile products, rounds it once to the output format, and where residuals reach
+adds their terms a2 b1 + a b2 with a certified rounding, as `references.matmul`'s split
+path does; the elements whose rounding it cannot certify it leaves NaN and counts, for
+the caller's exact fallback.  `lines` finds each line's exponent, its residual count and
+the non-finite values (which the digits cannot carry), `residual_lists` the residuals,
+`matmul` does the rest.
+
+`STATUS` is "amx-int8" where this path runs, else "off (<reason>)": `references.amx` is
+off (no AMX on this CPU, FP8CHECK_AMX=0, ...), or this kernel does not build.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from fp8check.references import amx, cbuild
+from fp8check.references.casts import BF16
+from fp8check.references.exact import precision_of
+
+MAX_K = 1 << 14
+"""The longest contraction the int32 tile sums hold without wrapping (amx_bf16.c)."""
+_OUT_KINDS = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, BF16: 2}
+_FLAGS = ("-O3", "-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512dq", "-mavx512bw",
+          "-mavx512vl", "-mavx512vbmi", "-ffp-contract=off")
+
+
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    if not amx.AVAILABLE:  # its library asks Linux for the tile state this one uses
+        return None, amx.STATUS.removeprefix("off (").removesuffix(")")
+    lib, why = cbuild.load("amx-int8 bf16", Path(__file__).with_name("amx_bf16.c"), _FLAGS,
+                           (), "FP8CHECK_AMX")
+    if lib is not None:
+        for fn, nargs, ret in (("lines", 9, ctypes.c_int64), ("matmul", 24, ctypes.c_int)):
+            f = getattr(lib, f"fp8check_bf16_{fn}")
+            f.argtypes, f.restype = [ctypes.c_int64] * nargs, ret
+    return lib, why
+
+
+_LIB, _WHY = _load()
+STATUS = f"off ({_WHY})" if _LIB is None else "amx-int8"
+AVAILABLE = _LIB is not None
+
+
+def _lib() -> ctypes.CDLL:
+    if _LIB is None:
+        raise RuntimeError(f"the AMX bf16 path is {STATUS}")
+    return _LIB
+
+
+def window(k: int) -> int:
+    """D: the binades below its line's largest exponent that a value may lie and still be
+    in a1 / b1, for a contraction of length k: |t1| stays below 2^53 units (amx_bf16.c)."""
+    return min(15, (37 - max(1, k - 1).bit_length()) // 2)
+
+
+def _strides(x: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """(x or a C-ordered copy, its element strides along its two axes): non-negative, one
+    of them 1 (the kernel reads a line or the lines side by side)."""
+    if any(s < 0 for s in x.strides) or x.itemsize not in x.strides:
+        x = np.ascontiguousarray(x)
+    return x, x.strides[0] // x.itemsize, x.strides[1] // x.itemsize
+
+
+def _shares(count: int, unit: int = 16) -> list[tuple[int, int]]:
+    """`count` items cut into numba's thread count of ranges, each a multiple of `unit`."""
+    parts = numba.get_num_threads()
+    step = -(-count // (parts * unit)) * unit
+    return [(s, min(count, s + step)) for s in range(0, count, step)]
+
+
+def lines(x: np.ndarray, axis: int, d: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """For bf16 x [m, k]: the rows (axis=1; the columns with axis=0) as lines -> (E int32,
+    the largest exponent field of each (at least 1), residuals int64, the values more than
+    d binades below it, per line; whether every value is finite)."""
+    x, s0, s1 = _strides(x)
+    s_line, s_t = (s0, s1) if axis == 1 else (s1, s0)
+    count, length = x.shape[1 - axis], x.shape[axis]
+    e = np.empty(count, np.int32)
+    res = np.empty(count, np.int64)
+    fn = _lib().fp8check_bf16_lines
+    bad = cbuild.run_parallel([(fn, (x.ctypes.data, s_line, s_t, l0, l1, length, d,
+                                     e.ctypes.data, res.ctypes.data))
+                               for l0, l1 in _shares(count)])
+    return e, res, sum(bad) == 0
+
+
+def residual_lists(x: np.ndarray, axis: int, e: np.ndarray, res: np.ndarray,
+                   d: int) -> tuple[np.ndarray, np.ndarray]:
+    """The residuals of bf16 x [m, k] per row (axis=1; per column with axis=0), whose
+    exponents e and counts res `lines` gave -> (ptr, t) int64: line l's at positions
+    t[ptr[l]:ptr[l + 1]], in order."""
+    ptr = np.zeros(res.size + 1, np.int64)
+    np.cumsum(res, out=ptr[1:])
+    at = np.flatnonzero(res)
+    sub = x[at] if axis == 1 else x[:, at].T
+    bits = sub.view(np.uint16).astype(np.int32)
+    mask = ((bits & 0x7FFF) != 0) & (e[at, None] - np.maximum((bits >> 7) & 0xFF, 1) > d)
+    return ptr, np.nonzero(mask)[1].astype(np.int64)
+
+
+def matmul(a: np.ndarray, ea: np.ndarray, b: np.ndarray, eb: np.ndarray, d: int,
+           rows: tuple[np.ndarray, np.ndarray], cols: tuple[np.ndarray, np.ndarray],
+           out: np.ndarray) -> np.ndarray:
+    """a @ b exactly rounded into out (C-contiguous [m, n], float64, float32 or bfloat16)
+    for finite bf16 a [m, k], b [k, n] (k <= MAX_K) with row exponents ea and column
+    exponents eb (`lines`) at window d, and their residuals by row and by column
+    (`residual_lists`) -> the count per row [m] of the elements left NaN, whose rounding
+    the kernel could not certify.  The larger of m and n is cut among numba's threads."""
+    m, k = a.shape
+    n = b.shape[1]
+    a, ai, at = _strides(a)
+    b, bt, bj = _strides(b)
+    p, emin = precision_of(out.dtype)
+    flagged = np.zeros(m, np.int64)
+    nt = -(-n // 16)
+    cuts = [(r0, r1, 0, nt) for r0, r1 in _shares(m)] if m >= n else [
+        (0, m, c0, c1) for c0, c1 in _shares(nt, 1)]
+    cbuild.run_parallel([(_lib().fp8check_bf16_matmul,
+                          (a.ctypes.data, ai, at, ea.ctypes.data, b.ctypes.data, bt, bj,
+                           eb.ctypes.data, k, n, d, r0, r1, c0, c1, out.ctypes.data,
+                           _OUT_KINDS[out.dtype], p, emin, rows[0].ctypes.data,
+                           rows[1].ctypes.data, cols[0].ctypes.data, cols[1].ctypes.data,
+                           flagged.ctypes.data))
+                         for r0, r1, c0, c1 in cuts])
+    return flagged

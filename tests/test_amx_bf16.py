@@ -1,0 +1,182 @@
+"""The exact bf16 matmul on AMX int8 tiles (`references.amx_bf16`, behind tgmm, dgrad and
+plain gmm where the CPU has AMX): bit for bit the value that exact rationals, the
+term-by-term superaccumulator and the split path (the AMX path off) give, on data built
+against its window, its residual corrections and its uncertain roundings."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fp8check.references import amx_bf16, dgrad, matmul, tgmm
+from fp8check.references.exact import precision_of
+from tests.test_exact_matmul import (
+    BF16,
+    FMT,
+    OUT_DTYPES,
+    _boundary_problem,
+    _f32,
+    _oracle,
+    _same_bits,
+)
+
+pytestmark = pytest.mark.skipif(not amx_bf16.AVAILABLE,
+                                reason=f"the AMX bf16 path is {amx_bf16.STATUS}")
+
+
+@pytest.fixture
+def amx_calls(monkeypatch):
+    """The rows flagged by each call of the AMX kernel, appended as it runs."""
+    calls: list[np.ndarray] = []
+    real = amx_bf16.matmul
+    monkeypatch.setattr(amx_bf16, "matmul",
+                        lambda *args: calls.append(real(*args)) or calls[-1])
+    return calls
+
+
+def _split_path(a, b, dt, monkeypatch):
+    """exact_matmul with the AMX path off: the split (or dense, or term) path."""
+    with monkeypatch.context() as mp:
+        mp.setattr(amx_bf16, "AVAILABLE", False)
+        return matmul.exact_matmul(a, b, dt)
+
+
+def _adversarial(rng, m, k, n):
+    """bf16 a [m, k], b [k, n] (m, n >= 7): Gaussian values, a few scaled by 2^-15 ..
+    2^-40 (residuals below their line's window, few enough for the AMX path), a line of
+    subnormals (2^-133 ..) and a few subnormals among normal values (residuals), an
+    all-zero row and column, a row and a column near bf16's largest value (float32
+    outputs overflow), exact cancellations, signed zeros."""
+    a = rng.standard_normal((m, k))
+    b = rng.standard_normal((k, n))
+    for x in (a, b.T):
+        wide = rng.random(x.shape) < 0.005
+        x[wide] *= np.exp2(-rng.integers(15, 41, wide.sum()))
+        x[1] = rng.choice([-1, 1], k) * np.exp2(rng.integers(-133, -126, k))
+        x[0, :2] = [2.0**-133, -(2.0**-127)]
+        x[2] = 0.0
+        x[2, 0] = -0.0
+        x[3] = rng.choice([-1, 1], k) * rng.uniform(2.0e38, 3.3e38, k)  # bf16's max: 3.39e38
+        x[4, :2] = [1.5, -1.5]
+    a[5] = a[6]  # a row that cancels another's terms in the sum with b's sign flip below
+    return a.astype(BF16), b.astype(BF16)
+
+
+@pytest.mark.parametrize("m, k, n", [(37, 70, 29), (16, 64, 16), (50, 300, 33),
+                                     (7, 1030, 40)])
+def test_amx_bf16_matches_the_superaccumulator_and_the_split_path(monkeypatch, amx_calls,
+                                                                  m, k, n):
+    """Sizes off the tiles' multiples of 16 rows / columns and 64 positions (residual
+    rows, padded K chunks), C, Fortran and strided layouts of each operand; the kernel
+    runs (no fallback) and corrects residuals."""
+    rng = np.random.default_rng(m * k + n)
+    a, b = _adversarial(rng, m, k, n)
+    ea, res_a, _ = amx_bf16.lines(a, 1, amx_bf16.window(k))
+    eb, res_b, _ = amx_bf16.lines(b, 0, amx_bf16.window(k))
+    assert res_a.any() and res_b.any()  # the correction runs
+    layouts = [(a, b), (np.asfortranarray(a), np.asfortranarray(b)),
+               (np.repeat(a, 2, axis=1)[:, ::2], np.repeat(b, 3, axis=0)[::3])]
+    for dt in OUT_DTYPES:
+        with np.errstate(over="ignore"):  # past float32's range: inf, as asked
+            want = matmul.exact_matmul_terms(_f32(a), _f32(b), *precision_of(dt)).astype(dt)
+        _same_bits(_split_path(a, b, dt, monkeypatch), want)
+        for x, y in layouts:
+            _same_bits(matmul.exact_matmul(x, y, dt), want)
+    assert len(amx_calls) == 3 * len(OUT_DTYPES)
+
+
+def test_amx_bf16_on_rounding_boundaries_matches_rationals(amx_calls):
+    """Ties, near-ties broken far down, cancellation to subnormals, overflow (the rows of
+    tests/test_exact_matmul.py's boundary problem): the uncertain roundings the kernel
+    leaves NaN take the exact fallback and every element equals the rational oracle."""
+    a, b = _boundary_problem(np.random.default_rng(7), BF16)
+    for dt in OUT_DTYPES:
+        _same_bits(matmul.exact_matmul(a, b, dt), _oracle(a, b, FMT[dt]))
+    assert len(amx_calls) == len(OUT_DTYPES)
+    assert sum(int(f.sum()) for f in amx_calls) > 0  # some roundings were left uncertain
+
+
+def test_amx_bf16_small_adversarial_cases_match_rationals(amx_calls):
+    """Wide spreads, subnormals, zeros, values near bf16's max: against exact rationals."""
+    rng = np.random.default_rng(21)
+    a, b = _adversarial(rng, 9, 40, 7)
+    for dt in OUT_DTYPES:
+        _same_bits(matmul.exact_matmul(a, b, dt), _oracle(a, b, FMT[dt]))
+    assert amx_calls
+
+
+def test_amx_bf16_declines_what_it_cannot_carry(monkeypatch, amx_calls):
+    """A non-finite value, or residuals too many for the correction, send exact_matmul to
+    the paths below it (the same bits, tested there); a contraction past MAX_K too."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((20, 50)).astype(BF16)
+    b = rng.standard_normal((50, 10)).astype(BF16)
+    a[3, 4] = np.inf
+    want = _split_path(a, b, np.float32, monkeypatch)
+    _same_bits(matmul.exact_matmul(a, b, np.float32), want)
+    wide = (rng.standard_normal((20, 50)) * np.exp2(rng.integers(-60, 60, (20, 50))))
+    _same_bits(matmul.exact_matmul(wide.astype(BF16), b, np.float32),
+               _split_path(wide.astype(BF16), b, np.float32, monkeypatch))
+    assert not amx_calls
+    assert amx_bf16.window(amx_bf16.MAX_K) >= 8  # |t1| < 2^53 leaves room for bf16's 8 bits
+
+
+def test_tgmm_and_dgrad_on_amx_equal_the_split_path(monkeypatch, amx_calls):
+    """Groups of realistic size with an empty one and a residual row past the last group;
+    Gaussian values with a few far below their lines (residuals)."""
+    rng = np.random.default_rng(13)
+    m, k, n = 600, 200, 90
+    x, dy = rng.standard_normal((m, k)), rng.standard_normal((m, n))
+    w = rng.standard_normal((3, k, n))
+    for v in (x, dy, w):
+        v[rng.random(v.shape) < 0.002] *= 2.0**-30
+    x, dy, w = (v.astype(BF16) for v in (x, dy, w))
+    gs = np.array([250, 0, 333], np.int32)
+    for dt in OUT_DTYPES:
+        got = tgmm(x, dy, gs, out_dtype=dt), dgrad(dy, w, gs, out_dtype=dt)
+        with monkeypatch.context() as mp:
+            mp.setattr(amx_bf16, "AVAILABLE", False)
+            want = tgmm(x, dy, gs, out_dtype=dt), dgrad(dy, w, gs, out_dtype=dt)
+        for g, v in zip(got, want, strict=True):
+            _same_bits(g, v)
+        assert (got[0][1] == 0).all() and (got[1][583:] == 0).all()
+    assert len(amx_calls) == 4 * len(OUT_DTYPES)
+
+
+def test_amx_switch_gives_the_same_bits(tmp_path):
+    """FP8CHECK_AMX=0 in a fresh process: the path is off and tgmm, dgrad give the bits
+    they give here."""
+    script = (
+        "import sys, numpy as np\n"
+        "from fp8check.references import amx_bf16, dgrad, tgmm\n"
+        "from tests.test_amx_bf16 import _switch_problem\n"
+        "x, dy, w, gs = _switch_problem()\n"
+        "print(amx_bf16.STATUS)\n"
+        "np.savez(sys.argv[1], *[f(*args, out_dtype=dt) for dt in ('float64', 'float32',"
+        " 'bfloat16') for f, args in ((tgmm, (x, dy, gs)), (dgrad, (dy, w, gs)))])\n")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, FP8CHECK_AMX="0", PYTHONPATH=os.pathsep.join(
+        [str(root), os.environ.get("PYTHONPATH", "")]))
+    out = tmp_path / "off.npz"
+    done = subprocess.run([sys.executable, "-c", script, str(out)], env=env, cwd=root,
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "off (FP8CHECK_AMX=0)"
+    x, dy, w, gs = _switch_problem()
+    off = np.load(out)
+    here = [f(*args, out_dtype=dt) for dt in (np.float64, np.float32, ml_dtypes.bfloat16)
+            for f, args in ((tgmm, (x, dy, gs)), (dgrad, (dy, w, gs)))]
+    for i, got in enumerate(here):
+        _same_bits(got, off[f"arr_{i}"].view(got.dtype))
+
+
+def _switch_problem():
+    rng = np.random.default_rng(17)
+    x, dy = rng.standard_normal((300, 130)), rng.standard_normal((300, 70))
+    w = rng.standard_normal((2, 130, 70))
+    for v in (x, dy, w):
+        v[rng.random(v.shape) < 0.003] *= 2.0**-25
+    return (*(v.astype(BF16) for v in (x, dy, w)), np.array([120, 170], np.int32))
