@@ -140,7 +140,7 @@ def dev_table():
 def backward_table(a, gs, f32):
     """The exact tgmm and dgrad (bf16 operands) per output dtype, through the exact matmul
     (`references.matmul`): on AMX int8 tiles where the CPU has them (`amx_bf16`: the
-    windowed product in int8 digits, the residuals' correction and the certified rounding
+    windowed product in int8 digits, the residuals' exact correction and one rounding
     fused in C), else float64 BLAS on split operands with certified rounding; and, where
     AMX ran, the default output (float32) on the BLAS path for comparison."""
     from fp8check.references import amx_bf16, dgrad, tgmm
@@ -151,7 +151,7 @@ def backward_table(a, gs, f32):
     w = rng.standard_normal((DEV["g"], DEV["k"], DEV["n"]), dtype=np.float32)
     w = w.astype(ml_dtypes.bfloat16)
     blas = "exact_matmul: float64 BLAS splits"
-    path = (f"exact_matmul: {amx_bf16.STATUS} tiles, fused correction" if amx_bf16.AVAILABLE
+    path = (f"exact_matmul: {amx_bf16.STATUS} tiles, fused exact correction" if amx_bf16.AVAILABLE
             else f"{blas} (AMX bf16 {amx_bf16.STATUS})")
     for out in (np.float64, np.float32, ml_dtypes.bfloat16):
         name = np.dtype(out).name

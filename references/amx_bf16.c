@@ -4,9 +4,9 @@
    Exactness.  A finite bf16 h is S 2^(x - 134): S its 8-bit significand (0..255, with the
    implicit bit of a normal number), x = max(biased exponent, 1).  Per line (a row of a,
    a column of b: the contraction runs along it) E is the largest x of its nonzero values
-   (1 for an all-zero line) and D the window, D = min(15, (37 - ceil(log2 L)) / 2) for a
-   contraction of length L (`amx_bf16.window`).  A value with E - x <= D is the integer
-   X = +-S 2^(D - (E - x)), |X| < 2^(8 + D) <= 2^23, times the line's unit
+   (1 for an all-zero line) and D = 15 the window (`amx_bf16.WINDOW`).  A value with
+   E - x <= D is the integer
+   X = +-S 2^(D - (E - x)), |X| < 2^(8 + D) = 2^23, times the line's unit
    2^(E - 134 - D); a value further down, a residual, counts as X = 0 there.  So
    a = a1 + a2 and b = b1 + b2 with a1, b1 the windowed values and a2, b2 the residuals
    (few: a value 2^15 below its line's largest is rare), and a b = t1 + (a2 b1 + a b2)
@@ -20,23 +20,24 @@
        C_0: 255^2 < 2^16,  C_1: 2 255^2 < 2^17,  C_2: 255^2 + 2 128 255 < 2^17,
        C_3: 2 128 255 < 2^16,  C_4: 128^2 = 2^14
    in magnitude, so for L <= 2^14 (`MAX_K`) every C_s and each partial sum of it, in any
-   order, is below 2^31: no wrap-around.  v = sum_s 2^(8 s) C_s is then exact in int64,
-   and |v| < L 2^(16 + 2D) <= 2^53 by the choice of D, so its conversion to float64 is
-   exact, and so is the scaling by the two units 2^(Ea + Eb - 268 - 2D) (exponents within
-   [-300, 250]: far from float64's subnormals and overflow).  That float64 is t1 exactly;
+   order, is below 2^31: no wrap-around.  v = sum_s 2^(8 s) C_s is then exact in int64
+   (|v| < L 2^(16 + 2D) <= 2^60).  Where |v| < 2^53 (nearly always: that needs 2^7
+   near-largest values of one sign) its conversion to float64 is exact, and so is the
+   scaling by the two units 2^(Ea + Eb - 268 - 2D) (exponents within [-300, 250]: far
+   from float64's subnormals and overflow); the other elements take `corrected`'s exact
+   fixed point below.  That float64 is t1 exactly;
    rounded once to the output format (float64: itself; float32: the hardware conversion,
    round to nearest even with subnormals, MXCSR set so for the call; bfloat16: the rule of
    references/casts.py on that float32) it is the correctly rounded a b wherever no
    residual reaches.
 
    Where one reaches (a row of a or a column of b with residuals), the correction
-   a2 b1 + a b2 has few terms, each an exact float64 product of two bf16 values; they are
-   summed as references/matmul.py's _round_block sums its correction (TwoSum after TwoSum,
-   the sum of their magnitudes bounding the float64 sum's error: none when every addition
-   was exact, else gamma_(n-1) times it, covered by (n + 1) u), added to t1 by TwoSum and
-   rounded by references/certified.py's round_certified, ported here (`corrected`).  An
-   element whose rounding the bound cannot certify is left NaN and counted per row: the
-   caller sums it exactly (inputs are finite here, so no NaN is ever a value).
+   a2 b1 + a b2 has few terms, each a product of two bf16 values, Sa Sb 2^(xa + xb - 268):
+   `corrected` adds v and them exactly in an __int128 fixed point whose unit is 2^-64
+   t1's (`add_term`), and rounds that integer once (`round_int`: round to nearest even
+   at the format's precision, subnormals, overflow to inf by the cast).  A term more than
+   2^-64 t1's unit down does not fit: that element is left NaN and counted per row, and
+   the caller sums it exactly (inputs are finite here, so no NaN is ever a value).
 
    Layouts:
      b tiles  [nt][L64][3][16][64] int8 (nt = ceil(n / 16), L64 = ceil(L / 64)): element
@@ -302,15 +303,16 @@ static inline void store_sums(int32_t c[5][16][16]) {
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4);
 }
 
-/* v = sum_s 2^(8 s) C_s of row r (exact in int64), as float64 (exact: |v| < 2^53):
-   columns 0-7 into v[0], 8-15 into v[1]. */
-static inline void row_value(int32_t c[5][16][16], int r, __m512d v[2]) {
+/* v = sum_s 2^(8 s) C_s of row r, exact in int64, into vi (columns 0-7 in vi[0], 8-15
+   in vi[1]) and as float64 into v (exact where |v| < 2^53). */
+static inline void row_value(int32_t c[5][16][16], int r, __m512i vi[2], __m512d v[2]) {
     for (int h = 0; h < 2; h++) {
         __m512i acc = _mm512_setzero_si512();
         for (int s = 0; s < 5; s++) {
             const __m512i cs = _mm512_cvtepi32_epi64(_mm256_load_si256((const __m256i *)(c[s][r] + 8 * h)));
             acc = _mm512_add_epi64(acc, _mm512_slli_epi64(cs, 8 * s));
         }
+        vi[h] = acc;
         v[h] = _mm512_cvtepi64_pd(acc);
     }
 }
@@ -341,12 +343,7 @@ static inline void store_bf16(uint16_t *o, __m512d x0, __m512d x1, __mmask16 m) 
     _mm256_mask_storeu_epi16(o, m, _mm512_cvtepi32_epi16(r));
 }
 
-/* Knuth's TwoSum: s = RN(a + b), *e = a + b - s exactly. */
-static inline double two_sum(double a, double b, double *e) {
-    const double s = a + b, bb = s - a;
-    *e = (a - (s - bb)) + (b - bb);
-    return s;
-}
+#define FRACTION_BITS 64 /* the correction's fixed point: units of 2^-64 t1's unit */
 
 /* x 2^n, exactly where that is a float64 (certified.py's _scaled). */
 static inline double scaled(double x, int n) {
@@ -358,40 +355,32 @@ static inline double scaled(double x, int n) {
     return x * p;
 }
 
-/* references/certified.py's round_certified: *r = RN_p(s) (subnormals below 2^emin);
-   1 when it is RN_p(t) for every t within err of s + e, else 0. */
-static int round_certified(double s, double e, double err, int p, int emin, double *r) {
-    if (!(isfinite(s) && isfinite(e) && isfinite(err))) {
-        *r = s;
-        return 0;
+/* N 2^e rounded to nearest even at p significant bits, subnormals below 2^emin, as a
+   float64 (for the formats here: at most 53 bits, and every exponent it meets far inside
+   float64's range, so the scaling is exact); a nonzero N that rounds to zero gives the
+   zero of its sign, N = 0 gives +0 (as the superaccumulator's rounding does). */
+static double round_int(__int128 N, int e, int p, int emin) {
+    if (N == 0)
+        return 0.0;
+    const unsigned __int128 M = N < 0 ? -(unsigned __int128)N : (unsigned __int128)N;
+    const uint64_t hi = (uint64_t)(M >> 64), lo = (uint64_t)M;
+    const int len = hi ? 128 - __builtin_clzll(hi) : 64 - __builtin_clzll(lo);
+    const int top = len - 1 + e;                       /* exponent of the leading bit */
+    const int q = (top > emin ? top : emin) - p + 1;   /* exponent of the last bit kept */
+    uint64_t kept;
+    if (q <= e) { /* every bit kept: at most p of them */
+        kept = (uint64_t)M;
+    } else if (q - e >= 128) { /* below half the last bit kept: zero */
+        kept = 0, e = q;
+    } else {
+        const int sh = q - e;
+        const unsigned __int128 k = M >> sh, rem = M - (k << sh);
+        const unsigned __int128 half = (unsigned __int128)1 << (sh - 1);
+        kept = (uint64_t)k + (rem > half || (rem == half && (k & 1)));
+        e = q;
     }
-    if (s == 0.0 && e == 0.0 && err == 0.0) {
-        *r = 0.0;
-        return 1;
-    }
-    uint64_t bits;
-    memcpy(&bits, &s, 8);
-    const int ex = (int)((bits >> 52) & 0x7FF) - 1023;
-    const int q = (ex > emin ? ex : emin) - p + 1;
-    *r = scaled(nearbyint(scaled(s, -q)), q); /* exact: certified.py's argument */
-    if (e == 0.0 && err == 0.0)
-        return 1;
-    if (*r == 0.0)
-        return 0;
-    double h = scaled(0.5, q);
-    memcpy(&bits, r, 8);
-    const uint64_t frac = bits & (((uint64_t)1 << 52) - 1);
-    if (((bits >> 52) & 0x7FF) ? frac == 0 : (frac & (frac - 1)) == 0) /* a power of 2 */
-        h *= 0.5;
-    const double off = (s - *r) + e, margin = 1.0 + 0x1p-51;
-    return fabs(off) * margin + err * margin < h;
-}
-
-static inline double bf16_value(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    const double r = scaled((double)kept, e);
+    return N < 0 ? -r : r;
 }
 
 typedef struct {
@@ -399,54 +388,59 @@ typedef struct {
     int64_t a_si, a_st, b_st, b_sj;   /* their element strides */
     int64_t n, kind, p, emin, D;      /* kind: 0 float64, 1 float32, 2 bfloat16 output */
     const double *ws, *rs;            /* column and row units 2^(E - 134 - D) */
-    const int32_t *Eb;
+    const int32_t *Ea, *Eb;
     void *out;                        /* [m][n] of the kind */
     const int64_t *rptr, *rt;         /* row i's residuals at t = rt[rptr[i] .. rptr[i+1]) */
     const int64_t *cptr, *ctt;        /* column j's at t = ctt[cptr[j] .. cptr[j+1]) */
     const uint8_t *ct_has;            /* [nt]: whether column tile ct has a residual */
     const int32_t *tmap;              /* [len]: t's row of b1rows, for t among rt */
-    const double *b1rows;             /* [*][jn]: b1 at those t, columns from j0 */
+    const uint16_t *b1rows;           /* [*][jn]: b1's bits at those t, columns from j0 */
     int64_t j0, jn;
     int64_t *flagged;                 /* [m]: elements left as NaN for the caller */
 } sink;
 
-/* Element (i, j) where residuals reach: t1 + (a2 b1 + a b2)_ij, summed and rounded as
-   references/matmul.py's _round_block does (TwoSum of the exact products, a bound on the
-   sum's error, certified rounding), written to out; NaN (an uncertain rounding, for the
-   caller's exact fallback) and a count in flagged[i] when the rounding is not certain. */
-static void corrected(const sink *s, int64_t i, int64_t j, double t1) {
-    double c = 0.0, mag = 0.0, e;
-    int64_t cnt = 0;
-    int inexact = 0;
+/* Adds the exact product of bf16 ha (a's at row exponent Ea) and hb (b's, Eb) to acc, in
+   units of 2^-FRACTION_BITS of t1's unit 2^(Ea + Eb - 268 - 2D): the product is
+   Sa Sb 2^(xa + xb - 268), i.e. Sa Sb shifted by (xa - Ea + D) + (xb - Eb + D) + F
+   places, an integer below 2^(16 + 2 D + F) = 2^110.  Returns 0 (acc unchanged) when the
+   shift is negative: a term so far below that the fixed point misses it. */
+static inline int add_term(__int128 *acc, uint16_t ha, uint16_t hb, int32_t Ea, int32_t Eb,
+                           int32_t D) {
+    const int32_t ea = (ha >> 7) & 0xFF, eb = (hb >> 7) & 0xFF;
+    const int64_t sa = (ha & 0x7F) | (ea ? 0x80 : 0), sb = (hb & 0x7F) | (eb ? 0x80 : 0);
+    if (!sa || !sb)
+        return 1;
+    const int sh = (expo(ha) - Ea + D) + (expo(hb) - Eb + D) + FRACTION_BITS;
+    if (sh < 0)
+        return 0;
+    const __int128 t = (__int128)(sa * sb) << sh;
+    *acc += ((ha ^ hb) & 0x8000) ? -t : t;
+    return 1;
+}
+
+/* Element (i, j) where residuals reach or |v| >= 2^53 (header): t1 + (a2 b1 + a b2)_ij
+   exactly, in the fixed point of `add_term` (|sum| < 2^60 2^64 + 2^15 2^110 < 2^127: no
+   overflow in __int128), v the element's t1 in its unit; rounded once (`round_int`) and written to
+   out; left NaN and counted in flagged[i] when a term is below the fixed point. */
+static void corrected(const sink *s, int64_t i, int64_t j, int64_t v) {
+    const int32_t Ea = s->Ea[i], Eb = s->Eb[j], D = (int32_t)s->D;
     const uint16_t *arow = s->a + i * s->a_si;
+    __int128 acc = (__int128)v << FRACTION_BITS;
+    int ok = 1;
     for (int64_t z = s->rptr[i]; z < s->rptr[i + 1]; z++) { /* a2 b1 */
         const int64_t t = s->rt[z];
-        const double bv = s->b1rows[s->tmap[t] * s->jn + j - s->j0];
-        if (bv == 0.0)
-            continue;
-        const double term = bf16_value(arow[t * s->a_st]) * bv; /* exact */
-        c = two_sum(c, term, &e);
-        inexact |= e != 0.0;
-        mag += fabs(term);
-        cnt++;
+        ok &= add_term(&acc, arow[t * s->a_st], s->b1rows[s->tmap[t] * s->jn + j - s->j0],
+                       Ea, Eb, D);
     }
     for (int64_t z = s->cptr[j]; z < s->cptr[j + 1]; z++) { /* a b2 */
         const int64_t t = s->ctt[z];
-        const double term = bf16_value(arow[t * s->a_st])
-                            * bf16_value(s->b[t * s->b_st + j * s->b_sj]);
-        c = two_sum(c, term, &e);
-        inexact |= e != 0.0;
-        mag += fabs(term);
-        cnt++;
+        ok &= add_term(&acc, arow[t * s->a_st], s->b[t * s->b_st + j * s->b_sj], Ea, Eb, D);
     }
-    const double sum = two_sum(t1, c, &e);
-    double r;
-    const int certain = round_certified(sum, e, inexact ? mag * ((double)(cnt + 1) * 0x1p-53) : 0.0,
-                                       (int)s->p, (int)s->emin, &r);
-    if (!certain) {
-        r = NAN;
+    const double r = ok ? round_int(acc, Ea + Eb - 268 - 2 * D - FRACTION_BITS, (int)s->p,
+                                    (int)s->emin)
+                        : NAN;
+    if (!ok)
         __atomic_fetch_add(&s->flagged[i], 1, __ATOMIC_RELAXED);
-    }
     if (s->kind == 0) {
         ((double *)s->out)[i * s->n + j] = r;
     } else {
@@ -469,8 +463,9 @@ static void consume(const sink *s, int32_t c[5][16][16], int64_t i0, int nr, int
     const __m512d ws0 = _mm512_loadu_pd(s->ws + j0), ws1 = _mm512_loadu_pd(s->ws + j0 + 8);
     for (int r = 0; r < nr; r++) {
         const int64_t i = i0 + r;
+        __m512i vi[2];
         __m512d v[2];
-        row_value(c, r, v);
+        row_value(c, r, vi, v);
         const __m512d rs = _mm512_set1_pd(s->rs[i]);
         const __m512d x0 = _mm512_mul_pd(_mm512_mul_pd(v[0], ws0), rs); /* exact */
         const __m512d x1 = _mm512_mul_pd(_mm512_mul_pd(v[1], ws1), rs);
@@ -486,14 +481,19 @@ static void consume(const sink *s, int32_t c[5][16][16], int64_t i0, int nr, int
         } else {
             store_bf16((uint16_t *)s->out + i * s->n + j0, x0, x1, m);
         }
+        /* |v| >= 2^53: its float64 above was rounded, not t1 (rare: the bound is 2^60) */
+        const __m512i big = _mm512_set1_epi64((int64_t)1 << 53);
+        const __mmask16 wide = (__mmask16)(
+            (_mm512_cmpge_epi64_mask(_mm512_abs_epi64(vi[0]), big)
+             | (_mm512_cmpge_epi64_mask(_mm512_abs_epi64(vi[1]), big) << 8)) & m);
         const int row_res = s->rptr[i + 1] > s->rptr[i];
-        if (row_res || s->ct_has[ct]) {
-            double x[16];
-            _mm512_storeu_pd(x, x0);
-            _mm512_storeu_pd(x + 8, x1);
+        if (row_res || s->ct_has[ct] || wide) {
+            int64_t t1[16];
+            _mm512_storeu_si512(t1, vi[0]);
+            _mm512_storeu_si512(t1 + 8, vi[1]);
             for (int64_t q = 0; q < valid; q++)
-                if (row_res || s->cptr[j0 + q + 1] > s->cptr[j0 + q])
-                    corrected(s, i, j0 + q, x[q]);
+                if (row_res || s->cptr[j0 + q + 1] > s->cptr[j0 + q] || (wide >> q & 1))
+                    corrected(s, i, j0 + q, t1[q]);
         }
     }
 }
@@ -547,7 +547,7 @@ int fp8check_bf16_matmul(uint64_t pa, int64_t a_si, int64_t a_st, uint64_t pEa,
             if (tmap[rt[z]] < 0)
                 tmap[rt[z]] = (int32_t)nd++;
     }
-    double *b1rows = malloc(nd * jn * sizeof(double) + 1);
+    uint16_t *b1rows = malloc(nd * jn * sizeof(uint16_t) + 1);
     if (!tmap || !b1rows) {
         free(planes), free(ws), free(ct_has), free(tmap), free(b1rows);
         return -1;
@@ -557,11 +557,10 @@ int fp8check_bf16_matmul(uint64_t pa, int64_t a_si, int64_t a_st, uint64_t pEa,
         for (int64_t z = rptr[m0]; z < rptr[m1]; z++) {
             const int64_t t = rt[z];
             const uint16_t h = b[t * b_st + j * b_sj];
-            b1rows[tmap[t] * jn + j - j0] = (h & 0x7FFF) && Eb[j] - expo(h) > D ? 0.0
-                                                                                : bf16_value(h);
+            b1rows[tmap[t] * jn + j - j0] = (h & 0x7FFF) && Eb[j] - expo(h) > D ? 0 : h;
         }
     const sink s = {(const uint16_t *)pa, b, a_si, a_st, b_st, b_sj, n, kind, p, emin, D,
-                    ws, rs, Eb, (void *)pout, rptr, rt, cptr, (const int64_t *)pctt, ct_has,
+                    ws, rs, Ea, Eb, (void *)pout, rptr, rt, cptr, (const int64_t *)pctt, ct_has,
                     tmap, b1rows, j0, jn, (int64_t *)pflagged};
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */

@@ -2,14 +2,14 @@
 
 `amx_bf16.c` (its header has the exactness argument) splits each row of a and each
 column of b at its largest exponent: a = a1 + a2, b = b1 + b2, with a1, b1 the values
-within `window(k)` binades of their line's largest (8-bit significands shifted into
+within `WINDOW` binades of their line's largest (8-bit significands shifted into
 24-bit integers, three int8 digits) and a2, b2 the rest, the residuals (few: a value
-2^15 below its line's largest is rare in real data).  It computes t1 = a1 b1 exactly
-from int8 tile products, rounds it once to the output format, and where residuals reach
-adds their terms a2 b1 + a b2 with a certified rounding, as `references.matmul`'s split
-path does; the elements whose rounding it cannot certify it leaves NaN and counts, for
-the caller's exact fallback.  `lines` finds each line's exponent, its residual count and
-the non-finite values (which the digits cannot carry), `residual_lists` the residuals,
+2^15 below its line's largest is rare in real data).  It computes t1 = a1 b1 exactly from
+int8 tile products and rounds it once to the output format; where residuals reach, it
+adds their terms a2 b1 + a b2 to t1 exactly in an integer fixed point and rounds that
+once; the elements with a term below that fixed point it leaves NaN and counts, for the
+caller's exact fallback.  `lines` finds each line's exponent, its residual count and the
+non-finite values (which the digits cannot carry), `residual_lists` the residuals,
 `matmul` does the rest.
 
 `STATUS` is "amx-int8" where this path runs, else "off (<reason>)": `references.amx` is
@@ -58,10 +58,9 @@ def _lib() -> ctypes.CDLL:
     return _LIB
 
 
-def window(k: int) -> int:
-    """D: the binades below its line's largest exponent that a value may lie and still be
-    in a1 / b1, for a contraction of length k: |t1| stays below 2^53 units (amx_bf16.c)."""
-    return min(15, (37 - max(1, k - 1).bit_length()) // 2)
+WINDOW = 15
+"""D: the binades below its line's largest exponent that a value may lie and still be in
+a1 / b1 (amx_bf16.c: the most that three-byte digits hold)."""
 
 
 def _strides(x: np.ndarray) -> tuple[np.ndarray, int, int]:
@@ -115,8 +114,9 @@ def matmul(a: np.ndarray, ea: np.ndarray, b: np.ndarray, eb: np.ndarray, d: int,
     """a @ b exactly rounded into out (C-contiguous [m, n], float64, float32 or bfloat16)
     for finite bf16 a [m, k], b [k, n] (k <= MAX_K) with row exponents ea and column
     exponents eb (`lines`) at window d, and their residuals by row and by column
-    (`residual_lists`) -> the count per row [m] of the elements left NaN, whose rounding
-    the kernel could not certify.  The larger of m and n is cut among numba's threads."""
+    (`residual_lists`) -> the count per row [m] of the elements left NaN (a term below
+    the kernel's fixed point), for the caller to sum exactly.  The larger of m and n is
+    cut among numba's threads."""
     m, k = a.shape
     n = b.shape[1]
     a, ai, at = _strides(a)

@@ -37,9 +37,9 @@ product into the superaccumulator.
 AMX path (bf16 operands, a CPU with AMX int8 tiles, k <= `amx_bf16.MAX_K`; tried first):
 the fast path's scheme with the top parts' product on int8 tiles (`references.amx_bf16`:
 its own split at each line's largest exponent, t1 exact from the tiles, the residuals'
-correction and the certified rounding fused in C), the elements it cannot certify through
-`certified.exact_dots`; operands with a non-finite value or too many residuals take the
-paths above.
+terms added exactly in an integer fixed point and one rounding, fused in C), the rare
+elements with a term below that fixed point through `certified.exact_dots`; operands with
+a non-finite value or too many residuals take the paths above.
 
 Non-finite inputs: the float64 product of finite values never overflows (k < 2^28 terms
 below 2^256 each), so an output element is non-finite exactly when its terms touch a NaN
@@ -336,14 +336,14 @@ def _fast(a, b, a1, b1, rows_c, cols_c, out: np.ndarray) -> None:
 
 
 def _amx_bf16_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
-    """Into out: a @ b exactly rounded for bf16 a, b on AMX tiles (`amx_bf16`), its
-    uncertain roundings through `certified.exact_dots`.  False, nothing written, for
+    """Into out: a @ b exactly rounded for bf16 a, b on AMX tiles (`amx_bf16`), the
+    elements it leaves (NaN) through `certified.exact_dots`.  False, nothing written, for
     operands with a non-finite value or more residuals than the correction handles
     cheaply (the same rule as the fast path's: the split paths take them, the same
     bits)."""
     m, k = a.shape
     n = b.shape[1]
-    d = amx_bf16.window(k)
+    d = amx_bf16.WINDOW
     ea, res_a, finite_a = amx_bf16.lines(a, 1, d)
     eb, res_b, finite_b = amx_bf16.lines(b, 0, d)
     if not (finite_a and finite_b) or (res_a.sum() * n + res_b.sum() * m

@@ -1,7 +1,7 @@
 """The exact bf16 matmul on AMX int8 tiles (`references.amx_bf16`, behind tgmm, dgrad and
 plain gmm where the CPU has AMX): bit for bit the value that exact rationals, the
 term-by-term superaccumulator and the split path (the AMX path off) give, on data built
-against its window, its residual corrections and its uncertain roundings."""
+against its window, its residual corrections, its fixed point and its fallback."""
 
 import os
 import subprocess
@@ -75,8 +75,8 @@ def test_amx_bf16_matches_the_superaccumulator_and_the_split_path(monkeypatch, a
     runs (no fallback) and corrects residuals."""
     rng = np.random.default_rng(m * k + n)
     a, b = _adversarial(rng, m, k, n)
-    ea, res_a, _ = amx_bf16.lines(a, 1, amx_bf16.window(k))
-    eb, res_b, _ = amx_bf16.lines(b, 0, amx_bf16.window(k))
+    ea, res_a, _ = amx_bf16.lines(a, 1, amx_bf16.WINDOW)
+    eb, res_b, _ = amx_bf16.lines(b, 0, amx_bf16.WINDOW)
     assert res_a.any() and res_b.any()  # the correction runs
     layouts = [(a, b), (np.asfortranarray(a), np.asfortranarray(b)),
                (np.repeat(a, 2, axis=1)[:, ::2], np.repeat(b, 3, axis=0)[::3])]
@@ -91,13 +91,14 @@ def test_amx_bf16_matches_the_superaccumulator_and_the_split_path(monkeypatch, a
 
 def test_amx_bf16_on_rounding_boundaries_matches_rationals(amx_calls):
     """Ties, near-ties broken far down, cancellation to subnormals, overflow (the rows of
-    tests/test_exact_matmul.py's boundary problem): the uncertain roundings the kernel
-    leaves NaN take the exact fallback and every element equals the rational oracle."""
+    tests/test_exact_matmul.py's boundary problem): the elements the kernel leaves NaN (a
+    term 2^-130 below its row's largest, past its fixed point) take the exact fallback and
+    every element equals the rational oracle."""
     a, b = _boundary_problem(np.random.default_rng(7), BF16)
     for dt in OUT_DTYPES:
         _same_bits(matmul.exact_matmul(a, b, dt), _oracle(a, b, FMT[dt]))
     assert len(amx_calls) == len(OUT_DTYPES)
-    assert sum(int(f.sum()) for f in amx_calls) > 0  # some roundings were left uncertain
+    assert sum(int(f.sum()) for f in amx_calls) > 0  # some elements were left to it
 
 
 def test_amx_bf16_small_adversarial_cases_match_rationals(amx_calls):
@@ -122,7 +123,20 @@ def test_amx_bf16_declines_what_it_cannot_carry(monkeypatch, amx_calls):
     _same_bits(matmul.exact_matmul(wide.astype(BF16), b, np.float32),
                _split_path(wide.astype(BF16), b, np.float32, monkeypatch))
     assert not amx_calls
-    assert amx_bf16.window(amx_bf16.MAX_K) >= 8  # |t1| < 2^53 leaves room for bf16's 8 bits
+
+
+def test_amx_bf16_sums_past_2_to_53_units(amx_calls):
+    """Values in [1.9, 2) of one sign: every digit integer near 2^23, t1 near 2^57 units,
+    beyond float64's integers (the kernel takes those elements through its exact fixed
+    point); one residual row too."""
+    rng = np.random.default_rng(4)
+    a = (1.9 + 0.099 * rng.random((20, 1030))).astype(BF16)
+    b = (1.9 + 0.099 * rng.random((1030, 18))).astype(BF16)
+    a[3, 5] = 2.0**-40
+    for dt in OUT_DTYPES:
+        want = matmul.exact_matmul_terms(_f32(a), _f32(b), *precision_of(dt)).astype(dt)
+        _same_bits(matmul.exact_matmul(a, b, dt), want)
+    assert len(amx_calls) == len(OUT_DTYPES)
 
 
 def test_tgmm_and_dgrad_on_amx_equal_the_split_path(monkeypatch, amx_calls):
