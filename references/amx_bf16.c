@@ -392,7 +392,7 @@ typedef struct {
     void *out;                        /* [m][n] of the kind */
     const int64_t *rptr, *rt;         /* row i's residuals at t = rt[rptr[i] .. rptr[i+1]) */
     const int64_t *cptr, *ctt;        /* column j's at t = ctt[cptr[j] .. cptr[j+1]) */
-    const uint8_t *ct_has;            /* [nt]: whether column tile ct has a residual */
+    const uint16_t *ct_res;           /* [nt]: the columns of tile ct with residuals */
     const int32_t *tmap;              /* [len]: t's row of b1rows, for t among rt */
     const uint16_t *b1rows;           /* [*][jn]: b1's bits at those t, columns from j0 */
     int64_t j0, jn;
@@ -455,17 +455,76 @@ static void corrected(const sink *s, int64_t i, int64_t j, int64_t v) {
     }
 }
 
-/* Rows i0 .. i0 + nr of a stashed tile of column tile ct into the sink. */
+/* The terms a2 b1 of row i (a's residuals at t = rt[z0 .. z1)) added into the 16 t1
+   values v (columns j0 .., int64, in t1's unit) where each is an integer there: the
+   product Sa Sb 2^(xa + xb - 268) is Sa Sb shifted by (xa - Ea + D) + (xb - Eb + D)
+   places (as in `add_term`, without its fraction bits: below 2^(16 + 2D) = 2^46, and
+   |v| stays below 2^61).  Returns the lanes where a term falls below the unit (their v
+   mean nothing then; `corrected` takes them). */
+static inline __mmask16 row_terms(const sink *s, int64_t i, int64_t j0, __mmask16 m,
+                                  __m512i v[2]) {
+    const uint16_t *arow = s->a + i * s->a_si;
+    const int32_t Ea = s->Ea[i], D = (int32_t)s->D;
+    const __m512i Eb = _mm512_maskz_loadu_epi32(m, s->Eb + j0);
+    const __m512i one = _mm512_set1_epi32(1), ff = _mm512_set1_epi32(0xFF);
+    __mmask16 low = 0;
+    for (int64_t z = s->rptr[i]; z < s->rptr[i + 1]; z++) {
+        const int64_t t = s->rt[z];
+        const uint16_t ha = arow[t * s->a_st];
+        const int32_t ea = (ha >> 7) & 0xFF, sa = (ha & 0x7F) | (ea ? 0x80 : 0);
+        const __m512i hb = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
+            m, s->b1rows + s->tmap[t] * s->jn + j0 - s->j0));
+        const __m512i eb = _mm512_and_si512(_mm512_srli_epi32(hb, 7), ff);
+        const __m512i f = _mm512_and_si512(hb, _mm512_set1_epi32(0x7F));
+        const __m512i sb = _mm512_mask_or_epi32(f, _mm512_test_epi32_mask(eb, eb), f,
+                                                _mm512_set1_epi32(0x80));
+        const __m512i sh = _mm512_add_epi32(
+            _mm512_set1_epi32((ea ? ea : 1) - Ea + 2 * D),
+            _mm512_sub_epi32(_mm512_max_epi32(eb, one), Eb));
+        const __mmask16 nz = _mm512_test_epi32_mask(sb, sb);
+        low |= _mm512_mask_cmplt_epi32_mask(nz, sh, _mm512_setzero_si512());
+        /* the sign of each product: a's, flipped where b's is set */
+        const __mmask16 bneg = _mm512_test_epi32_mask(hb, _mm512_set1_epi32(0x8000));
+        const __mmask16 neg = (ha & 0x8000) ? (__mmask16)~bneg : bneg;
+        const __m512i prod = _mm512_mullo_epi32(sb, _mm512_set1_epi32(sa)); /* < 2^16 */
+        for (int h = 0; h < 2; h++) {
+            const __m512i p64 = _mm512_cvtepi32_epi64(h ? _mm512_extracti64x4_epi64(prod, 1)
+                                                        : _mm512_castsi512_si256(prod));
+            const __m512i s64 = _mm512_cvtepi32_epi64(h ? _mm512_extracti64x4_epi64(sh, 1)
+                                                        : _mm512_castsi512_si256(sh));
+            const __m512i term = _mm512_sllv_epi64(p64, s64); /* a negative count gives 0 */
+            const __mmask8 nh = (__mmask8)(neg >> (8 * h));
+            v[h] = _mm512_mask_sub_epi64(_mm512_add_epi64(v[h], term), nh, v[h], term);
+        }
+    }
+    return low & m;
+}
+
+/* Rows i0 .. i0 + nr of a stashed tile of column tile ct into the sink: t1 (plus, in a
+   row with residuals, its a2 b1 terms where they are integers in t1's unit: `row_terms`)
+   rounded once by the vector unit where that integer is below 2^53; `corrected` for the
+   other elements (columns with residuals, terms below the unit, integers past 2^53). */
 static void consume(const sink *s, int32_t c[5][16][16], int64_t i0, int nr, int64_t ct) {
     const int64_t j0 = 16 * ct, valid = s->n - j0 < 16 ? s->n - j0 : 16;
     const __mmask16 m = (__mmask16)((1u << valid) - 1);
     const __mmask8 m0 = (__mmask8)m, m1 = (__mmask8)(m >> 8);
     const __m512d ws0 = _mm512_loadu_pd(s->ws + j0), ws1 = _mm512_loadu_pd(s->ws + j0 + 8);
+    const __m512i big = _mm512_set1_epi64((int64_t)1 << 53);
     for (int r = 0; r < nr; r++) {
         const int64_t i = i0 + r;
-        __m512i vi[2];
+        __m512i t1[2], vi[2];
         __m512d v[2];
-        row_value(c, r, vi, v);
+        row_value(c, r, t1, v);
+        vi[0] = t1[0], vi[1] = t1[1];
+        unsigned todo = s->ct_res[ct];
+        if (s->rptr[i + 1] > s->rptr[i]) {
+            todo |= row_terms(s, i, j0, m, vi);
+            v[0] = _mm512_cvtepi64_pd(vi[0]), v[1] = _mm512_cvtepi64_pd(vi[1]);
+        }
+        /* |v| >= 2^53: its float64 was rounded (rare: the bound is 2^61) */
+        todo |= (_mm512_cmpge_epi64_mask(_mm512_abs_epi64(vi[0]), big)
+                 | (_mm512_cmpge_epi64_mask(_mm512_abs_epi64(vi[1]), big) << 8));
+        todo &= m;
         const __m512d rs = _mm512_set1_pd(s->rs[i]);
         const __m512d x0 = _mm512_mul_pd(_mm512_mul_pd(v[0], ws0), rs); /* exact */
         const __m512d x1 = _mm512_mul_pd(_mm512_mul_pd(v[1], ws1), rs);
@@ -481,19 +540,14 @@ static void consume(const sink *s, int32_t c[5][16][16], int64_t i0, int nr, int
         } else {
             store_bf16((uint16_t *)s->out + i * s->n + j0, x0, x1, m);
         }
-        /* |v| >= 2^53: its float64 above was rounded, not t1 (rare: the bound is 2^60) */
-        const __m512i big = _mm512_set1_epi64((int64_t)1 << 53);
-        const __mmask16 wide = (__mmask16)(
-            (_mm512_cmpge_epi64_mask(_mm512_abs_epi64(vi[0]), big)
-             | (_mm512_cmpge_epi64_mask(_mm512_abs_epi64(vi[1]), big) << 8)) & m);
-        const int row_res = s->rptr[i + 1] > s->rptr[i];
-        if (row_res || s->ct_has[ct] || wide) {
-            int64_t t1[16];
-            _mm512_storeu_si512(t1, vi[0]);
-            _mm512_storeu_si512(t1 + 8, vi[1]);
-            for (int64_t q = 0; q < valid; q++)
-                if (row_res || s->cptr[j0 + q + 1] > s->cptr[j0 + q] || (wide >> q & 1))
-                    corrected(s, i, j0 + q, t1[q]);
+        if (todo) {
+            int64_t t1s[16];
+            _mm512_storeu_si512(t1s, t1[0]);
+            _mm512_storeu_si512(t1s + 8, t1[1]);
+            for (; todo; todo &= todo - 1) {
+                const int q = __builtin_ctz(todo);
+                corrected(s, i, j0 + q, t1s[q]);
+            }
         }
     }
 }
@@ -521,9 +575,9 @@ int fp8check_bf16_matmul(uint64_t pa, int64_t a_si, int64_t a_st, uint64_t pEa,
     const int64_t *cptr = (const int64_t *)pcptr;
     int8_t *planes = aligned_alloc(64, 3 * CHUNK_ROWS * lp + (ct1 - ct0) * l64 * 3 * 1024);
     double *ws = aligned_alloc(64, (nt * 16 + (m1 - m0)) * sizeof(double));
-    uint8_t *ct_has = calloc(nt, 1);
-    if (!planes || !ws || !ct_has) {
-        free(planes), free(ws), free(ct_has);
+    uint16_t *ct_res = calloc(nt, sizeof(uint16_t));
+    if (!planes || !ws || !ct_res) {
+        free(planes), free(ws), free(ct_res);
         return -1;
     }
     int8_t *tiles = planes + 3 * CHUNK_ROWS * lp;
@@ -534,7 +588,7 @@ int fp8check_bf16_matmul(uint64_t pa, int64_t a_si, int64_t a_st, uint64_t pEa,
     for (int64_t i = m0; i < m1; i++)
         rs[i] = ldexp(1.0, Ea[i] - 134 - (int)D);
     for (int64_t j = 0; j < n; j++)
-        ct_has[j / 16] |= cptr[j + 1] > cptr[j];
+        ct_res[j / 16] |= (uint16_t)((cptr[j + 1] > cptr[j]) << (j % 16));
     /* b1 at the positions t of a's residuals in these rows, one row per distinct t:
        the a2 b1 terms read them across a row of out (b1 is b less its residuals) */
     const int64_t *rptr = (const int64_t *)prptr, *rt = (const int64_t *)prt;
@@ -549,7 +603,7 @@ int fp8check_bf16_matmul(uint64_t pa, int64_t a_si, int64_t a_st, uint64_t pEa,
     }
     uint16_t *b1rows = malloc(nd * jn * sizeof(uint16_t) + 1);
     if (!tmap || !b1rows) {
-        free(planes), free(ws), free(ct_has), free(tmap), free(b1rows);
+        free(planes), free(ws), free(ct_res), free(tmap), free(b1rows);
         return -1;
     }
     const uint16_t *b = (const uint16_t *)pb;
@@ -560,7 +614,7 @@ int fp8check_bf16_matmul(uint64_t pa, int64_t a_si, int64_t a_st, uint64_t pEa,
             b1rows[tmap[t] * jn + j - j0] = (h & 0x7FFF) && Eb[j] - expo(h) > D ? 0 : h;
         }
     const sink s = {(const uint16_t *)pa, b, a_si, a_st, b_st, b_sj, n, kind, p, emin, D,
-                    ws, rs, Ea, Eb, (void *)pout, rptr, rt, cptr, (const int64_t *)pctt, ct_has,
+                    ws, rs, Ea, Eb, (void *)pout, rptr, rt, cptr, (const int64_t *)pctt, ct_res,
                     tmap, b1rows, j0, jn, (int64_t *)pflagged};
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
@@ -592,6 +646,6 @@ int fp8check_bf16_matmul(uint64_t pa, int64_t a_si, int64_t a_st, uint64_t pEa,
         consume(&s, c[buf ^ 1], prev_i, prev_nr, prev_ct);
     _tile_release();
     _mm_setcsr(csr);
-    free(planes), free(ws), free(ct_has), free(tmap), free(b1rows);
+    free(planes), free(ws), free(ct_res), free(tmap), free(b1rows);
     return 0;
 }

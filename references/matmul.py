@@ -406,14 +406,14 @@ def exact_matmul(a: np.ndarray, b: np.ndarray, out_dtype: DTypeLike,
     if m == 0 or n == 0 or k == 0:
         out[...] = 0
         return out
-    if (amx_bf16.AVAILABLE and a.dtype == b.dtype == BF16 and k <= amx_bf16.MAX_K
-            and _amx_bf16_matmul(a, b, out)):
-        return out
-    beta = slice_bits(k)
-    split_a, split_b = split_top(a, beta, axis=1), split_top(b, beta, axis=0)
     # Casts past the output's range give inf (the IEEE rounding), and the non-finite
     # elements' NaNs are the values asked for: neither is worth a warning.
     with np.errstate(over="ignore", invalid="ignore"):
+        if (amx_bf16.AVAILABLE and a.dtype == b.dtype == BF16 and k <= amx_bf16.MAX_K
+                and _amx_bf16_matmul(a, b, out)):
+            return out
+        beta = slice_bits(k)
+        split_a, split_b = split_top(a, beta, axis=1), split_top(b, beta, axis=0)
         if split_a[2] and split_b[2]:
             _finite_matmul(a, b, split_a, split_b, beta, out)
             return out
