@@ -170,6 +170,41 @@ int64_t fp8check_bf16_lines(uint64_t px, int64_t s_line, int64_t s_t, int64_t l0
         }
         return bad;
     }
+    if (s_t == 1) { /* each line contiguous: 32 values an instruction */
+        const __m512i mag = _mm512_set1_epi16(0x7FFF), ff = _mm512_set1_epi16(0xFF);
+        const __m512i one = _mm512_set1_epi16(1), top = _mm512_set1_epi16(255);
+        for (int64_t l = l0; l < l1; l++) {
+            const uint16_t *line = x + l * s_line;
+            __m512i mx = one;
+            for (int64_t t = 0; t < len; t += 32) {
+                const __mmask32 k = len - t >= 32 ? ~(__mmask32)0
+                                                  : (__mmask32)((1u << (len - t)) - 1);
+                const __m512i h = _mm512_maskz_loadu_epi16(k, line + t);
+                const __m512i e = _mm512_and_si512(_mm512_srli_epi16(h, 7), ff);
+                bad += __builtin_popcount(_mm512_cmpeq_epi16_mask(e, top));
+                mx = _mm512_mask_max_epu16(mx, _mm512_test_epi16_mask(h, mag), mx, e);
+            }
+            /* the largest lane: the 32 lanes folded pairwise */
+            uint16_t lanes[32];
+            _mm512_storeu_si512(lanes, mx);
+            int32_t m = 1;
+            for (int q = 0; q < 32; q++)
+                m = lanes[q] > m ? lanes[q] : m;
+            const __m512i lim = _mm512_set1_epi16((int16_t)(m - D)); /* residual: x < E - D */
+            int64_t r = 0;
+            for (int64_t t = 0; t < len; t += 32) {
+                const __mmask32 k = len - t >= 32 ? ~(__mmask32)0
+                                                  : (__mmask32)((1u << (len - t)) - 1);
+                const __m512i h = _mm512_maskz_loadu_epi16(k, line + t);
+                const __m512i e = _mm512_max_epu16(
+                    _mm512_and_si512(_mm512_srli_epi16(h, 7), ff), one);
+                r += __builtin_popcount(_mm512_mask_cmplt_epi16_mask(
+                    _mm512_test_epi16_mask(h, mag), e, lim));
+            }
+            E[l] = m, res[l] = r;
+        }
+        return bad;
+    }
     for (int64_t l = l0; l < l1; l++) {
         const uint16_t *line = x + l * s_line;
         int32_t m = 1;

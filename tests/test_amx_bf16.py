@@ -194,3 +194,30 @@ def _switch_problem():
     for v in (x, dy, w):
         v[rng.random(v.shape) < 0.003] *= 2.0**-25
     return (*(v.astype(BF16) for v in (x, dy, w)), np.array([120, 170], np.int32))
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_lines_against_their_definition(axis, layout):
+    """Each line's largest exponent field (at least 1; zeros skipped) and its residual
+    count, against numpy on the bits, with lines contiguous or side by side, lengths off
+    the vector width; a NaN or an infinity clears the finite flag."""
+    rng = np.random.default_rng(axis + 2 * len(layout))
+    for shape in [(37, 70), (5, 1030), (64, 32), (3, 33)]:
+        x = (rng.standard_normal(shape) * np.exp2(rng.integers(-30, 5, shape))).astype(BF16)
+        x[0, :3] = 0.0
+        x[1] = 0.0
+        x[2, :2] = [2.0**-133, -(2.0**-126)]
+        xs = x if layout == "C" else np.asfortranarray(x)
+        e, res, finite = amx_bf16.lines(xs, axis, amx_bf16.WINDOW)
+        bits = (x if axis == 1 else x.T).view(np.uint16).astype(np.int64)
+        ex, nz = np.maximum((bits >> 7) & 0xFF, 1), (bits & 0x7FFF) != 0
+        want_e = np.where(nz, ex, 1).max(axis=1)
+        np.testing.assert_array_equal(e, want_e)
+        np.testing.assert_array_equal(res, (nz & (want_e[:, None] - ex > amx_bf16.WINDOW))
+                                      .sum(axis=1))
+        assert finite
+        for value in (np.nan, -np.inf):
+            y = xs.copy(order="K")
+            y[2, 1] = value
+            assert not amx_bf16.lines(y, axis, amx_bf16.WINDOW)[2]
