@@ -680,11 +680,15 @@ ROWS_STATUS = "avx512" if _ROWS_LIB is not None else f"off ({_why})"
 compiler fails, or FP8CHECK_MMA_C=0); the numba kernels give the same bits."""
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 if _ROWS_LIB is not None:
-    _ROWS_LIB.fp8check_mma_rows.argtypes = [_P, _P, *[_I] * 7, _P, _P, _I, _I]
+    _ROWS_LIB.fp8check_mma_rows.argtypes = [_P, _P, *[_I] * 8, _P, _P, _I, _I]
     _ROWS_LIB.fp8check_mma_gmm.argtypes = [_P, _I, _I, _P, _I, _P, _I, _I, _I, _P, _P,
-                                           *[_I] * 5, _P, _I]
+                                           *[_I] * 6, _P, _I]
     for _fn in (_ROWS_LIB.fp8check_mma_rows, _ROWS_LIB.fp8check_mma_gmm):
         _fn.restype = ctypes.c_int
+EXACT_ROUTE = True
+"""Whether `mma_rows.c` computes BLACKWELL_FP8's steps in which no term can lose a bit at
+alignment as exact float64 sums (its `exact_step`; the same bits as term by term, which
+tests/test_mma_models.py checks by switching this off)."""
 _C_LIMIT = 2.0**100  # |C| below it: no step of FP8 products can overflow float32
 _FMT_CODE = {"e4m3fn": 0, "e5m2": 1}  # mma_rows.c's
 
@@ -718,7 +722,7 @@ def _c_rows(a, b, fa: str, fb: str, kind: int, c, model: MmaModel, out) -> None:
     fn = _ROWS_LIB.fp8check_mma_rows  # type: ignore[union-attr]
     cbuild.run_parallel([(fn, (a.ctypes.data, b.ctypes.data, k, n, _FMT_CODE[fa],
                                _FMT_CODE[fb], kind, model.frac_bits, model.out_bits,
-                               c.ctypes.data, out.ctypes.data, r0, r1))
+                               int(EXACT_ROUTE), c.ctypes.data, out.ctypes.data, r0, r1))
                          for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0])
 
 
@@ -750,7 +754,7 @@ def deepgemm_gmm(a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: n
     cbuild.run_parallel([(fn, (a_codes.ctypes.data, k, k, b_codes.ctypes.data, n,
                                offsets.ctypes.data, g, r0, r1, sa.ctypes.data, sb.ctypes.data,
                                sb.shape[2], _FMT_CODE[fmt], kind, model.frac_bits,
-                               model.out_bits, out.ctypes.data, n))
+                               model.out_bits, int(EXACT_ROUTE), out.ctypes.data, n))
                          for r0, r1 in zip(cuts[:-1], cuts[1:], strict=True) if r1 > r0])
     return True
 

@@ -42,11 +42,20 @@
 #include <string.h>
 
 #define ZERO_EXP (-8192)
+/* Rows decoded and run together (`rows`): the rhs is read from memory once per block. */
+#define BLOCK_ROWS 64
 
 /* Lane-pair form of int16 lanes: each even lane (k even) takes the max of itself and its
    odd neighbour, and both lanes of the pair get it. */
 static inline __m512i pair_max(__m512i x) {
     __m512i m = _mm512_max_epi16(x, _mm512_srli_epi32(x, 16));
+    m = _mm512_and_si512(m, _mm512_set1_epi32(0xFFFF));
+    return _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+}
+
+/* The same with the minimum. */
+static inline __m512i pair_min(__m512i x) {
+    __m512i m = _mm512_min_epi16(x, _mm512_srli_epi32(x, 16));
     m = _mm512_and_si512(m, _mm512_set1_epi32(0xFFFF));
     return _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
 }
@@ -111,40 +120,126 @@ static inline void decode(__m512i w, int fmt, int sh, __m512i *mag, __m512i *sgn
                                   _mm512_set1_epi16(ZERO_EXP));
 }
 
-/* One row's codes [k] -> its pairs as int32 (two int16 halves: k even low, k odd high):
-   mag (sh 0), sign, exponent, each [k / 2]. */
-static void row_pairs(const uint8_t *codes, int64_t k, int fmt, int32_t *mag, int32_t *sgn,
-                      int32_t *ex) {
-    for (int64_t t = 0; t < k; t += 32) {
-        __m512i m, s, e;
-        decode(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(codes + t))), fmt, 0,
-               &m, &s, &e);
-        _mm512_storeu_si512(mag + t / 2, m);
-        _mm512_storeu_si512(sgn + t / 2, s);
-        _mm512_storeu_si512(ex + t / 2, e);
+/* 32 decoded codes (`decode` with sh 0, int16 lanes in k order) -> their values in
+   float64 (exact: 8-bit significands), stored to val[0..31]. */
+static inline void values32(__m512i mag, __m512i sgn, __m512i ex, int fb, double *val) {
+    const __m512i sig = _mm512_mullo_epi16(mag, sgn);
+    for (int h = 0; h < 2; h++) {
+        const __m512i s = _mm512_cvtepi16_epi32(h ? _mm512_extracti64x4_epi64(sig, 1)
+                                                  : _mm512_castsi512_si256(sig));
+        const __m512i e = _mm512_sub_epi32(
+            _mm512_cvtepi16_epi32(h ? _mm512_extracti64x4_epi64(ex, 1)
+                                    : _mm512_castsi512_si256(ex)),
+            _mm512_set1_epi32(fb));
+        for (int q = 0; q < 2; q++) {
+            const __m256i sq = q ? _mm512_extracti64x4_epi64(s, 1) : _mm512_castsi512_si256(s);
+            const __m256i eq = q ? _mm512_extracti64x4_epi64(e, 1) : _mm512_castsi512_si256(e);
+            _mm512_storeu_pd(val + 16 * h + 8 * q,
+                             _mm512_scalef_pd(_mm512_cvtepi32_pd(sq), _mm512_cvtepi32_pd(eq)));
+        }
     }
 }
 
-/* The packed rhs of codes b [k][n]: [k / 2][nv][3][32] int16 (nv = ceil(n / 16)):
-   |sig| << sh, sign (+-1), exponent; lane 2 col + t of pair p is k = 2 p + t, column 16 v
-   + col (padding: the zero code). */
-static void pack_rhs(const uint8_t *b, int64_t k, int64_t n, int fmt, int sh, int16_t *bp) {
-    const int64_t nv = (n + 15) / 16;
-    for (int64_t p = 0; p < k / 2; p++)
-        for (int64_t v = 0; v < nv; v++) {
-            const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
-            const __mmask16 m = (__mmask16)((1u << valid) - 1);
+/* The exponent spread of 16 columns' (or one row's) nonzero codes: max - min per lane of
+   the running (mx, mn), 0 where a lane saw no nonzero code. */
+static inline __m512i spread_of(__m512i mx, __m512i mn) {
+    return _mm512_maskz_sub_epi32(_mm512_cmpge_epi32_mask(mx, mn), mx, mn);
+}
+
+/* Folds exponents e (int32 lanes, ZERO_EXP for zero codes) into the running max and min
+   of the nonzero ones. */
+static inline void fold_exps(__m512i e, __m512i *mx, __m512i *mn) {
+    const __mmask16 nz = _mm512_cmpneq_epi32_mask(e, _mm512_set1_epi32(ZERO_EXP));
+    *mx = _mm512_mask_max_epi32(*mx, nz, *mx, e);
+    *mn = _mm512_mask_min_epi32(*mn, nz, *mn, e);
+}
+
+/* The decoded lhs rows of a row block, step by step (step c of row r at index c
+   BLOCK_ROWS + r: a block's rows of one step lie together): mag / sgn / ex [k / 32]
+   [BLOCK_ROWS][16] pairs (two int16 halves, k even low, k odd high: |significand|, sign
+   (+-1), exponent); for kind 1 val [k / 32][BLOCK_ROWS][32] the values and spread
+   [k / 32][BLOCK_ROWS] each step's exponent spread. */
+typedef struct {
+    int32_t *mag, *sgn, *ex;
+    double *val;
+    int32_t *spread;
+} lhs_rows;
+
+/* Row r of the block from its codes [k]: pairs, and for kind 1 values and spreads. */
+static void decode_row(const uint8_t *codes, int64_t k, int fmt, int kind, const lhs_rows *l,
+                       int64_t r) {
+    for (int64_t t = 0; t < k; t += 32) {
+        const int64_t at = t / 32 * BLOCK_ROWS + r; /* step t / 32, row r */
+        __m512i m, s, e;
+        decode(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(codes + t))), fmt, 0,
+               &m, &s, &e);
+        _mm512_storeu_si512(l->mag + at * 16, m);
+        _mm512_storeu_si512(l->sgn + at * 16, s);
+        _mm512_storeu_si512(l->ex + at * 16, e);
+        if (kind == 1) {
+            values32(m, s, e, FBITS[fmt], l->val + at * 32);
+            __m512i mx = _mm512_set1_epi32(-(1 << 30)), mn = _mm512_set1_epi32(1 << 30);
+            fold_exps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(e)), &mx, &mn);
+            fold_exps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(e, 1)), &mx, &mn);
+            const int32_t hi = _mm512_reduce_max_epi32(mx), lo = _mm512_reduce_min_epi32(mn);
+            l->spread[at] = hi >= lo ? hi - lo : 0;
+        }
+    }
+}
+
+/* The packed rhs of codes b [k][n], step by step (32 K elements; within a step, column
+   vector by column vector: nv = ceil(n / 16), padding columns: the zero code):
+     bp  [k / 32][nv][16][3][32] int16: pair p of the step: |sig| << sh, sign (+-1),
+         exponent; lane 2 col + t is k = 2 p + t, column 16 v + col;
+     and for kind 1 (val, spread not NULL)
+     val    [k / 32][nv][32][16] float64: the values, column 16 v + lane;
+     spread [k / 32][nv][16] int32: the step's exponent spread per column. */
+static void pack_rhs(const uint8_t *b, int64_t k, int64_t n, int fmt, int sh, int16_t *bp,
+                     double *val, int32_t *spread) {
+    const int64_t nv = (n + 15) / 16, np = k / 2;
+    for (int64_t v = 0; v < nv; v++) {
+        const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
+        const __mmask16 m = (__mmask16)((1u << valid) - 1);
+        __m512i mx = _mm512_setzero_si512(), mn = mx; /* set at each step's first pair */
+        for (int64_t p = 0; p < np; p++) {
             const __m128i x0 = _mm_maskz_loadu_epi8(m, b + 2 * p * n + 16 * v);
             const __m128i x1 = _mm_maskz_loadu_epi8(m, b + (2 * p + 1) * n + 16 * v);
             const __m256i both = _mm256_set_m128i(_mm_unpackhi_epi8(x0, x1),
                                                   _mm_unpacklo_epi8(x0, x1));
             __m512i mag, sgn, ex;
             decode(_mm512_cvtepu8_epi16(both), fmt, sh, &mag, &sgn, &ex);
-            int16_t *o = bp + (p * nv + v) * 96;
+            int16_t *o = bp + ((p / 16 * nv + v) * 16 + p % 16) * 96;
             _mm512_store_si512(o, mag);
             _mm512_store_si512(o + 32, sgn);
             _mm512_store_si512(o + 64, ex);
+            if (!val)
+                continue;
+            if (p % 16 == 0) {
+                mx = _mm512_set1_epi32(-(1 << 30));
+                mn = _mm512_set1_epi32(1 << 30);
+            }
+            const __m512i sig = _mm512_mullo_epi16(mag, sgn);
+            for (int t = 0; t < 2; t++) { /* k = 2 p + t: the low (t = 0) or high halves */
+                const __m512i s = t ? _mm512_srai_epi32(sig, 16)
+                                    : _mm512_srai_epi32(_mm512_slli_epi32(sig, 16), 16);
+                const __m512i e = t ? _mm512_srai_epi32(ex, 16)
+                                    : _mm512_srai_epi32(_mm512_slli_epi32(ex, 16), 16);
+                fold_exps(e, &mx, &mn);
+                const __m512i ef = _mm512_sub_epi32(e, _mm512_set1_epi32(FBITS[fmt]));
+                double *dst = val + ((p / 16 * nv + v) * 32 + 2 * (p % 16) + t) * 16;
+                for (int q = 0; q < 2; q++) {
+                    const __m256i sq = q ? _mm512_extracti64x4_epi64(s, 1)
+                                         : _mm512_castsi512_si256(s);
+                    const __m256i eq = q ? _mm512_extracti64x4_epi64(ef, 1)
+                                         : _mm512_castsi512_si256(ef);
+                    _mm512_store_pd(dst + 8 * q, _mm512_scalef_pd(_mm512_cvtepi32_pd(sq),
+                                                                  _mm512_cvtepi32_pd(eq)));
+                }
+            }
+            if (p % 16 == 15)
+                _mm512_store_si512(spread + (p / 16 * nv + v) * 16, spread_of(mx, mn));
         }
+    }
 }
 
 /* Where a row block's steps go: mode 0 (mma): one chain over all of K from C, D stored;
@@ -160,12 +255,25 @@ typedef struct {
     int64_t ldo;
 } target;
 
+/* The target `rows` rows further down. */
+static inline target target_at(const target *tg, int mode, int64_t n, int64_t rows) {
+    target t = *tg;
+    t.out += rows * tg->ldo;
+    if (mode)
+        t.sa += rows * tg->kbn;
+    else
+        t.c += rows * n;
+    return t;
+}
+
 /* The model: kind 0 (C aligned with the products, HOPPER_FP8) or 1 (the products' sum cut
-   to a float32 toward zero, C added in float32, BLACKWELL_FP8), frac_bits, out_bits, and
-   for kind 1 the shift frac - mf applied in int32 lanes (kind 0 packs it into the rhs). */
+   to a float32 toward zero, C added in float32, BLACKWELL_FP8), frac_bits, out_bits, the
+   shift frac - mf (kind 1 applies it in int32 lanes; kind 0 packs it into the rhs), and
+   for kind 1 whether exact steps take the float64 route (`exact_step`). */
 typedef struct {
     int kind;
     int64_t frac, obits, sh;
+    int exact_route;
 } spec;
 
 /* Kind 1's terms of one pair vector, added into the k-even and k-odd sums se, so (int32:
@@ -203,154 +311,306 @@ static inline __m512 finish_cut(__m512i se, __m512i so, __m512i emax, __m512 cv,
     return _mm512_add_ps(_mm512_scalef_ps(p, unit), cv);
 }
 
-/* R rows (their pairs at mag / sgn / ex + r * np) x one column vector v of the packed
-   rhs bp, every step in K order.  always_inline: R, mode and the kind are constants at
+/* One step (32 products, 16 pairs) of R rows (pairs at mag / sgn / ex + r * rs) on one
+   column vector (bv: the step's packed rhs of it, `pack_rhs`), cv[r] C in, D out: the
+   model's integers term by term, as mma.py.  always_inline: R and kind are constants at
    each call. */
-static inline __attribute__((always_inline)) void rows_vector(
-    int R, int mode, int kind, const int32_t *mag, const int32_t *sgn, const int32_t *ex,
-    int64_t np, const int16_t *bp, int64_t nv, int64_t v, __mmask16 mask, const target *tg,
-    int64_t n, const spec *sp) {
-    __m512 cv[4], acc[4];
-    for (int r = 0; r < R; r++) {
-        cv[r] = mode ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, tg->c + r * n + 16 * v);
-        acc[r] = _mm512_setzero_ps();
+static inline __attribute__((always_inline)) void model_step(
+    int R, int kind, const int32_t *mag, const int32_t *sgn, const int32_t *ex, int64_t rs,
+    const int16_t *bv, __m512 *cv, const spec *sp) {
+    __m512i e16[4], emax[4], ic[4], ec[4], s[4], so[4];
+    for (int r = 0; r < R; r++)
+        e16[r] = _mm512_set1_epi16(-32768);
+    for (int p = 0; p < 16; p++) {
+        const __m512i be = _mm512_load_si512(bv + p * 96 + 64);
+        for (int r = 0; r < R; r++)
+            e16[r] = _mm512_max_epi16(e16[r], _mm512_add_epi16(
+                _mm512_set1_epi32(ex[r * rs + p]), be));
     }
-    for (int64_t p0 = 0; p0 < np; p0 += 16) { /* one step: 32 products */
-        const int16_t *bv = bp + (p0 * nv + v) * 96;
-        __m512i e16[4], emax[4], ic[4], ec[4], s[4], so[4];
-        for (int r = 0; r < R; r++)
-            e16[r] = _mm512_set1_epi16(-32768);
-        for (int p = 0; p < 16; p++) {
-            const __m512i be = _mm512_load_si512(bv + p * nv * 96 + 64);
-            for (int r = 0; r < R; r++)
-                e16[r] = _mm512_max_epi16(e16[r], _mm512_add_epi16(
-                    _mm512_set1_epi32(ex[r * np + p0 + p]), be));
+    for (int r = 0; r < R; r++) {
+        emax[r] = _mm512_srai_epi32(_mm512_slli_epi32(pair_max(e16[r]), 16), 16);
+        s[r] = so[r] = _mm512_setzero_si512();
+        if (kind == 1) {
+            e16[r] = pair_max(e16[r]);
+            continue;
         }
+        const __mmask16 prod = _mm512_cmpgt_epi32_mask(emax[r], _mm512_set1_epi32(ZERO_EXP / 2));
+        c_parts(cv[r], &ic[r], &ec[r]);
+        const __mmask16 c_sets = _mm512_cmpneq_epi32_mask(ic[r], _mm512_setzero_si512()) &
+                                 (~prod | _mm512_cmpgt_epi32_mask(ec[r], emax[r]));
+        emax[r] = _mm512_mask_blend_epi32(c_sets, emax[r], ec[r]);
+        e16[r] = _mm512_or_si512(_mm512_and_si512(emax[r], _mm512_set1_epi32(0xFFFF)),
+                                 _mm512_slli_epi32(emax[r], 16));
+    }
+    for (int p = 0; p < 16; p++) {
+        const int16_t *q = bv + p * 96;
+        const __m512i bm = _mm512_load_si512(q), bs = _mm512_load_si512(q + 32);
+        const __m512i be = _mm512_load_si512(q + 64);
         for (int r = 0; r < R; r++) {
-            emax[r] = _mm512_srai_epi32(_mm512_slli_epi32(pair_max(e16[r]), 16), 16);
-            s[r] = so[r] = _mm512_setzero_si512();
-            if (kind == 1) {
-                e16[r] = pair_max(e16[r]);
-                continue;
-            }
-            const __mmask16 prod = _mm512_cmpgt_epi32_mask(emax[r], _mm512_set1_epi32(ZERO_EXP / 2));
-            c_parts(cv[r], &ic[r], &ec[r]);
-            const __mmask16 c_sets = _mm512_cmpneq_epi32_mask(ic[r], _mm512_setzero_si512()) &
-                                     (~prod | _mm512_cmpgt_epi32_mask(ec[r], emax[r]));
-            emax[r] = _mm512_mask_blend_epi32(c_sets, emax[r], ec[r]);
-            e16[r] = _mm512_or_si512(_mm512_and_si512(emax[r], _mm512_set1_epi32(0xFFFF)),
-                                     _mm512_slli_epi32(emax[r], 16));
-        }
-        for (int p = 0; p < 16; p++) {
-            const int16_t *q = bv + p * nv * 96;
-            const __m512i bm = _mm512_load_si512(q), bs = _mm512_load_si512(q + 32);
-            const __m512i be = _mm512_load_si512(q + 64);
-            for (int r = 0; r < R; r++) {
-                const int64_t at = r * np + p0 + p;
-                const __m512i d = _mm512_sub_epi16(e16[r], _mm512_add_epi16(
-                    _mm512_set1_epi32(ex[at]), be));
-                const __m512i m = _mm512_mullo_epi16(_mm512_set1_epi32(mag[at]), bm);
-                const __m512i sg = _mm512_mullo_epi16(_mm512_set1_epi32(sgn[at]), bs);
-                if (kind == 1)
-                    add_wide_terms(m, d, sg, sp->sh, &s[r], &so[r]);
-                else
-                    s[r] = _mm512_add_epi32(s[r], _mm512_madd_epi16(_mm512_srlv_epi16(m, d), sg));
-            }
-        }
-        for (int r = 0; r < R; r++)
-            cv[r] = kind == 1 ? finish_cut(s[r], so[r], emax[r], cv[r], sp->frac)
-                              : finish(s[r], emax[r], ic[r], ec[r], sp->frac, sp->obits);
-        if (mode && (p0 + 16) % 64 == 0) { /* the end of a 128-wide K block */
-            const int64_t kb = p0 / 64;
-            const float s_b = tg->sb[kb * tg->nb + (16 * v) / 128];
-            for (int r = 0; r < R; r++) {
-                acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(tg->sa[r * tg->kbn + kb] * s_b), cv[r],
-                                         acc[r]);
-                cv[r] = _mm512_setzero_ps();
-            }
+            const int64_t at = r * rs + p;
+            const __m512i d = _mm512_sub_epi16(e16[r], _mm512_add_epi16(
+                _mm512_set1_epi32(ex[at]), be));
+            const __m512i m = _mm512_mullo_epi16(_mm512_set1_epi32(mag[at]), bm);
+            const __m512i sg = _mm512_mullo_epi16(_mm512_set1_epi32(sgn[at]), bs);
+            if (kind == 1)
+                add_wide_terms(m, d, sg, sp->sh, &s[r], &so[r]);
+            else
+                s[r] = _mm512_add_epi32(s[r], _mm512_madd_epi16(_mm512_srlv_epi16(m, d), sg));
         }
     }
     for (int r = 0; r < R; r++)
-        _mm512_mask_storeu_ps(tg->out + r * tg->ldo + 16 * v, mask, mode ? acc[r] : cv[r]);
+        cv[r] = kind == 1 ? finish_cut(s[r], so[r], emax[r], cv[r], sp->frac)
+                          : finish(s[r], emax[r], ic[r], ec[r], sp->frac, sp->obits);
 }
 
-/* rows_vector with R, mode and kind as constants. */
-#define ROWS_VECTOR(R, mag, sgn, ex, t)                                                    \
-    do {                                                                                   \
-        if (mode && sp->kind)                                                              \
-            rows_vector(R, 1, 1, mag, sgn, ex, np, bp, nv, v, mask, t, n, sp);             \
-        else if (mode)                                                                     \
-            rows_vector(R, 1, 0, mag, sgn, ex, np, bp, nv, v, mask, t, n, sp);             \
-        else if (sp->kind)                                                                 \
-            rows_vector(R, 0, 1, mag, sgn, ex, np, bp, nv, v, mask, t, n, sp);             \
-        else                                                                               \
-            rows_vector(R, 0, 0, mag, sgn, ex, np, bp, nv, v, mask, t, n, sp);             \
-    } while (0)
-
-/* Rows [r0, r1) of a: codes a (row stride lda) against the packed rhs bp, into the target
-   (advanced row by row); pairs: scratch for 4 rows' pairs. */
-static void rows(int mode, const uint8_t *a, int64_t lda, int64_t r0, int64_t r1, int64_t k,
-                 int64_t n, int fmt_a, const int16_t *bp, target tg, const spec *sp,
-                 int32_t *pairs) {
-    const int64_t nv = (n + 15) / 16, np = k / 2;
-    int32_t *mag = pairs, *sgn = pairs + 4 * np, *ex = pairs + 8 * np;
-    for (int64_t i = r0; i < r1; i += 4) {
-        const int R = r1 - i < 4 ? (int)(r1 - i) : 4;
-        for (int r = 0; r < R; r++)
-            row_pairs(a + (i + r) * lda, k, fmt_a, mag + r * np, sgn + r * np, ex + r * np);
-        for (int64_t v = 0; v < nv; v++) {
-            const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
-            const __mmask16 mask = (__mmask16)((1u << valid) - 1);
-            if (R == 4)
-                ROWS_VECTOR(4, mag, sgn, ex, &tg);
-            else
-                for (int r = 0; r < R; r++) {
-                    target t1 = tg;
-                    t1.out += r * tg.ldo;
-                    if (mode)
-                        t1.sa += r * tg.kbn;
-                    else
-                        t1.c += r * n;
-                    ROWS_VECTOR(1, mag + r * np, sgn + r * np, ex + r * np, &t1);
-                }
+/* Kind 1's step where no term loses a bit at alignment (`rows_vector` checks): the
+   model's aligned sum is then the exact sum of the 32 products, which float64 fmas give
+   exactly in any order (every partial sum is a multiple of the smallest product's ulp and
+   spans at most sh + 8 + 5 < 53 bits; an exact zero sum is +0 under round to nearest, as
+   the model's).  Then finish_cut's P = RZ32(sum) (FP8 sums stay normal float32) and D =
+   RN32(P + C).  R rows (the step's values at a + 32 r) on one column vector (bv: the
+   step's values of it, [32][16]); cv[r] C in, D out. */
+static inline __attribute__((always_inline)) void exact_step(int R, const double *a,
+                                                            const double *bv, __m512 *cv) {
+    const int rz = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
+    __m512d lo[8], hi[8];
+    for (int r = 0; r < R; r++)
+        lo[r] = hi[r] = _mm512_setzero_pd();
+    for (int t = 0; t < 32; t++) {
+        const __m512d b0 = _mm512_load_pd(bv + 16 * t), b1 = _mm512_load_pd(bv + 16 * t + 8);
+        for (int r = 0; r < R; r++) {
+            const __m512d x = _mm512_set1_pd(a[32 * r + t]);
+            lo[r] = _mm512_fmadd_pd(x, b0, lo[r]);
+            hi[r] = _mm512_fmadd_pd(x, b1, hi[r]);
         }
-        tg.out += 4 * tg.ldo;
-        if (mode)
-            tg.sa += 4 * tg.kbn;
-        else
-            tg.c += 4 * n;
+    }
+    for (int r = 0; r < R; r++) {
+        const __m512 p = _mm512_insertf32x8(
+            _mm512_castps256_ps512(_mm512_cvt_roundpd_ps(lo[r], rz)),
+            _mm512_cvt_roundpd_ps(hi[r], rz), 1);
+        cv[r] = _mm512_add_ps(p, cv[r]);
     }
 }
-#undef ROWS_VECTOR
 
-static int16_t *alloc_rhs(int64_t k, int64_t n) {
-    return aligned_alloc(64, (k / 2) * ((n + 15) / 16) * 96 * sizeof(int16_t) + 64);
+/* Whether every nonzero product of one row's step (its 16 pairs' exponents at ex) on one
+   column vector (bv: the step's packed rhs of it) lies at most sh binades below the step's
+   E_max, in every column: then no term loses a bit at alignment.  The exact test, for
+   the rows whose spreads alone (`rows_vector`) do not settle it. */
+static inline int no_bit_lost(const int32_t *ex, const int16_t *bv, int64_t sh) {
+    __m512i hi = _mm512_set1_epi16(-32768), lo = _mm512_set1_epi16(32767);
+    for (int p = 0; p < 16; p++) {
+        const __m512i x = _mm512_add_epi16(_mm512_set1_epi32(ex[p]),
+                                           _mm512_load_si512(bv + p * 96 + 64));
+        hi = _mm512_max_epi16(hi, x);
+        /* a zero code's ZERO_EXP puts its product's sum far below every real one */
+        lo = _mm512_mask_min_epi16(lo, _mm512_cmpgt_epi16_mask(x, _mm512_set1_epi16(ZERO_EXP / 2)),
+                                   lo, x);
+    }
+    const __m512i emax = _mm512_srai_epi32(_mm512_slli_epi32(pair_max(hi), 16), 16);
+    const __m512i xmin = _mm512_srai_epi32(_mm512_slli_epi32(pair_min(lo), 16), 16);
+    /* no nonzero product in a column: xmin 32767 there, so the test passes */
+    return !_mm512_cmpgt_epi32_mask(_mm512_sub_epi32(emax, xmin), _mm512_set1_epi32((int)sh));
+}
+
+/* The packed rhs of one expert and the lhs rows of a row block, for `rows_vector`. */
+typedef struct {
+    const int16_t *bp;
+    const double *bval;
+    const int32_t *bspread;
+    lhs_rows a;
+} operands;
+
+/* One step (pairs p0 .. p0 + 15) of R rows of the block (from row r0 of `o->a`) on one
+   column vector v: cv[r * nv] holds row r0 + r's D so far (C in, D out), acc[r * nv] its
+   float32 accumulator (mode 1).  Kind 1 with the exact route on: a row whose step has
+   exponent spreads (its own plus each column's) of at most sh, or failing that passes
+   `no_bit_lost`, cannot lose a bit at alignment (every term's shift d = E_max - e_a - e_b
+   is at most either), so it takes exact_step, the others model_step.  tg: the block's
+   target (row 0's).  always_inline: R, mode and the kind are constants at each call. */
+static inline __attribute__((always_inline)) void rows_step(
+    int R, int mode, int kind, const operands *o, int64_t r0, int64_t nv, int64_t v,
+    int64_t p0, __m512 *cvs, __m512 *accs, const target *tg, const spec *sp) {
+    const int64_t c = p0 / 16, at = c * BLOCK_ROWS + r0; /* the step, its row r0 */
+    const int32_t *mag = o->a.mag + at * 16, *sgn = o->a.sgn + at * 16, *ex = o->a.ex + at * 16;
+    const int16_t *bv = o->bp + (c * nv + v) * 16 * 96;
+    __m512 cv[8];
+    for (int r = 0; r < R; r++)
+        cv[r] = cvs[r * nv];
+    if (kind == 1 && sp->exact_route) {
+        const double *bval = o->bval + (c * nv + v) * 32 * 16, *aval = o->a.val + at * 32;
+        const __m512i bsp = _mm512_load_si512(o->bspread + (c * nv + v) * 16);
+        unsigned ok = 0;
+        for (int r = 0; r < R; r++) {
+            const __m512i both = _mm512_add_epi32(
+                bsp, _mm512_set1_epi32(o->a.spread[at + r]));
+            if (!_mm512_cmpgt_epi32_mask(both, _mm512_set1_epi32((int)sp->sh)) ||
+                no_bit_lost(ex + 16 * r, bv, sp->sh))
+                ok |= 1u << r;
+        }
+        if (ok == (1u << R) - 1) {
+            exact_step(R, aval, bval, cv);
+        } else {
+            for (int h = 0; h < R; h += 4) { /* by quads (or the one row) */
+                const int H = R < 4 ? R : 4;
+                const unsigned all = (1u << H) - 1;
+                if ((ok >> h & all) == all) {
+                    exact_step(H, aval + 32 * h, bval, cv + h);
+                    continue;
+                }
+                for (int r = h; r < h + H; r++) {
+                    if (ok >> r & 1)
+                        exact_step(1, aval + 32 * r, bval, cv + r);
+                    else
+                        model_step(1, 1, mag + 16 * r, sgn + 16 * r, ex + 16 * r, 16, bv,
+                                   cv + r, sp);
+                }
+            }
+        }
+    } else {
+        for (int h = 0; h < R; h += 4)
+            model_step(R < 4 ? R : 4, kind, mag + 16 * h, sgn + 16 * h, ex + 16 * h, 16, bv,
+                       cv + h, sp);
+    }
+    if (mode && (p0 + 16) % 64 == 0) { /* the end of a 128-wide K block */
+        const int64_t kb = p0 / 64;
+        const float s_b = tg->sb[kb * tg->nb + (16 * v) / 128];
+        for (int r = 0; r < R; r++) {
+            accs[r * nv] = _mm512_fmadd_ps(
+                _mm512_set1_ps(tg->sa[(r0 + r) * tg->kbn + kb] * s_b), cv[r], accs[r * nv]);
+            cv[r] = _mm512_setzero_ps();
+        }
+    }
+    for (int r = 0; r < R; r++)
+        cvs[r * nv] = cv[r];
+}
+
+/* rows_step with R, mode and kind as constants. */
+#define ROWS_STEP(R, r0)                                                                   \
+    do {                                                                                   \
+        __m512 *cvs = st + (r0) * nv + v, *accs = cvs + BLOCK_ROWS * nv;                    \
+        if (mode && sp->kind)                                                              \
+            rows_step(R, 1, 1, o, r0, nv, v, p0, cvs, accs, &tb, sp);                   \
+        else if (mode)                                                                     \
+            rows_step(R, 1, 0, o, r0, nv, v, p0, cvs, accs, &tb, sp);                   \
+        else if (sp->kind)                                                                 \
+            rows_step(R, 0, 1, o, r0, nv, v, p0, cvs, accs, &tb, sp);                   \
+        else                                                                               \
+            rows_step(R, 0, 0, o, r0, nv, v, p0, cvs, accs, &tb, sp);                   \
+    } while (0)
+
+/* Rows [r0, r1) of a: codes a (row stride lda, format fmt_a) against the packed rhs in
+   o, into the target (row r0's); st: scratch for 2 BLOCK_ROWS nv vectors.  A block of
+   rows runs step by step (each output's steps in K order), and within a step column
+   vector by column vector: one step's rhs of a vector (3 KiB, kind 1 another 4 KiB) and
+   of the block's rows stay in L1 while the row quads pass, and each output's running D
+   (and deepgemm's accumulator) waits in st between steps. */
+static void rows(int mode, const uint8_t *a, int64_t lda, int64_t r0, int64_t r1, int64_t k,
+                 int64_t n, int fmt_a, const operands *o, const target *tg, const spec *sp,
+                 __m512 *st) {
+    const int64_t nv = (n + 15) / 16, np = k / 2;
+    for (int64_t i0 = r0; i0 < r1; i0 += BLOCK_ROWS) {
+        const int64_t rb = r1 - i0 < BLOCK_ROWS ? r1 - i0 : BLOCK_ROWS;
+        const target tb = target_at(tg, mode, n, i0 - r0);
+        for (int64_t r = 0; r < rb; r++) {
+            decode_row(a + (i0 + r) * lda, k, fmt_a, sp->kind, &o->a, r);
+            for (int64_t v = 0; v < nv; v++) {
+                const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
+                st[r * nv + v] = mode ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(
+                    (__mmask16)((1u << valid) - 1), tb.c + r * n + 16 * v);
+                st[(BLOCK_ROWS + r) * nv + v] = _mm512_setzero_ps();
+            }
+        }
+        for (int64_t p0 = 0; p0 < np; p0 += 16)
+            for (int64_t v = 0; v < nv; v++)
+                for (int64_t i = 0; i < rb;) {
+                    if (rb - i >= 8) {
+                        ROWS_STEP(8, i);
+                        i += 8;
+                    } else if (rb - i >= 4) {
+                        ROWS_STEP(4, i);
+                        i += 4;
+                    } else {
+                        ROWS_STEP(1, i);
+                        i += 1;
+                    }
+                }
+        for (int64_t r = 0; r < rb; r++)
+            for (int64_t v = 0; v < nv; v++) {
+                const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
+                _mm512_mask_storeu_ps(tb.out + r * tb.ldo + 16 * v, (__mmask16)((1u << valid) - 1),
+                                      st[((mode ? BLOCK_ROWS : 0) + r) * nv + v]);
+            }
+    }
+}
+#undef ROWS_STEP
+
+/* A call's scratch (the packed rhs of one expert, a block's decoded lhs rows; the
+   float64 values and spreads for kind 1 only) and its MXCSR: round to nearest even, no
+   flush-to-zero, no denormals-are-zero, the caller's restored by work_close. */
+typedef struct {
+    int16_t *bp;
+    double *bval, *aval;
+    int32_t *bspread, *pairs, *aspread;
+    __m512 *state;
+    unsigned csr;
+} work;
+
+static void work_close(work *w) {
+    free(w->bp);
+    free(w->bval);
+    free(w->aval);
+    free(w->bspread);
+    free(w->pairs);
+    free(w->aspread);
+    free(w->state);
+    _mm_setcsr(w->csr);
+}
+
+/* 0, or -1 (all freed) when the scratch cannot be allocated. */
+static int work_open(work *w, int64_t k, int64_t n, int kind, operands *o) {
+    const int64_t nv = (n + 15) / 16, np = k / 2, nc = k / 32;
+    memset(w, 0, sizeof *w);
+    w->csr = _mm_getcsr();
+    w->bp = aligned_alloc(64, nv * np * 96 * sizeof(int16_t) + 64);
+    w->pairs = malloc(3 * BLOCK_ROWS * np * sizeof(int32_t) + 64);
+    w->state = aligned_alloc(64, 2 * BLOCK_ROWS * nv * sizeof(__m512));
+    int ok = w->bp && w->pairs && w->state;
+    if (kind == 1) {
+        w->bval = aligned_alloc(64, nv * k * 16 * sizeof(double) + 64);
+        w->bspread = aligned_alloc(64, nv * nc * 16 * sizeof(int32_t) + 64);
+        w->aval = malloc(BLOCK_ROWS * k * sizeof(double) + 64);
+        w->aspread = malloc(BLOCK_ROWS * nc * sizeof(int32_t) + 64);
+        ok = ok && w->bval && w->bspread && w->aval && w->aspread;
+    }
+    if (!ok) {
+        work_close(w);
+        return -1;
+    }
+    _mm_setcsr(0x1F80);
+    const lhs_rows l = {w->pairs, w->pairs + BLOCK_ROWS * np, w->pairs + 2 * BLOCK_ROWS * np,
+                        w->aval, w->aspread};
+    *o = (operands){w->bp, w->bval, w->bspread, l};
+    return 0;
 }
 
 /* Rows [r0, r1) of D [m][n] = C + A B (`mma_block`): codes a [m][k] (format fmt_a) and b
    [k][n] (fmt_b), k a multiple of 32, C c [m][n] float32 (finite, below 2^100), out [m][n]
-   float32; kind (`spec`), frac, out_bits the model's.  Returns 0, or -1 when its scratch
-   cannot be allocated. */
+   float32; kind (`spec`), frac, out_bits the model's; exact_route: kind 1's exact steps
+   in float64 (`exact_step`; 0: every step term by term, the same bits).  Returns 0, or -1
+   when its scratch cannot be allocated. */
 int fp8check_mma_rows(uint64_t pa, uint64_t pb, int64_t k, int64_t n, int64_t fmt_a,
-                      int64_t fmt_b, int64_t kind, int64_t frac, int64_t obits, uint64_t pc,
-                      uint64_t pout, int64_t r0, int64_t r1) {
-    int16_t *bp = alloc_rhs(k, n);
-    int32_t *pairs = malloc(12 * (k / 2) * sizeof(int32_t) + 64);
-    if (!bp || !pairs) {
-        free(bp);
-        free(pairs);
+                      int64_t fmt_b, int64_t kind, int64_t frac, int64_t obits,
+                      int64_t exact_route, uint64_t pc, uint64_t pout, int64_t r0, int64_t r1) {
+    work w;
+    operands o;
+    if (work_open(&w, k, n, (int)kind, &o))
         return -1;
-    }
-    const unsigned csr = _mm_getcsr();
-    _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
     const int sh = (int)(frac - FBITS[fmt_a] - FBITS[fmt_b]);
-    const spec sp = {(int)kind, frac, obits, sh};
-    pack_rhs((const uint8_t *)pb, k, n, (int)fmt_b, kind ? 0 : sh, bp);
+    const spec sp = {(int)kind, frac, obits, sh, (int)exact_route};
+    pack_rhs((const uint8_t *)pb, k, n, (int)fmt_b, kind ? 0 : sh, w.bp, w.bval, w.bspread);
     const target tg = {(const float *)pc + r0 * n, NULL, NULL, 0, 0, (float *)pout + r0 * n, n};
-    rows(0, (const uint8_t *)pa, k, r0, r1, k, n, (int)fmt_a, bp, tg, &sp, pairs);
-    _mm_setcsr(csr);
-    free(pairs);
-    free(bp);
+    rows(0, (const uint8_t *)pa, k, r0, r1, k, n, (int)fmt_a, &o, &tg, &sp, w.state);
+    work_close(&w);
     return 0;
 }
 
@@ -359,38 +619,32 @@ int fp8check_mma_rows(uint64_t pa, uint64_t pb, int64_t k, int64_t n, int64_t fm
    codes a [M][k] (row stride lda) and scales sa [M][k / 128], rhs codes b [G][k][n] and
    scales sb [G][k / 128][nb], offs [G + 1], out [M][n] float32 (row stride ldo; the
    groups' rows in [m0, m1) overwritten), both operands of format fmt; kind (`spec`),
-   frac, out_bits the model's.  Returns 0, or -1 when its scratch cannot be allocated. */
+   frac, out_bits the model's, exact_route as fp8check_mma_rows.  Returns 0, or -1 when
+   its scratch cannot be allocated. */
 int fp8check_mma_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n,
                      uint64_t poffs, int64_t g, int64_t m0, int64_t m1, uint64_t psa,
                      uint64_t psb, int64_t nb, int64_t fmt, int64_t kind, int64_t frac,
-                     int64_t obits, uint64_t pout, int64_t ldo) {
+                     int64_t obits, int64_t exact_route, uint64_t pout, int64_t ldo) {
     const uint8_t *b = (const uint8_t *)pb;
     const int64_t *offs = (const int64_t *)poffs;
-    int16_t *bp = alloc_rhs(k, n);
-    int32_t *pairs = malloc(12 * (k / 2) * sizeof(int32_t) + 64);
-    if (!bp || !pairs) {
-        free(bp);
-        free(pairs);
+    work w;
+    operands o;
+    if (work_open(&w, k, n, (int)kind, &o))
         return -1;
-    }
-    const unsigned csr = _mm_getcsr();
-    _mm_setcsr(0x1F80);
     const int sh = (int)(frac - 2 * FBITS[fmt]);
-    const spec sp = {(int)kind, frac, obits, sh};
+    const spec sp = {(int)kind, frac, obits, sh, (int)exact_route};
     const int64_t kbn = k / 128;
     for (int64_t gi = 0; gi < g; gi++) {
         const int64_t r0 = offs[gi] > m0 ? offs[gi] : m0;
         const int64_t r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
         if (r1 <= r0)
             continue;
-        pack_rhs(b + gi * k * n, k, n, (int)fmt, kind ? 0 : sh, bp);
+        pack_rhs(b + gi * k * n, k, n, (int)fmt, kind ? 0 : sh, w.bp, w.bval, w.bspread);
         const target tg = {NULL, (const float *)psa + r0 * kbn,
                            (const float *)psb + gi * kbn * nb, kbn, nb,
                            (float *)pout + r0 * ldo, ldo};
-        rows(1, (const uint8_t *)pa, lda, r0, r1, k, n, (int)fmt, bp, tg, &sp, pairs);
+        rows(1, (const uint8_t *)pa, lda, r0, r1, k, n, (int)fmt, &o, &tg, &sp, w.state);
     }
-    _mm_setcsr(csr);
-    free(pairs);
-    free(bp);
+    work_close(&w);
     return 0;
 }
