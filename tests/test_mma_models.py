@@ -300,6 +300,109 @@ def test_c_row_kernel_equals_numba_row_kernel(fmts, model, monkeypatch):
     assert len(calls) == 2
 
 
+def _exact_route_steps(a, b, fmts, sh):
+    """How `mma_rows.c` takes each (row, 32-wide step, 16-column vector) of codes a [m, K]
+    and b [K, n] under BLACKWELL_FP8 with the exact route on: counts of (the spreads
+    alone allow it, only the exact E_max test does, neither: term by term), computed here
+    from the model's definition (a term loses no bit when E_max - e_a - e_b <= sh)."""
+    ea = mma._TABLES[fmts[0]][1][a].astype(np.int64)
+    eb = mma._TABLES[fmts[1]][1][b].astype(np.int64)
+    m, k = a.shape
+    n = b.shape[1]
+    pad = -n % 16
+    eb = np.pad(eb, ((0, 0), (0, pad)), constant_values=mma._ZERO_EXP)
+    za, zb = ea == mma._ZERO_EXP, eb == mma._ZERO_EXP
+    ea = ea.reshape(m, k // 32, 32)
+    eb = eb.reshape(k // 32, 32, -1)
+    za, zb = za.reshape(ea.shape), zb.reshape(eb.shape)
+
+    def spread(e, z, axis):
+        hi = np.where(z, -(1 << 30), e).max(axis)
+        lo = np.where(z, 1 << 30, e).min(axis)
+        return np.where(hi >= lo, hi - lo, 0)
+
+    cheap = (spread(ea, za, 2)[:, :, None] + spread(eb, zb, 1)[None]) <= sh  # m, steps, n
+    x = ea[:, :, :, None] + eb[None]  # m, steps, 32, n
+    nz = ~(za[:, :, :, None] | zb[None])
+    emax = np.where(nz, x, -(1 << 30)).max(2)
+    xmin = np.where(nz, x, 1 << 30).min(2)
+    exact = (emax - xmin <= sh) | ~nz.any(2)
+    per_vec = lambda t: t.reshape(m, k // 32, -1, 16).all(-1)  # noqa: E731
+    cheap, exact = per_vec(cheap), per_vec(exact)
+    return int(cheap.sum()), int((exact & ~cheap).sum()), int((~exact).sum())
+
+
+@pytest.mark.skipif(mma.ROWS_STATUS != "avx512", reason=f"no C row kernel: {mma.ROWS_STATUS}")
+@pytest.mark.parametrize("fmts", [("e4m3fn", "e4m3fn"), ("e5m2", "e5m2"), ("e4m3fn", "e5m2")])
+def test_c_exact_route_gives_the_term_by_term_bits(fmts, monkeypatch):
+    """BLACKWELL_FP8's steps in which no term can lose a bit run in `mma_rows.c` as exact
+    float64 sums (`mma.EXACT_ROUTE`): the bits of the kernel term by term and of the numba
+    row kernel, on fresh random steps of every kind (the route taken by the spreads alone,
+    by the exact E_max test only, and not: products cut or lost at alignment), with zeros,
+    all-zero rows and steps, subnormal-only rows, the largest values, steps whose products
+    cancel to an exact zero, 8-row blocks and single rows, columns past a multiple of 16,
+    and C absent, +-0, subnormal, tiny, large and cancelling the products."""
+    rng = np.random.default_rng()
+    m, k, n = 45, 256, 70
+    dt = [mma._FMT[f][0] for f in fmts]
+    scale = [40.0 if f == "e4m3fn" else 2000.0 for f in fmts]  # about a quantizer's range
+
+    def codes(x, i):  # values clipped to the format's range, rounded to its codes
+        top = float(ml_dtypes.finfo(dt[i]).max)
+        return np.clip(x, -top, top).astype(np.float32).astype(dt[i]).view(np.uint8)
+
+    a = codes(rng.standard_normal((m, k)) * scale[0], 0)
+    b = codes(rng.standard_normal((k, n)) * scale[1], 1)
+    a[0], b[:, 0] = MAXCODE[fmts[0]][0], MAXCODE[fmts[1]][1]
+    a[1, ::3], b[::7] = 0, 0
+    neg = FINITE[fmts[1]][(FINITE[fmts[1]] > 0x80)]  # negative nonzero codes
+    a[2], b[:, 64:] = 0x80, rng.choice(neg, (k, n - 64))  # zeros times them: products -0
+    a[3, 32:64] = 0
+    a[4] = rng.choice(FINITE[fmts[0]][:8], k)  # subnormals and zeros only
+    a[5:8] = rng.choice(FINITE[fmts[0]], (3, k))  # every exponent: wide spreads
+    b[:, 5:7] = rng.choice(FINITE[fmts[1]], (k, 2))
+    wide = np.exp2(rng.integers(-9, 3, (6, k)))  # spreads past sh, often still exact
+    a[8:14] = codes(rng.standard_normal((6, k)) * scale[0] * wide, 0)
+    a[14, 64:96:2] = a[14, 65:96:2] ^ 0x80  # products cancel pairwise to an exact zero
+    b[64:96:2] = b[65:96:2]
+    a[15, 96:128] = rng.choice(FINITE[fmts[0]][:8], 32)  # one step of tiny values
+    sh = BLACKWELL_FP8.frac_bits - sum(mma._TABLES[f][3] for f in fmts)
+    for row, col, gap in ((16, 20, sh + 1), (17, 40, sh)):
+        # both bounds tight at one step: the largest exponents at k = 128 and 130, the
+        # smallest at k = 129, odd significands: a term sh + 1 below E_max loses its last
+        # bit, which shows: the products at k = 128 and 130 cancel.  The column's vector
+        # is otherwise zero there, so the bounds decide the route, and the row elsewhere,
+        # so no other step hides the bit.
+        ga = gap // 2
+        a[row], b[128:160, col // 16 * 16:col // 16 * 16 + 16] = 0, 0
+        for i, shift in enumerate((ga, gap - ga)):  # normal values, exponents 7 and 7 - shift
+            one = 1 + 2.0 ** -mma._FMT[fmts[i]][2]  # the odd significand 1.0...1
+            big = -one * 2.0**7 if i == 0 else one * 2.0**7
+            vals = codes(np.array([one * 2.0**7, one * 2.0 ** (7 - shift), big]), i)
+            if i == 0:
+                a[row, 128:131] = vals
+            else:
+                b[128:131, col] = vals
+    kinds = _exact_route_steps(a, b, fmts, sh)
+    assert min(kinds) > 0, kinds
+    c = (rng.standard_normal((m, n)) * 10.0 ** rng.integers(-44, 29, (m, n))).astype(np.float32)
+    c[0, :4] = [0.0, -0.0, 2.0**-149, -(2.0**99)]
+    c[2] = -0.0  # a zero row: +0 + -0 = +0, every step
+    c[14] = -mma_block(a[14:15], b, None, BLACKWELL_FP8, fmts)  # D exactly 0 in places
+    calls = []
+    real = mma._c_rows
+    monkeypatch.setattr(mma, "_c_rows", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    for cc in (None, c):
+        on = mma._run(a, b, cc, BLACKWELL_FP8, fmts, "auto")
+        monkeypatch.setattr(mma, "EXACT_ROUTE", False)
+        off = mma._run(a, b, cc, BLACKWELL_FP8, fmts, "auto")
+        monkeypatch.setattr(mma, "EXACT_ROUTE", True)
+        assert same_bits(on, off)
+        assert same_bits(on, mma._run(a, b, cc, BLACKWELL_FP8, fmts, "rows"))
+    assert len(calls) == 4
+    assert (mma_block(a[14:15], b, c[14:15], BLACKWELL_FP8, fmts) == 0).any()
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_c_row_kernel_takes_only_its_kinds(name):
     """The C kernel serves exactly the Hopper and Blackwell models (other readings change

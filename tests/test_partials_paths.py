@@ -188,22 +188,26 @@ def test_gmm_and_exact_on_e5m2(accum, monkeypatch):
 
 
 @pytest.mark.parametrize("out_dtype", [np.float32, ml_dtypes.bfloat16])
-@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+@pytest.mark.parametrize("fmt, data", [("e4m3fn", "adversarial"), ("e4m3fn", "quantized"),
+                                       ("e5m2", "quantized")])
 @pytest.mark.parametrize("accum", ["deepgemm-hopper", "deepgemm-blackwell"])
-def test_tensor_core_c_pass_gives_the_block_path_bits(out_dtype, fmt, accum, monkeypatch):
+def test_tensor_core_c_pass_gives_the_block_path_bits(out_dtype, fmt, data, accum,
+                                                      monkeypatch):
     """The tensor-core recipes in one C pass (`mma.deepgemm_gmm`) give the bits of the
     path that forms each block's partials (`mma.promoted_partial`) and accumulates them in
-    numba, with an empty group, rows past the last and scales over many binades."""
+    numba, with an empty group, rows past the last and scales over many binades; on
+    adversarial codes (wide exponent spreads in every step) and quantized normals (most
+    Blackwell steps on `mma_rows.c`'s exact route)."""
     if mma.ROWS_STATUS != "avx512":
         pytest.skip(f"no C row kernel: {mma.ROWS_STATUS}")
     rng = np.random.default_rng()
-    if fmt == "e4m3fn":
+    if data == "adversarial":
         lhs, rhs, gs = _adversarial(rng, 300, 384, 150, 4)
     else:
         x = rng.standard_normal((300, 384)) * np.exp2(rng.integers(-12, 12, (300, 1)))
-        lhs = quantize(x.astype(np.float32), (1, 128), fmt="e5m2")
+        lhs = quantize(x.astype(np.float32), (1, 128), fmt=fmt)
         rhs = quantize(rng.standard_normal((3, 384, 150)).astype(np.float32), (128, 128),
-                       fmt="e5m2")
+                       fmt=fmt)
         gs = np.array([120, 0, 170], np.int32)
     calls = []
     real = mma.deepgemm_gmm
