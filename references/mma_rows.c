@@ -76,16 +76,26 @@ static inline void c_parts(__m512 cv, __m512i *ic, __m512i *ec) {
    needs no counterpart: without products and with C = 0 the sum is 0, hence +0.) */
 static inline __m512 finish(__m512i s, __m512i emax, __m512i ic, __m512i ec, int64_t frac,
                             int64_t obits) {
-    const __m512i zero = _mm512_setzero_si512();
-    const __mmask16 c_nz = _mm512_cmpneq_epi32_mask(ic, zero);
-    /* C's term: sign * (|ic| >> (23 - frac + emax - ec)), cut toward zero */
+    /* C's term: sign * (|ic| >> (23 - frac + emax - ec)), cut toward zero (0 for C = 0) */
     const __m512i sh = _mm512_add_epi32(_mm512_set1_epi32((int)(23 - frac)),
                                         _mm512_sub_epi32(emax, ec));
     const __m512i ct = _mm512_srlv_epi32(_mm512_abs_epi32(ic), sh);
-    s = _mm512_mask_add_epi32(s, c_nz & ~_mm512_movepi32_mask(ic), s, ct);
-    s = _mm512_mask_sub_epi32(s, c_nz & _mm512_movepi32_mask(ic), s, ct);
-    /* round_out: q = max(top, -126) - obits with top = bitlen(|s|) - 1 + unit */
+    const __m512i neg = _mm512_srai_epi32(ic, 31);
+    s = _mm512_add_epi32(s, _mm512_sub_epi32(_mm512_xor_si512(ct, neg), neg));
     const __m512i unit = _mm512_sub_epi32(emax, _mm512_set1_epi32((int)frac));
+    if (!_mm512_cmplt_epi32_mask(unit, _mm512_set1_epi32(-126))) {
+        /* Every lane's grid at or above 2^-126, so a nonzero result is a normal float32
+           (or overflows): s (below 2^21) converts exactly, clearing its low 23 - obits
+           fraction bits cuts it toward zero to obits bits below its leading bit (round_out's
+           q = top - obits), and the scaling by 2^unit is exact (+-inf from 2^128 up); a zero
+           sum gives +0. */
+        const __m512i kept = _mm512_set1_epi32((int)(~0u << (23 - obits)));
+        const __m512 v = _mm512_castsi512_ps(
+            _mm512_and_si512(_mm512_castps_si512(_mm512_cvtepi32_ps(s)), kept));
+        return _mm512_scalef_ps(v, _mm512_cvtepi32_ps(unit));
+    }
+    /* round_out: q = max(top, -126) - obits with top = bitlen(|s|) - 1 + unit */
+    const __m512i zero = _mm512_setzero_si512();
     __m512i a = _mm512_abs_epi32(s);
     const __m512i top = _mm512_add_epi32(_mm512_sub_epi32(_mm512_set1_epi32(31),
                                                           _mm512_lzcnt_epi32(a)), unit);

@@ -281,7 +281,8 @@ def test_c_row_kernel_equals_numba_row_kernel(fmts, model, monkeypatch):
     """`mma_rows.c` (the "auto" choice for HOPPER_FP8 and BLACKWELL_FP8 on finite operands)
     gives the numba row kernel's bits: every finite code, the largest, zeros,
     subnormal-only rows (the smallest exponents), rows past a multiple of 4 and columns
-    past a multiple of 16, C absent, zero, -0, subnormal, tiny and large; and it ran."""
+    past a multiple of 16, C absent, zero, -0, subnormal, tiny and large, a zero row with C
+    near and below float32's normal range; and it ran."""
     rng = np.random.default_rng(41)
     m, k, n = 39, 256, 50
     a = rng.choice(FINITE[fmts[0]], (m, k))
@@ -291,6 +292,9 @@ def test_c_row_kernel_equals_numba_row_kernel(fmts, model, monkeypatch):
     a[2] = rng.choice(FINITE[fmts[0]][:8], k)  # subnormals and zeros only
     c = (rng.standard_normal((m, n)) * 10.0 ** rng.integers(-44, 29, (m, n))).astype(np.float32)
     c[0, :4] = [0.0, -0.0, 2.0**-149, -(2.0**99)]
+    # a zero row: C alone, near and below float32's normal range (the cut's grid there)
+    a[3] = 0
+    c[3] = (rng.standard_normal(n) * np.exp2(rng.integers(-150, -100, n))).astype(np.float32)
     calls = []
     real = mma._c_rows
     monkeypatch.setattr(mma, "_c_rows", lambda *a, **kw: calls.append(1) or real(*a, **kw))
