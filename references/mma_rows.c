@@ -44,18 +44,14 @@
 #define ZERO_EXP (-8192)
 /* Rows decoded and run together (`rows`): the rhs is read from memory once per block. */
 #define BLOCK_ROWS 64
+/* Added to the lhs exponents for `no_bit_lost`: a product's exponent sum plus it is
+   positive, below 2^15, and with a zero code's ZERO_EXP wraps around to above 2^15. */
+#define EXP_OFFSET 4096
 
 /* Lane-pair form of int16 lanes: each even lane (k even) takes the max of itself and its
    odd neighbour, and both lanes of the pair get it. */
 static inline __m512i pair_max(__m512i x) {
     __m512i m = _mm512_max_epi16(x, _mm512_srli_epi32(x, 16));
-    m = _mm512_and_si512(m, _mm512_set1_epi32(0xFFFF));
-    return _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
-}
-
-/* The same with the minimum. */
-static inline __m512i pair_min(__m512i x) {
-    __m512i m = _mm512_min_epi16(x, _mm512_srli_epi32(x, 16));
     m = _mm512_and_si512(m, _mm512_set1_epi32(0xFFFF));
     return _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
 }
@@ -167,10 +163,12 @@ static inline void fold_exps(__m512i e, __m512i *mx, __m512i *mn) {
 /* The decoded lhs rows of a row block, step by step (step c of row r at index c
    BLOCK_ROWS + r: a block's rows of one step lie together): mag / sgn / ex [k / 32]
    [BLOCK_ROWS][16] pairs (two int16 halves, k even low, k odd high: |significand|, sign
-   (+-1), exponent); for kind 1 val [k / 32][BLOCK_ROWS][32] the values and spread
-   [k / 32][BLOCK_ROWS] each step's exponent spread. */
+   (+-1), exponent); for kind 1 exo [k / 32][BLOCK_ROWS][16] the exponents + 2^12 (pairs
+   as ex; `no_bit_lost`), val [k / 32][BLOCK_ROWS][32] the values and spread [k / 32]
+   [BLOCK_ROWS][2] each step's exponent spread and largest exponent (0 and 0 where the
+   step's codes are all zero). */
 typedef struct {
-    int32_t *mag, *sgn, *ex;
+    int32_t *mag, *sgn, *ex, *exo;
     double *val;
     int32_t *spread;
 } lhs_rows;
@@ -187,12 +185,14 @@ static void decode_row(const uint8_t *codes, int64_t k, int fmt, int kind, const
         _mm512_storeu_si512(l->sgn + at * 16, s);
         _mm512_storeu_si512(l->ex + at * 16, e);
         if (kind == 1) {
+            _mm512_storeu_si512(l->exo + at * 16, _mm512_add_epi16(e, _mm512_set1_epi16(EXP_OFFSET)));
             values32(m, s, e, FBITS[fmt], l->val + at * 32);
             __m512i mx = _mm512_set1_epi32(-(1 << 30)), mn = _mm512_set1_epi32(1 << 30);
             fold_exps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(e)), &mx, &mn);
             fold_exps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(e, 1)), &mx, &mn);
             const int32_t hi = _mm512_reduce_max_epi32(mx), lo = _mm512_reduce_min_epi32(mn);
-            l->spread[at] = hi >= lo ? hi - lo : 0;
+            l->spread[2 * at] = hi >= lo ? hi - lo : 0;
+            l->spread[2 * at + 1] = hi >= lo ? hi : 0;
         }
     }
 }
@@ -203,7 +203,8 @@ static void decode_row(const uint8_t *codes, int64_t k, int fmt, int kind, const
          exponent; lane 2 col + t is k = 2 p + t, column 16 v + col;
      and for kind 1 (val, spread not NULL)
      val    [k / 32][nv][32][16] float64: the values, column 16 v + lane;
-     spread [k / 32][nv][16] int32: the step's exponent spread per column. */
+     spread [k / 32][nv][2][16] int32: the step's exponent spread per column, then its
+            largest exponent (0 and 0 for a column of zero codes). */
 static void pack_rhs(const uint8_t *b, int64_t k, int64_t n, int fmt, int sh, int16_t *bp,
                      double *val, int32_t *spread) {
     const int64_t nv = (n + 15) / 16, np = k / 2;
@@ -246,8 +247,12 @@ static void pack_rhs(const uint8_t *b, int64_t k, int64_t n, int fmt, int sh, in
                                                                   _mm512_cvtepi32_pd(eq)));
                 }
             }
-            if (p % 16 == 15)
-                _mm512_store_si512(spread + (p / 16 * nv + v) * 16, spread_of(mx, mn));
+            if (p % 16 == 15) {
+                int32_t *o2 = spread + (p / 16 * nv + v) * 32;
+                _mm512_store_si512(o2, spread_of(mx, mn));
+                _mm512_store_si512(o2 + 16, _mm512_maskz_mov_epi32(
+                    _mm512_cmpge_epi32_mask(mx, mn), mx));
+            }
         }
     }
 }
@@ -402,24 +407,24 @@ static inline __attribute__((always_inline)) void exact_step(int R, const double
     }
 }
 
-/* Whether every nonzero product of one row's step (its 16 pairs' exponents at ex) on one
-   column vector (bv: the step's packed rhs of it) lies at most sh binades below the step's
-   E_max, in every column: then no term loses a bit at alignment.  The exact test, for
-   the rows whose spreads alone (`rows_vector`) do not settle it. */
-static inline int no_bit_lost(const int32_t *ex, const int16_t *bv, int64_t sh) {
-    __m512i hi = _mm512_set1_epi16(-32768), lo = _mm512_set1_epi16(32767);
-    for (int p = 0; p < 16; p++) {
-        const __m512i x = _mm512_add_epi16(_mm512_set1_epi32(ex[p]),
-                                           _mm512_load_si512(bv + p * 96 + 64));
-        hi = _mm512_max_epi16(hi, x);
-        /* a zero code's ZERO_EXP puts its product's sum far below every real one */
-        lo = _mm512_mask_min_epi16(lo, _mm512_cmpgt_epi16_mask(x, _mm512_set1_epi16(ZERO_EXP / 2)),
-                                   lo, x);
-    }
-    const __m512i emax = _mm512_srai_epi32(_mm512_slli_epi32(pair_max(hi), 16), 16);
-    const __m512i xmin = _mm512_srai_epi32(_mm512_slli_epi32(pair_min(lo), 16), 16);
-    /* no nonzero product in a column: xmin 32767 there, so the test passes */
-    return !_mm512_cmpgt_epi32_mask(_mm512_sub_epi32(emax, xmin), _mm512_set1_epi32((int)sh));
+/* Whether no term of one row's step on one column vector can lose a bit at alignment,
+   by a test finer than the spreads (`rows_step`): E_max is at most amax + bmax (the
+   row's and each column's largest exponent), so every nonzero product at most sh binades
+   below that is safe.  The smallest nonzero product's exponent sum comes from 16 pairs
+   (exo: the row's exponents + EXP_OFFSET, bv: the step's packed rhs of the vector) as an
+   unsigned minimum: a zero code's sum wraps around above every real one; with no nonzero
+   product it stays 2^16 - 1 and the test passes. */
+static inline int no_bit_lost(const int32_t *exo, const int16_t *bv, int32_t amax, __m512i bmax,
+                              int64_t sh) {
+    __m512i lo = _mm512_set1_epi16(-1);
+    for (int p = 0; p < 16; p++)
+        lo = _mm512_min_epu16(lo, _mm512_add_epi16(_mm512_set1_epi32(exo[p]),
+                                                   _mm512_load_si512(bv + p * 96 + 64)));
+    lo = _mm512_min_epu16(lo, _mm512_srli_epi32(lo, 16)); /* the pair's: low halves */
+    const __m512i xmin = _mm512_sub_epi32(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)),
+                                          _mm512_set1_epi32(EXP_OFFSET));
+    const __m512i top = _mm512_add_epi32(bmax, _mm512_set1_epi32(amax));
+    return !_mm512_cmpgt_epi32_mask(_mm512_sub_epi32(top, xmin), _mm512_set1_epi32((int)sh));
 }
 
 /* The packed rhs of one expert and the lhs rows of a row block, for `rows_vector`. */
@@ -448,13 +453,15 @@ static inline __attribute__((always_inline)) void rows_step(
         cv[r] = cvs[r * nv];
     if (kind == 1 && sp->exact_route) {
         const double *bval = o->bval + (c * nv + v) * 32 * 16, *aval = o->a.val + at * 32;
-        const __m512i bsp = _mm512_load_si512(o->bspread + (c * nv + v) * 16);
+        const int32_t *bs2 = o->bspread + (c * nv + v) * 32;
+        const __m512i bsp = _mm512_load_si512(bs2), bmx = _mm512_load_si512(bs2 + 16);
         unsigned ok = 0;
         for (int r = 0; r < R; r++) {
             const __m512i both = _mm512_add_epi32(
-                bsp, _mm512_set1_epi32(o->a.spread[at + r]));
+                bsp, _mm512_set1_epi32(o->a.spread[2 * (at + r)]));
             if (!_mm512_cmpgt_epi32_mask(both, _mm512_set1_epi32((int)sp->sh)) ||
-                no_bit_lost(ex + 16 * r, bv, sp->sh))
+                no_bit_lost(o->a.exo + (at + r) * 16, bv, o->a.spread[2 * (at + r) + 1], bmx,
+                            sp->sh))
                 ok |= 1u << r;
         }
         if (ok == (1u << R) - 1) {
@@ -560,7 +567,7 @@ static void rows(int mode, const uint8_t *a, int64_t lda, int64_t r0, int64_t r1
 typedef struct {
     int16_t *bp;
     double *bval, *aval;
-    int32_t *bspread, *pairs, *aspread;
+    int32_t *bspread, *pairs, *aspread, *aexo;
     __m512 *state;
     unsigned csr;
 } work;
@@ -572,6 +579,7 @@ static void work_close(work *w) {
     free(w->bspread);
     free(w->pairs);
     free(w->aspread);
+    free(w->aexo);
     free(w->state);
     _mm_setcsr(w->csr);
 }
@@ -587,10 +595,11 @@ static int work_open(work *w, int64_t k, int64_t n, int kind, operands *o) {
     int ok = w->bp && w->pairs && w->state;
     if (kind == 1) {
         w->bval = aligned_alloc(64, nv * k * 16 * sizeof(double) + 64);
-        w->bspread = aligned_alloc(64, nv * nc * 16 * sizeof(int32_t) + 64);
+        w->bspread = aligned_alloc(64, nv * nc * 32 * sizeof(int32_t) + 64);
         w->aval = malloc(BLOCK_ROWS * k * sizeof(double) + 64);
-        w->aspread = malloc(BLOCK_ROWS * nc * sizeof(int32_t) + 64);
-        ok = ok && w->bval && w->bspread && w->aval && w->aspread;
+        w->aspread = malloc(2 * BLOCK_ROWS * nc * sizeof(int32_t) + 64);
+        w->aexo = malloc(BLOCK_ROWS * np * sizeof(int32_t) + 64);
+        ok = ok && w->bval && w->bspread && w->aval && w->aspread && w->aexo;
     }
     if (!ok) {
         work_close(w);
@@ -598,7 +607,7 @@ static int work_open(work *w, int64_t k, int64_t n, int kind, operands *o) {
     }
     _mm_setcsr(0x1F80);
     const lhs_rows l = {w->pairs, w->pairs + BLOCK_ROWS * np, w->pairs + 2 * BLOCK_ROWS * np,
-                        w->aval, w->aspread};
+                        w->aexo, w->aval, w->aspread};
     *o = (operands){w->bp, w->bval, w->bspread, l};
     return 0;
 }

@@ -307,33 +307,29 @@ def test_c_row_kernel_equals_numba_row_kernel(fmts, model, monkeypatch):
 def _exact_route_steps(a, b, fmts, sh):
     """How `mma_rows.c` takes each (row, 32-wide step, 16-column vector) of codes a [m, K]
     and b [K, n] under BLACKWELL_FP8 with the exact route on: counts of (the spreads
-    alone allow it, only the exact E_max test does, neither: term by term), computed here
-    from the model's definition (a term loses no bit when E_max - e_a - e_b <= sh)."""
+    allow it, only its finer test does (the row's and the column's largest exponents
+    less the smallest nonzero product's), neither: term by term).  A term loses no bit
+    when E_max - e_a - e_b <= sh; each test bounds that shift from above."""
     ea = mma._TABLES[fmts[0]][1][a].astype(np.int64)
     eb = mma._TABLES[fmts[1]][1][b].astype(np.int64)
     m, k = a.shape
-    n = b.shape[1]
-    pad = -n % 16
-    eb = np.pad(eb, ((0, 0), (0, pad)), constant_values=mma._ZERO_EXP)
-    za, zb = ea == mma._ZERO_EXP, eb == mma._ZERO_EXP
+    eb = np.pad(eb, ((0, 0), (0, -b.shape[1] % 16)), constant_values=mma._ZERO_EXP)
     ea = ea.reshape(m, k // 32, 32)
     eb = eb.reshape(k // 32, 32, -1)
-    za, zb = za.reshape(ea.shape), zb.reshape(eb.shape)
-
-    def spread(e, z, axis):
-        hi = np.where(z, -(1 << 30), e).max(axis)
-        lo = np.where(z, 1 << 30, e).min(axis)
-        return np.where(hi >= lo, hi - lo, 0)
-
-    cheap = (spread(ea, za, 2)[:, :, None] + spread(eb, zb, 1)[None]) <= sh  # m, steps, n
-    x = ea[:, :, :, None] + eb[None]  # m, steps, 32, n
-    nz = ~(za[:, :, :, None] | zb[None])
-    emax = np.where(nz, x, -(1 << 30)).max(2)
-    xmin = np.where(nz, x, 1 << 30).min(2)
-    exact = (emax - xmin <= sh) | ~nz.any(2)
+    za, zb = ea == mma._ZERO_EXP, eb == mma._ZERO_EXP
+    big = 1 << 30
+    hi_a, lo_a = np.where(za, -big, ea).max(2), np.where(za, big, ea).min(2)
+    hi_b, lo_b = np.where(zb, -big, eb).max(1), np.where(zb, big, eb).min(1)
+    spread_a = np.where(hi_a >= lo_a, hi_a - lo_a, 0)[:, :, None]  # m, steps, 1
+    spread_b = np.where(hi_b >= lo_b, hi_b - lo_b, 0)[None]  # 1, steps, n
+    cheap = spread_a + spread_b <= sh
+    nz = ~(za[:, :, :, None] | zb[None])  # m, steps, 32, n
+    xmin = np.where(nz, ea[:, :, :, None] + eb[None], big).min(2)
+    top = np.maximum(hi_a, 0)[:, :, None] + np.maximum(hi_b, 0)[None]
+    finer = (top - xmin <= sh) | ~nz.any(2)
     per_vec = lambda t: t.reshape(m, k // 32, -1, 16).all(-1)  # noqa: E731
-    cheap, exact = per_vec(cheap), per_vec(exact)
-    return int(cheap.sum()), int((exact & ~cheap).sum()), int((~exact).sum())
+    cheap, finer = per_vec(cheap), per_vec(finer)
+    return int(cheap.sum()), int((finer & ~cheap).sum()), int((~(finer | cheap)).sum())
 
 
 @pytest.mark.skipif(mma.ROWS_STATUS != "avx512", reason=f"no C row kernel: {mma.ROWS_STATUS}")
@@ -342,7 +338,7 @@ def test_c_exact_route_gives_the_term_by_term_bits(fmts, monkeypatch):
     """BLACKWELL_FP8's steps in which no term can lose a bit run in `mma_rows.c` as exact
     float64 sums (`mma.EXACT_ROUTE`): the bits of the kernel term by term and of the numba
     row kernel, on fresh random steps of every kind (the route taken by the spreads alone,
-    by the exact E_max test only, and not: products cut or lost at alignment), with zeros,
+    by the finer test only, and not: products cut or lost at alignment), with zeros,
     all-zero rows and steps, subnormal-only rows, the largest values, steps whose products
     cancel to an exact zero, 8-row blocks and single rows, columns past a multiple of 16,
     and C absent, +-0, subnormal, tiny, large and cancelling the products."""
