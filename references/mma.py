@@ -143,8 +143,9 @@ All arithmetic is on exact integers (numba, int64): no float rounding anywhere b
 model's own.  `frac_bits` up to 40 fit int64 (40 already makes every e4m3 step exact).
 Where the CPU has AVX-512, `HOPPER_FP8` and `BLACKWELL_FP8` (and the models of their
 kinds, `_c_model_kind`) run on finite operands in C instead (`mma_rows.c`, the same
-integers step by step; `ROWS_STATUS` says whether it is on); the numba kernels serve
-everything else.
+integers step by step, except that a Blackwell step in which no term can lose a bit at
+alignment is its products' exact sum, formed in float64: `EXACT_ROUTE`; `ROWS_STATUS`
+says whether it is on); the numba kernels serve everything else.
 """
 
 from __future__ import annotations
@@ -313,6 +314,26 @@ def _tables(fmt: str):
 
 
 _TABLES = {name: _tables(name) for name in _FMT}
+
+
+def _nonfinite_mask(fmt: str) -> int:
+    """The bits that every NaN / Inf code of `fmt` has set, and no finite code: a code c is
+    non-finite exactly when c & mask == mask (checked against the tables)."""
+    code = np.arange(256)
+    bad = _TABLES[fmt][2] != 0
+    mask = int(np.bitwise_and.reduce(code[bad])) & 0x7F
+    assert np.array_equal((code & mask) == mask, bad), fmt
+    return mask
+
+
+_NONFINITE = {name: _nonfinite_mask(name) for name in _FMT}
+
+
+def _any_nonfinite(codes: np.ndarray, fmt: str) -> bool:
+    """Whether uint8 codes of `fmt` hold a NaN or Inf (a masked maximum: no table lookup
+    per element)."""
+    mask = _NONFINITE[fmt]
+    return codes.size > 0 and int(np.bitwise_and(codes, mask).max()) == mask
 
 
 def _fmt_name(fmt) -> str:
@@ -738,10 +759,10 @@ def deepgemm_gmm(a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: n
     having done nothing, where the kernel does not apply: the model or format
     (`_c_model_kind`), a non-finite code or scale."""
     fmt = _fmt_name(fmt)
-    cls = _TABLES[fmt][2]
     kind = _c_model_kind(model, fmt, fmt)
-    if not (kind is not None and not cls[a_codes[:offsets[-1]]].any()
-            and not cls[b_codes].any() and np.isfinite(sa).all() and np.isfinite(sb).all()):
+    if not (kind is not None and not _any_nonfinite(a_codes[:offsets[-1]], fmt)
+            and not _any_nonfinite(b_codes, fmt) and np.isfinite(sa).all()
+            and np.isfinite(sb).all()):
         return False
     m, k = a_codes.shape
     g, _, n = b_codes.shape

@@ -464,25 +464,17 @@ static inline __attribute__((always_inline)) void rows_step(
                             sp->sh))
                 ok |= 1u << r;
         }
-        if (ok == (1u << R) - 1) {
-            exact_step(R, aval, bval, cv);
-        } else {
-            for (int h = 0; h < R; h += 4) { /* by quads (or the one row) */
-                const int H = R < 4 ? R : 4;
-                const unsigned all = (1u << H) - 1;
-                if ((ok >> h & all) == all) {
-                    exact_step(H, aval + 32 * h, bval, cv + h);
-                    continue;
-                }
-                for (int r = h; r < h + H; r++) {
-                    if (ok >> r & 1)
-                        exact_step(1, aval + 32 * r, bval, cv + r);
-                    else
-                        model_step(1, 1, mag + 16 * r, sgn + 16 * r, ex + 16 * r, 16, bv,
-                                   cv + r, sp);
-                }
+        /* all R rows at once (the register block's loads shared), then the rows the
+           tests did not clear again from their C, term by term */
+        __m512 c_in[8];
+        for (int r = 0; r < R; r++)
+            c_in[r] = cv[r];
+        exact_step(R, aval, bval, cv);
+        for (int r = 0; r < R; r++)
+            if (!(ok >> r & 1)) {
+                cv[r] = c_in[r];
+                model_step(1, 1, mag + 16 * r, sgn + 16 * r, ex + 16 * r, 16, bv, cv + r, sp);
             }
-        }
     } else {
         for (int h = 0; h < R; h += 4)
             model_step(R < 4 ? R : 4, kind, mag + 16 * h, sgn + 16 * h, ex + 16 * h, 16, bv,

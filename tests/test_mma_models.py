@@ -403,6 +403,21 @@ def test_c_exact_route_gives_the_term_by_term_bits(fmts, monkeypatch):
     assert (mma_block(a[14:15], b, c[14:15], BLACKWELL_FP8, fmts) == 0).any()
 
 
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e5m2"])
+def test_nonfinite_check_finds_every_nan_and_inf_code(fmt):
+    """`deepgemm_gmm`'s check for NaN / Inf codes (a masked maximum) says yes for an array
+    holding any one non-finite code among finite ones, and no for all finite codes."""
+    rng = np.random.default_rng(3)
+    finite = rng.choice(FINITE[fmt], 1000).astype(np.uint8)
+    assert not mma._any_nonfinite(finite, fmt)
+    assert not mma._any_nonfinite(FINITE[fmt], fmt)
+    assert not mma._any_nonfinite(finite[:0], fmt)
+    for code in sorted(set(range(256)) - set(FINITE[fmt].tolist())):
+        x = finite.copy()
+        x[rng.integers(x.size)] = code
+        assert mma._any_nonfinite(x, fmt), code
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_c_row_kernel_takes_only_its_kinds(name):
     """The C kernel serves exactly the Hopper and Blackwell models (other readings change
