@@ -129,8 +129,11 @@ def dev_table():
         m.AVAILABLE = True
     for accum, target in TENSOR_CORE_ACCUMS.items():
         model = mma.mma_model(target)
-        path = ("C row kernel, recipe fused (mma.deepgemm_gmm, mma_rows.c)"
-                if mma._c_model_kind(model, "e4m3fn", "e4m3fn") is not None
+        kind = mma._c_model_kind(model, "e4m3fn", "e4m3fn")
+        exact = (", steps losing no bit as exact float64 sums"
+                 if kind == 1 and mma.EXACT_ROUTE else "")
+        path = (f"C row kernel, recipe fused (mma.deepgemm_gmm, mma_rows.c{exact})"
+                if kind is not None
                 else f"numba row kernel per block + numba recipe (C row kernel: {mma.ROWS_STATUS})")
         row(f"gmm {accum}", lambda accum=accum: gmm(lhs, rhs, gs, accum=accum), f32, 5.0, path,
             repeat=1 if "numba" in path else 3)
