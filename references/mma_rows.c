@@ -334,13 +334,15 @@ static inline __attribute__((always_inline)) void model_step(
     int R, int kind, const int32_t *mag, const int32_t *sgn, const int32_t *ex, int64_t rs,
     const int16_t *bv, __m512 *cv, const spec *sp) {
     __m512i e16[4], emax[4], ic[4], ec[4], s[4], so[4];
+    __m512i x[4][16]; /* the products' exponent sums, kept for the term pass */
     for (int r = 0; r < R; r++)
         e16[r] = _mm512_set1_epi16(-32768);
     for (int p = 0; p < 16; p++) {
         const __m512i be = _mm512_load_si512(bv + p * 96 + 64);
-        for (int r = 0; r < R; r++)
-            e16[r] = _mm512_max_epi16(e16[r], _mm512_add_epi16(
-                _mm512_set1_epi32(ex[r * rs + p]), be));
+        for (int r = 0; r < R; r++) {
+            x[r][p] = _mm512_add_epi16(_mm512_set1_epi32(ex[r * rs + p]), be);
+            e16[r] = _mm512_max_epi16(e16[r], x[r][p]);
+        }
     }
     for (int r = 0; r < R; r++) {
         emax[r] = _mm512_srai_epi32(_mm512_slli_epi32(pair_max(e16[r]), 16), 16);
@@ -360,11 +362,9 @@ static inline __attribute__((always_inline)) void model_step(
     for (int p = 0; p < 16; p++) {
         const int16_t *q = bv + p * 96;
         const __m512i bm = _mm512_load_si512(q), bs = _mm512_load_si512(q + 32);
-        const __m512i be = _mm512_load_si512(q + 64);
         for (int r = 0; r < R; r++) {
             const int64_t at = r * rs + p;
-            const __m512i d = _mm512_sub_epi16(e16[r], _mm512_add_epi16(
-                _mm512_set1_epi32(ex[at]), be));
+            const __m512i d = _mm512_sub_epi16(e16[r], x[r][p]);
             const __m512i m = _mm512_mullo_epi16(_mm512_set1_epi32(mag[at]), bm);
             const __m512i sg = _mm512_mullo_epi16(_mm512_set1_epi32(sgn[at]), bs);
             if (kind == 1)
