@@ -27,14 +27,24 @@
      k-odd term of one column); kind 1 in two int32 sums of 16 terms (below 2^31), added
      exactly in float64;
    * kind 0: C's term ic >> (23 - frac + E_max - e_c) (toward zero; E_max >= e_c once C
-     joins) and the truncation to out_bits are integer shifts; the result a 2^q with a <
-     2^(out_bits + 1) is converted exactly (VSCALEFPS of an exact int32: a float32,
-     subnormal or not, or +-inf from 2^128 up, as mma.py's `_round_out`), +0 for a zero
-     sum;
+     joins) is an integer shift; where every lane's grid 2^(E_max - frac) is at or above
+     2^-126 the sum converts exactly to float32, the truncation to out_bits clears its low
+     fraction bits and VSCALEFPS scales it exactly (`finish`); elsewhere the truncation is
+     an integer shift and the result a 2^q with a < 2^(out_bits + 1) converts exactly
+     (VSCALEFPS of an exact int32: a float32, subnormal or not); +-inf from 2^128 up, as
+     mma.py's `_round_out`, and +0 for a zero sum;
    * kind 1: the sum converted to float32 toward zero is the cut to 23 fraction bits; the
      FP8 sums' exponents keep it a normal float32 and its scaling by 2^unit exact; then
      one IEEE addition of C (MXCSR: round to nearest even, subnormals kept) is mma.py's
-     exact sum rounded once, signed zeros included (+0 for a zero sum plus +-0).
+     exact sum rounded once, signed zeros included (+0 for a zero sum plus +-0);
+   * kind 1, exact route (on unless the caller says not): a step in which no term can
+     lose a bit at alignment (tests from the exponents: `rows_step`) has the products'
+     exact sum as its aligned sum, which float64 fmas form exactly (`exact_step`); the
+     rest of the step as above.
+
+   Speed: a block of BLOCK_ROWS rows runs step by step, each step's rhs (one expert's,
+   packed once per call and expert, step-major) visited column vector by column vector
+   with the block's rows in register groups of 8 (`rows`).
 */
 #include <immintrin.h>
 #include <stdint.h>
