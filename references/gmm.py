@@ -288,6 +288,13 @@ def _gmm_e4m3(values, lut, b64, sa, sb, code, rows):
     return out
 
 
+@numba.njit(cache=True, inline="always")
+def exact_err_per_q(kb_n, parts):
+    """The exact recipe's certified error bound per unit of sum|q| (`_accumulate_exact`)
+    for kb_n K blocks of `parts` float64 words each."""
+    return (2 * kb_n * parts + 2) * 2.0**-53
+
+
 @numba.njit(parallel=True, cache=True)
 def _accumulate_exact(p_hi, p_lo, sa, sb, prec, emin):
     """Exact sum over K blocks of (p_hi + p_lo) * sa * sb, rounded once -> float64 [m, N]
@@ -303,7 +310,7 @@ def _accumulate_exact(p_hi, p_lo, sa, sb, prec, emin):
     kb_n, m, n = p_hi.shape
     has_lo = p_lo.shape[0] != 0
     parts = 2 if has_lo else 1
-    err_per_q = (2 * kb_n * parts + 2) * 2.0**-53
+    err_per_q = exact_err_per_q(kb_n, parts)
     out = np.empty((m, n), np.float64)
     for i in numba.prange(m):
         # a row at a time, its columns in the inner loop (independent: it vectorizes),
@@ -681,51 +688,29 @@ def dgrad(dy: np.ndarray, rhs: np.ndarray, group_sizes: ArrayLike,
     return out
 
 
-def _abs_f64(x, sl) -> np.ndarray:
-    """|x[sl]| in float64, exact, 2-D; x a QTensor (dequantized, fp8 x float32 needs at
-    most 28 bits: one pass over the codes) or an unscaled array.  `sl` picks rows of a 2-D
-    operand or one group of a 3-D one, so a group at a time is materialised, never a whole
-    operand."""
-    if isinstance(x, QTensor):
-        codes = x.values[sl]
-        if codes.ndim != 2:  # a 3-D slice's scale rows would not line up with its rows
-            raise ValueError(f"_abs_f64: a 2-D slice of the operand, got {codes.shape}")
-        return _abs_dequantized(codes.view(np.uint8), _LUT[codes.dtype], x.scales[sl],
-                                *x.block)
-    return np.abs(_to_f64(np.asarray(x)[sl]))
-
-
-# One thread: a parallel loop would save ~0.3 ms a group and cost 1.3 s of compilation in
-# every fresh process.
-@numba.njit(cache=True)
-def _abs_dequantized(codes, lut, scales, block_rows, block_cols):
-    """|lut[codes] * scales expanded over (block_rows x block_cols) blocks| in float64:
-    codes [R, C] uint8, scales [ceil(R / block_rows), ceil(C / block_cols)] float32
-    (the product of an fp8 value and a float32 scale is exact in float64)."""
-    r, c = codes.shape
-    out = np.empty((r, c))
-    for i in range(r):
-        for j in range(c):
-            out[i, j] = abs(lut[codes[i, j]] * np.float64(scales[i // block_rows,
-                                                                  j // block_cols]))
-    return out
-
-
 def abs_product(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray,
                 group_sizes: ArrayLike) -> np.ndarray:
-    """An upper bound of (|A||B|)_ij on the dequantized operands, float64 [M, N].
+    """An upper bound of (|A||B|)_ij on the dequantized operands, float64 [M, N]; rows past
+    sum(group_sizes) are zero.
 
-    The float64 matmul of non-negative exact values has relative error at most
-    gamma_K(2^-53); the result is scaled up by (1 + 2 (K + 2) 2^-53) so that it bounds the
-    true product.  Rows past sum(group_sizes) are zero.  Works one group at a time.
+    Blockwise FP8 operands: from the 128-wide K-block partials of the magnitudes on the
+    forward reference's exact-partial paths, scaled and summed in float64
+    (`references.abs_bound`, which has the definition and the proof that it bounds).
+    Unscaled operands: the float64 matmul of the magnitudes, whose relative error is at
+    most gamma_K(2^-53), scaled up by (1 + 2 (K + 2) 2^-53), one group at a time.
     """
+    from fp8check.references import abs_bound
+
     _, m, k, n, g = _check_operands(lhs, rhs)
+    if isinstance(lhs, QTensor) and isinstance(rhs, QTensor):
+        return abs_bound.blockwise_abs_product(lhs, rhs, group_sizes)
     gs = check_group_sizes(group_sizes, g, m)
     out = np.zeros((m, n), np.float64)
     offs = group_offsets(gs)
+    a, b = np.asarray(lhs), np.asarray(rhs)
     for gi in range(g):
         if gs[gi]:
             rows = slice(offs[gi], offs[gi + 1])
-            out[rows] = _abs_f64(lhs, rows) @ _abs_f64(rhs, gi)
-    out *= 1.0 + 2.0 * (k + 2) * 2.0**-53
+            out[rows] = np.abs(_to_f64(a[rows])) @ np.abs(_to_f64(b[gi]))
+    out *= abs_bound.factor(k)
     return out

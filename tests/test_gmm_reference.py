@@ -194,34 +194,6 @@ def test_abs_product_bounds_the_true_product():
         assert F(bound[i, j]) >= true
 
 
-@pytest.mark.parametrize("fp8", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2])
-def test_abs_product_operands_are_the_exact_dequantized_magnitudes(fp8):
-    """|value x block scale| in float64, element by element, as rationals give it (the
-    product of an fp8 value and a float32 scale is exact): 1x128 and 128x128 blocks, a
-    ragged last block, scales over 2^-60..2^60, NaN codes (NaN), rows picked by a slice, a
-    group by its index (several groups at once: ValueError)."""
-    from fp8check.references.gmm import _abs_f64
-
-    rng = np.random.default_rng(13)
-    for shape, block, sl in (((37, 300), (1, 128), slice(4, 30)),
-                             ((3, 260, 200), (128, 128), 1)):
-        x = (rng.standard_normal(shape) * 4).astype(np.float32)
-        q = quantize(x, block, fmt="e4m3fn" if fp8 == ml_dtypes.float8_e4m3fn else "e5m2")
-        codes = q.values.copy()
-        codes.reshape(-1)[::53] = np.nan
-        scales = (q.scales * np.exp2(rng.integers(-60, 61, q.scales.shape))).astype(np.float32)
-        q = QTensor(codes, scales, q.block, q.fmt, q.recipe)
-        got = _abs_f64(q, sl)
-        v, sc = q.values[sl].astype(np.float64), q.scales[sl].astype(np.float64)
-        assert got.shape == v.shape
-        for idx in np.ndindex(*v.shape):
-            scale = sc[(*idx[:-2], idx[-2] // block[0], idx[-1] // block[1])]
-            want = abs(F(float(v[idx])) * F(float(scale))) if np.isfinite(v[idx]) else None
-            assert (np.isnan(got[idx]) if want is None else F(float(got[idx])) == want), idx
-    with pytest.raises(ValueError, match="a 2-D slice of the operand"):
-        _abs_f64(q, slice(1, 3))  # groups of a 3-D operand at once
-
-
 @pytest.mark.parametrize(
     "mutate,match",
     [
