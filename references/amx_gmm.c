@@ -30,6 +30,12 @@
        cublas    acc = fma(RN(P*sa), sb, acc)
        tokamax   acc = RN(RN(RN(P*sa)*sb) + acc)
 
+   The production check's pass (`fp8check_amx_exact_gmm`, references/forward_refs.py)
+   consumes each partial three ways at once: the recipe as above, the exact value's TwoSum
+   state (the exact products P * sa * sb split by an fma, certified and rounded in
+   forward_refs.py) and |A||B|'s float64 sum of Q * |sa| |sb|, Q the exact partial of the
+   magnitudes (the codes with the sign bit cleared, through the same digits and tiles).
+
    Layouts (references/amx.py reads them):
      rhs tiles  [k / 128][3][2][nt][16][64] int8 (nt = ceil(n / 16)): element [k4][4 col
                 + t] of tile [kb][d][kk][ct] is digit d of rhs[128 kb + 64 kk + 4 k4 + t]
@@ -148,11 +154,12 @@ int fp8check_amx_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t ptiles
     return nan;
 }
 
-/* Planes of rows [0, rows) of lhs codes (row stride lda bytes, k columns), plane_rows
-   = rows rounded up to 16; the planes' rows past `rows` are zeroed.  Returns 1 if a code
-   is a NaN, else 0. */
+/* Planes of rows [0, rows) of lhs codes (row stride lda bytes, k columns) and `keep`
+   (0xFF; 0x7F: the codes of the magnitudes), plane_rows = rows rounded up to 16; the
+   planes' rows past `rows` are zeroed.  Returns 1 if a code is a NaN, else 0. */
 static int lhs_planes(const digit_table *t, const uint8_t *codes, int64_t lda, int64_t rows,
-                       int64_t plane_rows, int64_t k, int8_t *planes) {
+                       int64_t plane_rows, int64_t k, uint8_t keep, int8_t *planes) {
+    const __m512i mask = _mm512_set1_epi8((char)keep);
     for (int64_t kb = 0; kb < k / 128; kb++)
         for (int d = 0; d < 3 && rows < plane_rows; d++)
             memset(planes + ((kb * 3 + d) * plane_rows + rows) * 128, 0,
@@ -162,8 +169,8 @@ static int lhs_planes(const digit_table *t, const uint8_t *codes, int64_t lda, i
     for (int64_t i = 0; i < rows; i++)
         for (int64_t c = 0; c < k; c += 64) {
             int8_t *o = planes + (c / 128) * 3 * plane + i * 128 + c % 128;
-            nan |= digits64(t, _mm512_loadu_si512(codes + i * lda + c), o, o + plane,
-                            o + 2 * plane);
+            nan |= digits64(t, _mm512_and_si512(_mm512_loadu_si512(codes + i * lda + c), mask),
+                            o, o + plane, o + 2 * plane);
         }
     return nan;
 }
@@ -232,7 +239,8 @@ static inline __m512 rn32_row(int32_t c[5][16][16], int r) {
 }
 
 /* Where one chunk's partials go: the recipe `code` (0 deepgemm, 1 cublas, 2 tokamax) into
-   float32 rows, or (code 3) the exact partials into float64 [k / 128][...][n]. */
+   float32 rows, or (code 3) the exact partials into float64 [k / 128][...][n]; with
+   `total` (codes 0-2), also the exact value's running TwoSum state (`exact_step`). */
 typedef struct {
     int64_t code, kbn, n, nb;
     const float *sa; /* [rows][kbn] of the chunk's first row */
@@ -241,13 +249,49 @@ typedef struct {
     int64_t ldo;
     double *pout;    /* code 3: block kb, row r at pout + kb * ldk + r * n */
     int64_t ldk;
+    double *total, *sigma, *qabs; /* NULL, or the chunk's first row of each, */
+    int64_t lds;                  /* their row stride in doubles */
+    double *mag;                  /* with total: |A||B|'s running sum (abs_bound.py), same
+                                     stride, from the magnitude sums `cabs` */
 } sink;
+
+/* TwoSum (Knuth): s = RN(a + b), *e = a + b - s exactly. */
+static inline __m512d two_sum(__m512d a, __m512d b, __m512d *e) {
+    const __m512d s = _mm512_add_pd(a, b), bb = _mm512_sub_pd(s, a);
+    *e = _mm512_add_pd(_mm512_sub_pd(a, _mm512_sub_pd(s, bb)), _mm512_sub_pd(b, bb));
+    return s;
+}
+
+/* One K block's term p * s (p the exact partial in value units, s = sa sb exact) added to
+   the exact value's state at t, g, q (8 elements, masked): the steps of
+   references.gmm._accumulate_exact, in its order, with the product split exactly by an
+   fma instead of Dekker's (the same pair: hi = RN(p s), lo = p s - hi); the first K
+   block starts from zeros.  Any order of valid steps would do: the state only feeds a
+   certified rounding (references.certified). */
+static inline void exact_step(double *t, double *g, double *q, __mmask8 m, __m512d p,
+                              __m512d s, int first) {
+    const __m512d zero = _mm512_setzero_pd();
+    __m512d total = first ? zero : _mm512_maskz_loadu_pd(m, t);
+    __m512d sigma = first ? zero : _mm512_maskz_loadu_pd(m, g);
+    __m512d qabs = first ? zero : _mm512_maskz_loadu_pd(m, q);
+    const __m512d hi = _mm512_mul_pd(p, s), lo = _mm512_fmsub_pd(p, s, hi);
+    __m512d e;
+    total = two_sum(total, hi, &e);
+    sigma = _mm512_add_pd(sigma, e);
+    qabs = _mm512_add_pd(qabs, _mm512_abs_pd(e));
+    total = two_sum(total, lo, &e);
+    sigma = _mm512_add_pd(sigma, e);
+    qabs = _mm512_add_pd(qabs, _mm512_abs_pd(e));
+    _mm512_mask_storeu_pd(t, m, total);
+    _mm512_mask_storeu_pd(g, m, sigma);
+    _mm512_mask_storeu_pd(q, m, qabs);
+}
 
 /* Every row of a stashed tile c (of rows r0.., K block kb, column tile ct) below `rows`
    into the sink.  The first K block stores, the others accumulate (a zero start gives the
    same bits: every recipe adds +0 to its first term, as the float64 BLAS path does). */
-static void consume_tile(const sink *s, int32_t c[5][16][16], int64_t rows, int64_t r0,
-                         int64_t kb, int64_t ct) {
+static void consume_tile(const sink *s, int32_t c[5][16][16], int32_t cabs[5][16][16],
+                         int64_t rows, int64_t r0, int64_t kb, int64_t ct) {
     const int nr = rows - r0 < 16 ? (int)(rows - r0) : 16;
     const int64_t valid = s->n - 16 * ct < 16 ? s->n - 16 * ct : 16;
     if (s->code == 3) {
@@ -268,6 +312,32 @@ static void consume_tile(const sink *s, int32_t c[5][16][16], int64_t rows, int6
     const __m512 vsb = _mm512_set1_ps(s_b);
     const float *sa = s->sa + r0 * s->kbn + kb;
     float *o = s->out + r0 * s->ldo + 16 * ct;
+    if (s->total) {
+        const __mmask8 m0 = (__mmask8)((1u << (valid < 8 ? valid : 8)) - 1);
+        const __mmask8 m1 = (__mmask8)(valid > 8 ? (1u << (valid - 8)) - 1 : 0);
+        const __m512d c18 = _mm512_set1_pd(0x1p-18);
+        const int64_t at = r0 * s->lds + 16 * ct;
+        __m512d v[2];
+        for (int r = 0; r < nr; r++) {
+            const int64_t e = at + r * s->lds;
+            const __m512d sab = _mm512_set1_pd((double)sa[r * s->kbn] * (double)s_b);
+            exact_row(c, r, v);
+            exact_step(s->total + e, s->sigma + e, s->qabs + e, m0,
+                       _mm512_mul_pd(v[0], c18), sab, kb == 0);
+            exact_step(s->total + e + 8, s->sigma + e + 8, s->qabs + e + 8, m1,
+                       _mm512_mul_pd(v[1], c18), sab, kb == 0);
+            /* |A||B|: sum += Q s, Q the exact magnitude partial, s = |sa| |sb| (exact) */
+            const __m512d mab = _mm512_abs_pd(sab);
+            exact_row(cabs, r, v);
+            for (int h = 0; h < 2; h++) {
+                const __mmask8 mh = h ? m1 : m0;
+                double *o = s->mag + e + 8 * h;
+                const __m512d sum = kb ? _mm512_maskz_loadu_pd(mh, o) : _mm512_setzero_pd();
+                _mm512_mask_storeu_pd(o, mh, _mm512_add_pd(sum, _mm512_mul_pd(
+                    _mm512_mul_pd(v[h], c18), mab)));
+            }
+        }
+    }
     for (int r = 0; r < nr; r++, o += s->ldo, sa += s->kbn) {
         const __m512 p = rn32_row(c, r);
         __m512 acc = kb ? _mm512_maskz_loadu_ps(m, o) : _mm512_setzero_ps();
@@ -282,25 +352,32 @@ static void consume_tile(const sink *s, int32_t c[5][16][16], int64_t rows, int6
 }
 
 /* Rows [0, rows) of one group (a chunk), every K block in order, every column tile, into
-   the sink: planes their lhs planes (`lhs_planes`), tiles the group's rhs tiles. */
-static void chunk(const int8_t *planes, int64_t rows, const int8_t *tiles, const sink *s) {
+   the sink: planes their lhs planes (`lhs_planes`), tiles the group's rhs tiles; with
+   abs_planes and abs_tiles (the magnitudes'), their sums too (`cabs` of consume_tile). */
+static void chunk(const int8_t *planes, int64_t rows, const int8_t *tiles,
+                  const int8_t *abs_planes, const int8_t *abs_tiles, const sink *s) {
     const int64_t nt = (s->n + 15) / 16, plane = (rows + 15) / 16 * 16 * 128;
     /* Two stashes: the tile unit forms one output tile's sums while the vector unit
        consumes the previous one's (each element's K blocks still in K order). */
     _Alignas(64) int32_t c[2][5][16][16];
+    _Alignas(64) int32_t cabs[2][5][16][16];
     int64_t prev[3] = {-1, 0, 0}; /* r0, kb, ct of the stashed tile; r0 < 0: none */
-#define CONSUME_PREV consume_tile(s, c[buf ^ 1], rows, prev[0], prev[1], prev[2])
+#define CONSUME_PREV consume_tile(s, c[buf ^ 1], cabs[buf ^ 1], rows, prev[0], prev[1], prev[2])
     int buf = 0;
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4);
     for (int64_t kb = 0; kb < s->kbn; kb++)
         for (int64_t rb = 0; rb < rows; rb += 16 * BLOCK_TILES)
             for (int64_t ct = 0; ct < nt; ct++)
                 for (int64_t r0 = rb; r0 < rows && r0 < rb + 16 * BLOCK_TILES; r0 += 16) {
-                    tile_sums(planes + kb * 3 * plane + r0 * 128, plane,
-                              tiles + kb * 6 * nt * 1024, nt, ct);
+                    const int64_t at = kb * 3 * plane + r0 * 128, bt = kb * 6 * nt * 1024;
+                    tile_sums(planes + at, plane, tiles + bt, nt, ct);
                     if (prev[0] >= 0)
                         CONSUME_PREV;
                     store_sums(c[buf]);
+                    if (abs_tiles) {
+                        tile_sums(abs_planes + at, plane, abs_tiles + bt, nt, ct);
+                        store_sums(cabs[buf]);
+                    }
                     prev[0] = r0, prev[1] = kb, prev[2] = ct;
                     buf ^= 1;
                 }
@@ -348,11 +425,12 @@ int fp8check_amx_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n
         nan |= fp8check_amx_pack_rhs((uint64_t)(b + gi * k * n), k, n, (uint64_t)tiles);
         for (int64_t rb = r0; rb < r1 && !nan; rb += CHUNK_ROWS) {
             const int64_t rows = r1 - rb < CHUNK_ROWS ? r1 - rb : CHUNK_ROWS;
-            nan |= lhs_planes(&t, a + rb * lda, lda, rows, (rows + 15) / 16 * 16, k, planes);
+            nan |= lhs_planes(&t, a + rb * lda, lda, rows, (rows + 15) / 16 * 16, k, 0xFF,
+                              planes);
             const sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn,
                             (const float *)psb + gi * kbn * nb, (float *)pout + rb * ldo, ldo,
-                            NULL, 0};
-            chunk(planes, rows, tiles, &s);
+                            NULL, 0, NULL, NULL, NULL, 0, NULL};
+            chunk(planes, rows, tiles, NULL, NULL, &s);
         }
     }
     _tile_release();
@@ -376,11 +454,54 @@ int fp8check_amx_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uin
     configure_tiles();
     for (int64_t rb = 0; rb < rows; rb += CHUNK_ROWS) {
         const int64_t nr = rows - rb < CHUNK_ROWS ? rows - rb : CHUNK_ROWS;
-        lhs_planes(&t, a + rb * lda, lda, nr, (nr + 15) / 16 * 16, k, planes);
-        const sink s = {3, k / 128, n, 0, NULL, NULL, NULL, 0, (double *)pout + rb * n, ldk};
-        chunk(planes, nr, (const int8_t *)ptiles, &s);
+        lhs_planes(&t, a + rb * lda, lda, nr, (nr + 15) / 16 * 16, k, 0xFF, planes);
+        const sink s = {3, k / 128, n, 0, NULL, NULL, NULL, 0, (double *)pout + rb * n, ldk,
+                        NULL, NULL, NULL, 0, NULL};
+        chunk(planes, nr, (const int8_t *)ptiles, NULL, NULL, &s);
     }
     _tile_release();
+    free(planes);
+    return 0;
+}
+
+/* The recipe `code` (0-2), the exact value's TwoSum state (`exact_step`) and |A||B|'s
+   sum of rows [0, rows) of one group in one pass over their exact partials and those of
+   the magnitudes: a their lhs codes [rows][k] (row stride lda bytes, no NaN code: the
+   caller checks), sa their scales [rows][k / 128], tiles and abs_tiles the group's rhs
+   tiles and its magnitudes' (`fp8check_amx_pack_rhs` of the codes and of the codes &
+   0x7F), sb its scales [k / 128][nb]; out float32 [rows][n] the recipe, state float64
+   four arrays `part` doubles apart (total, sigma, sum |q|, |A||B|'s sum), each [rows][n]
+   at row stride lds >= n doubles:
+   references/forward_refs.py rounds and scales it.  The rows go `rows_per_pass` at a time
+   (a multiple of 16, at most CHUNK_ROWS), so that their state stays in cache across the K
+   blocks.  Returns 0, or -1 (nothing written) when its scratch cannot be allocated. */
+int fp8check_amx_exact_gmm(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uint64_t psa,
+                           uint64_t ptiles, uint64_t pabs_tiles, int64_t n, uint64_t psb,
+                           int64_t nb, int64_t code, int64_t rows_per_pass, uint64_t pout,
+                           uint64_t pstate, int64_t part, int64_t lds) {
+    const uint8_t *a = (const uint8_t *)pa;
+    const int64_t kbn = k / 128, planes_size = kbn * 3 * CHUNK_ROWS * 128;
+    int8_t *planes = aligned_alloc(64, 2 * planes_size + 64);
+    if (!planes)
+        return -1;
+    int8_t *abs_planes = planes + planes_size;
+    double *state = (double *)pstate;
+    const digit_table t = make_table();
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
+    configure_tiles();
+    for (int64_t rb = 0; rb < rows; rb += rows_per_pass) {
+        const int64_t nr = rows - rb < rows_per_pass ? rows - rb : rows_per_pass;
+        const int64_t e = rb * lds, pr = (nr + 15) / 16 * 16;
+        lhs_planes(&t, a + rb * lda, lda, nr, pr, k, 0xFF, planes);
+        lhs_planes(&t, a + rb * lda, lda, nr, pr, k, 0x7F, abs_planes);
+        const sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn, (const float *)psb,
+                        (float *)pout + rb * n, n, NULL, 0, state + e, state + part + e,
+                        state + 2 * part + e, lds, state + 3 * part + e};
+        chunk(planes, nr, (const int8_t *)ptiles, abs_planes, (const int8_t *)pabs_tiles, &s);
+    }
+    _tile_release();
+    _mm_setcsr(csr);
     free(planes);
     return 0;
 }

@@ -22,8 +22,8 @@ when reduced:
   the streamed statistic is the in-memory one bit for bit.
 
 `gmm_reference_chunks` computes a gmm-fp8 output's exact reference, |A||B| and recipe
-reference one row chunk of one group at a time (the two references from one pass over the
-exact partials, `gmm_and_exact`): memory is the output plus operands plus O(chunk), never a
+reference one row chunk of one group at a time (all three from one pass over the exact
+partials, `references.forward_refs`): memory is the output plus operands plus O(chunk), never a
 float64 copy of a whole operand or output.  `gmm_metric_totals` streams an output through
 `metric_totals` on those chunks, and `MetricTotals.merge` combines them; the layer-1
 criteria engine reads the same chunks (`fp8check.layers.op.chunks.StreamedChunks`).
@@ -308,8 +308,9 @@ def gmm_reference_chunks(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
     O(rows_per_chunk (K + N)): the references of consecutive chunks that fit in one chunk's
     rows are computed together (a call per group would pack each group's rhs for every
     thread and pay the call's fixed cost per group: the same values, per element), from one
-    pass over the exact partials where it can (`gmm_and_exact`)."""
-    from fp8check.references import abs_product, gmm, gmm_and_exact
+    pass over the exact partials where it can (`references.forward_refs.gmm_references`)."""
+    from fp8check.references import abs_product, gmm
+    from fp8check.references.forward_refs import gmm_references
     from fp8check.references.gmm import check_group_sizes, group_offsets
     from fp8check.references.quant import QTensor
 
@@ -331,10 +332,11 @@ def gmm_reference_chunks(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
         sizes = np.clip(offs[g0 + 1:g1 + 2], b0, b1) - np.clip(offs[g0:g1 + 1], b0, b1)
         a, b = lhs.leading(b0, b1), rhs.leading(g0, g1 + 1)
         if accum is None:
-            exact, ref = gmm(a, b, sizes, out_dtype=np.float64, accum="exact"), None
+            ref, exact = None, gmm(a, b, sizes, out_dtype=np.float64, accum="exact")
+            abs_ab = abs_product(a, b, sizes)
         else:
-            ref, exact = gmm_and_exact(a, b, sizes, out_dtype, accum, interval=interval)
-        abs_ab = abs_product(a, b, sizes)
+            ref, exact, abs_ab = gmm_references(a, b, sizes, out_dtype, accum,
+                                                interval=interval)
         for gi, r0, r1 in chunks[i:j]:
             rows = slice(r0 - b0, r1 - b0)
             yield ReferenceChunk(gi, r0, r1, exact[rows], abs_ab[rows],

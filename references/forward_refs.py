@@ -1,0 +1,150 @@
+"""A gmm-fp8 output's three references from one pass over its exact partials, for the
+production-shape check (`fp8check.measures.totals.gmm_reference_chunks`):
+`gmm_references` gives, bit for bit, `gmm(..., out_dtype, accum)` (the recipe's output),
+`gmm(..., np.float64, "exact")` (the exact value) and `abs_product` (|A||B|).
+
+Where AMX runs (`references.amx`) and the operands allow it (e4m3fn, no NaN code, finite
+scales, a recipe on the exact partials: deepgemm, cublas or tokamax), one C pass per row
+share (`fp8check_amx_exact_gmm` in amx_gmm.c) forms each K block's exact partial on the
+int8 tiles and consumes it at once, twice: the recipe's float32 step (the AMX gmm's own
+code: the same bits) and the exact value's TwoSum state (the steps of
+`gmm._accumulate_exact`, with an fma for the exact product split), which `_finish`
+rounds with `certified.round_certified`.  The exact value is therefore the correctly
+rounded one whatever the path; an element the certified bound cannot decide (rare: a
+near-tie) is recomputed, with its row, by gmm's exact path.  |A||B| comes from its
+magnitude partials on the same tiles (`abs_bound`).  Elsewhere: `gmm_and_exact` and
+`abs_product`, the same bits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import ml_dtypes
+import numba
+import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
+
+from fp8check.references import amx, cbuild
+from fp8check.references.abs_bound import _MAGNITUDE, blockwise_abs_product, factor
+from fp8check.references.certified import round_certified, scaled_terms_exact
+from fp8check.references.exact import precision_of, two_sum
+from fp8check.references.gmm import (
+    _LUT,
+    DEFAULT_INTERVAL,
+    _checked_gmm_args,
+    _no_nan_codes,
+    exact_err_per_q,
+    gmm_and_exact,
+    group_offsets,
+)
+from fp8check.references.intdot import RECIPE_CODES, row_shares
+from fp8check.references.quant import BLOCK, QTensor
+
+_CACHE_BYTES = 512 << 10  # a pass's rows keep their recipe and exact state (28 B) within
+_STATE_BYTES = 4 + 4 * 8  # float32 recipe, float64 total, sigma, sum|q|, |A||B| per element
+# The state's rows are padded by a cache line: at a row stride of a multiple of 4 KiB a
+# tile's 16 rows of three arrays would all fall in one L1 set.
+_PAD = 8
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+_NO_PARTS = np.zeros((0, 0, 0))  # no low words: the e4m3 partials are exact in float64
+_LUT_E4M3 = _LUT[np.dtype(ml_dtypes.float8_e4m3fn)]
+
+
+def _exact_gmm_fn():
+    """The C pass where AMX runs, else None."""
+    if not amx.AVAILABLE or amx.PATH.lib is None:
+        return None
+    fn = amx.PATH.lib.fp8check_amx_exact_gmm
+    fn.argtypes = [_P, _I, _I, _I, _P, _P, _P, _I, _P, _I, _I, _I, _P, _P, _I, _I]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+@numba.njit(parallel=True, cache=True)
+def _finish(state, kb_n, prec, emin, scale, exact, abs_ab):
+    """From the C pass's state [4, m, N] (total, sigma, sum|q| of the exact value's TwoSum
+    over kb_n K blocks of one float64 word; |A||B|'s sum): the exact value into exact
+    [m, N], rounded as `gmm._accumulate_exact` rounds it, and |A||B| (the sum times
+    `scale`, `abs_bound`'s last step) into abs_ab -> bool [m, N]: the elements the
+    certified bound cannot decide (a sum within its error bound of a rounding tie, which
+    these short sums of short products hit often enough: about one in 10^4)."""
+    _, m, n = state.shape
+    err_per_q = exact_err_per_q(kb_n, 1)
+    undecided = np.zeros((m, n), np.bool_)
+    for i in numba.prange(m):
+        for j in range(n):
+            hi, lo = two_sum(state[0, i, j], state[1, i, j])
+            exact[i, j], certain = round_certified(hi, lo, state[2, i, j] * err_per_q, prec,
+                                                   emin)
+            undecided[i, j] = not certain
+            abs_ab[i, j] = state[3, i, j] * scale
+    return undecided
+
+
+@numba.njit(cache=True)
+def _exact_at(a_codes, b_codes, lut, sa, sb, rows, cols):
+    """The exact values at (rows[t], cols[t]) of one group's lhs codes a_codes [m, K] and
+    rhs codes b_codes [K, N] (uint8, values lut[code]), scales sa [m, K/128] and sb
+    [K/128, ceil(N/128)], rounded once to float64: each block's partial in float64 (exact,
+    `references.gmm`), its terms summed in the superaccumulator
+    (`certified.scaled_terms_exact`, the exact recipe's own fallback)."""
+    kb_n = a_codes.shape[1] // BLOCK
+    p = np.empty((kb_n, 1, 1))
+    s_a, s_b = np.empty((1, kb_n), np.float32), np.empty((kb_n, 1), np.float32)
+    out = np.empty(rows.shape[0])
+    for t in range(rows.shape[0]):
+        i, j = rows[t], cols[t]
+        for kb in range(kb_n):
+            acc = 0.0
+            for c in range(BLOCK * kb, BLOCK * (kb + 1)):
+                acc += lut[a_codes[i, c]] * lut[b_codes[c, j]]
+            p[kb, 0, 0] = acc
+            s_a[0, kb], s_b[kb, 0] = sa[i, kb], sb[kb, j // BLOCK]
+        out[t] = scaled_terms_exact(p, _NO_PARTS, s_a, s_b, 0, 0, 53, -1022)
+    return out
+
+
+def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
+                   out_dtype: DTypeLike, accum: str, *, interval: int = DEFAULT_INTERVAL,
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(gmm(lhs, rhs, group_sizes, out_dtype, accum, interval=interval),
+    gmm(..., np.float64, "exact"), abs_product(lhs, rhs, group_sizes)), bit for bit, for
+    blockwise FP8 operands (module docstring); ValueError as gmm's."""
+    m, n, accum, dt, gs = _checked_gmm_args(lhs, rhs, group_sizes, out_dtype, accum,
+                                            interval)
+    fn = _exact_gmm_fn()
+    k = lhs.values.shape[1]
+    if (fn is None or accum not in RECIPE_CODES or lhs.fmt != "e4m3fn" or k == 0
+            or not _no_nan_codes(lhs, rhs, gs)
+            or not (np.isfinite(lhs.scales).all() and np.isfinite(rhs.scales).all())):
+        recipe, exact = gmm_and_exact(lhs, rhs, gs, dt, accum, interval=interval)
+        return recipe, exact, blockwise_abs_product(lhs, rhs, gs)
+    kb = k // BLOCK
+    recipe32, exact, abs_ab = np.zeros((m, n), np.float32), np.zeros((m, n)), np.zeros((m, n))
+    a_codes = np.ascontiguousarray(lhs.values.view(np.uint8))
+    sa = np.ascontiguousarray(lhs.scales, dtype=np.float32)
+    per_pass = int(np.clip(_CACHE_BYTES // (16 * n * _STATE_BYTES), 1, 16)) * 16
+    offs = group_offsets(gs)
+    state = np.empty(4 * int(gs.max()) * (n + _PAD))  # one buffer: fresh ones fault pages
+    for g in np.flatnonzero(gs):
+        r0, rows = int(offs[g]), int(gs[g])
+        b_codes = rhs.values[g].view(np.uint8)
+        tiles = amx.PATH.pack_rhs(b_codes), amx.PATH.pack_rhs(b_codes & _MAGNITUDE)
+        sb = np.ascontiguousarray(rhs.scales[g], dtype=np.float32)
+        st = state[:4 * rows * (n + _PAD)].reshape(4, rows, n + _PAD)
+        out = recipe32[r0:r0 + rows]
+        cuts = row_shares(np.array([0, rows]), numba.get_num_threads()).tolist()
+        cbuild.run_parallel([
+            (fn, (a_codes.ctypes.data + (r0 + c0) * k, k, c1 - c0, k,
+                  sa.ctypes.data + (r0 + c0) * kb * 4, tiles[0].ctypes.data,
+                  tiles[1].ctypes.data, n, sb.ctypes.data, sb.shape[1], RECIPE_CODES[accum],
+                  per_pass, out.ctypes.data + c0 * n * 4,
+                  st.ctypes.data + c0 * (n + _PAD) * 8, rows * (n + _PAD), n + _PAD))
+            for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True) if c1 > c0])
+        undecided = _finish(st[:, :, :n], kb, *precision_of(np.dtype(np.float64)), factor(k),
+                            exact[r0:r0 + rows], abs_ab[r0:r0 + rows])
+        rows_u, cols_u = np.nonzero(undecided)
+        exact[r0 + rows_u, cols_u] = _exact_at(a_codes[r0:r0 + rows], b_codes, _LUT_E4M3,
+                                               sa[r0:r0 + rows], sb, rows_u, cols_u)
+    return recipe32 if dt == recipe32.dtype else recipe32.astype(dt), exact, abs_ab

@@ -1,0 +1,111 @@
+"""The production check's one pass (`references.forward_refs.gmm_references`: the recipe,
+the exact value and |A||B| from one AMX pass over the exact partials) gives the bits of
+`gmm(..., accum)`, `gmm(..., np.float64, "exact")` and `abs_product` on adversarial
+operands: every e4m3 value, +-448 columns, all-zero blocks, sums that cancel to zero,
+scales over many binades, empty groups, rows past the last group, N not a multiple of 16;
+elements the certified rounding cannot decide take the exact fallback with the same bits;
+operands the pass does not take (NaN codes, non-finite scales, tensor-core recipes, e5m2)
+give the same results through gmm_and_exact."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fp8check.references import QTensor, abs_product, amx, gmm, quantize
+from fp8check.references import forward_refs as fr
+from tests.test_partials_paths import _adversarial, _bits
+
+SHAPES = [(300, 256, 128, 4), (45, 2048, 256, 3), (1, 128, 128, 1), (37, 384, 200, 3),
+          (9, 128, 40, 2), (700, 256, 150, 2)]
+
+
+def _cancelling(lhs: QTensor, rhs: QTensor) -> None:
+    """Rows 0-3 of lhs: K block 1 the negation of block 0 with block 0's scale, the rest
+    zero, and every expert's K block 1 equal to its block 0 with its scales: those rows'
+    exact values are zero, reached from nonzero terms."""
+    if lhs.values.shape[1] < 256:
+        return
+    a, b = lhs.values.view(np.uint8), rhs.values.view(np.uint8)
+    a[:4, 128:256] = a[:4, :128] ^ 0x80
+    a[:4, 256:] = 0
+    lhs.scales[:4, 1] = lhs.scales[:4, 0]
+    b[:, 128:256] = b[:, :128]
+    rhs.scales[:, 1] = rhs.scales[:, 0]
+
+
+def _want(lhs, rhs, gs, out_dtype, accum):
+    return (gmm(lhs, rhs, gs, out_dtype, accum), gmm(lhs, rhs, gs, np.float64, "exact"),
+            abs_product(lhs, rhs, gs))
+
+
+def _check(got, want) -> None:
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(_bits(g), _bits(w))
+
+
+def _needs_amx() -> None:
+    if fr._exact_gmm_fn() is None:
+        pytest.skip(f"no AMX pass here: {amx.STATUS}")
+
+
+@pytest.mark.parametrize("accum", ["deepgemm", "cublas", "tokamax"])
+@pytest.mark.parametrize("out_dtype", [np.float32, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_one_pass_gives_the_three_references(accum, out_dtype, shape, monkeypatch):
+    _needs_amx()
+    lhs, rhs, gs = _adversarial(np.random.default_rng(), *shape)
+    lhs.values.view(np.uint8)[4::5, -128:] = 0x80  # -0: all-zero blocks
+    _cancelling(lhs, rhs)
+    want = _want(lhs, rhs, gs, out_dtype, accum)
+    passes = []
+    real = fr._finish
+    monkeypatch.setattr(fr, "_finish", lambda *a: passes.append(1) or real(*a))
+    got = fr.gmm_references(lhs, rhs, gs, out_dtype, accum)
+    assert passes  # the C pass ran
+    _check(got, want)
+    if shape[1] >= 256:
+        assert not got[1][:4].any()
+
+
+@pytest.mark.parametrize("shape", SHAPES[:4])
+def test_undecided_elements_take_the_exact_fallback(shape, monkeypatch):
+    """Every element sent to the superaccumulator fallback (`_exact_at`) as if the
+    certified rounding could not decide it: the same bits."""
+    _needs_amx()
+    lhs, rhs, gs = _adversarial(np.random.default_rng(), *shape)
+    _cancelling(lhs, rhs)
+    want = _want(lhs, rhs, gs, np.float32, "deepgemm")
+    real = fr._finish
+
+    def undecided_everywhere(*args):
+        real(*args)
+        return np.ones(args[0].shape[1:], np.bool_)
+
+    monkeypatch.setattr(fr, "_finish", undecided_everywhere)
+    _check(fr.gmm_references(lhs, rhs, gs, np.float32, "deepgemm"), want)
+
+
+@pytest.mark.parametrize("fault", ["nan-code", "inf-scale", "hopper", "blackwell", "e5m2",
+                                   "no-amx"])
+def test_other_operands_give_the_same_results(fault, monkeypatch):
+    """Where the pass does not apply: gmm_and_exact and abs_product's bits, NaN and Inf
+    included."""
+    lhs, rhs, gs = _adversarial(np.random.default_rng(), 37, 256, 130, 3)
+    accum = {"hopper": "deepgemm-hopper", "blackwell": "deepgemm-blackwell"}.get(fault,
+                                                                              "deepgemm")
+    if fault == "nan-code":
+        lhs.values.view(np.uint8)[2, 5] = 0x7F
+    if fault == "inf-scale":
+        rhs.scales[0, 1, 0] = np.inf
+    if fault == "e5m2":
+        rng = np.random.default_rng()
+        lhs = quantize(rng.standard_normal((37, 256)).astype(np.float32), (1, 128), fmt="e5m2")
+        rhs = quantize(rng.standard_normal((3, 256, 130)).astype(np.float32), (128, 128),
+                       fmt="e5m2")
+    if fault == "no-amx":
+        monkeypatch.setattr(amx, "AVAILABLE", False)
+    want = _want(lhs, rhs, gs, ml_dtypes.bfloat16, accum)
+    monkeypatch.setattr(fr, "_finish",
+                        lambda *a: pytest.fail("the C pass ran where it does not apply"))
+    _check(fr.gmm_references(lhs, rhs, gs, ml_dtypes.bfloat16, accum), want)
