@@ -483,10 +483,11 @@ def _z(r, o, magnitude, signs):
     (o where r is 0; unit 1 where both are), or z = d sign(o - r) with `signs`; d = sign(p)
     with `magnitude`, else 1."""
     p = r if r != 0 else o
-    unit = math.ldexp(1.0, math.frexp(abs(p))[1] - 1) if p != 0 else 1.0
     d = (1.0 if p > 0 else -1.0 if p < 0 else 0.0) if magnitude else 1.0
     e = o - r
-    return d * ((1.0 if e > 0 else -1.0 if e < 0 else 0.0) if signs else e / unit)
+    if signs:  # no unit: its frexp would cost the sign test's loop most of its time
+        return d * (1.0 if e > 0 else -1.0 if e < 0 else 0.0)
+    return d * (e / (math.ldexp(1.0, math.frexp(abs(p))[1] - 1) if p != 0 else 1.0))
 
 
 @numba.njit(cache=True)
@@ -505,29 +506,36 @@ def _cluster_sums(r, o, labels, lo, size, magnitude, signs):
     return sums, counts, nonzero
 
 
-@numba.njit(cache=True)
+_SUM_PARTS = 16  # row ranges of _crossed_sums summed in parallel
+
+
+@numba.njit(parallel=True, cache=True)
 def _crossed_sums(r, o, keep, groups, n_groups, block, magnitude):
     """The sign test's z (`_z`, unit "sign") of the kept elements of float64 r, o [rows, N]
     summed per row and per (group of the row, `block`-column tile): (row sums [rows], row
-    counts, tile sums [n_groups * tiles], tile counts, sum of z^2)."""
+    counts, tile sums [n_groups * tiles], tile counts, sum of z^2).  Row ranges in
+    parallel, each with its own tile sums: every sum is of z in {-1, 0, 1}, an exact
+    integer in float64, so the order does not change a bit."""
     rows, n = r.shape
     tiles = (n + block - 1) // block
+    parts = max(1, min(rows, _SUM_PARTS))
     row_sums = np.zeros(rows)
     row_counts = np.zeros(rows, np.int64)
-    col_sums = np.zeros(n_groups * tiles)
-    col_counts = np.zeros(n_groups * tiles, np.int64)
-    sq = 0.0
-    for i in range(rows):
-        base = groups[i] * tiles
-        for j in range(n):
-            if keep[i, j]:
-                z = _z(r[i, j], o[i, j], magnitude, True)
-                row_sums[i] += z
-                row_counts[i] += 1
-                col_sums[base + j // block] += z
-                col_counts[base + j // block] += 1
-                sq += z * z
-    return row_sums, row_counts, col_sums, col_counts, sq
+    col_sums = np.zeros((parts, n_groups * tiles))
+    col_counts = np.zeros((parts, n_groups * tiles), np.int64)
+    sq = np.zeros(parts)
+    for p in numba.prange(parts):
+        for i in range(p * rows // parts, (p + 1) * rows // parts):
+            base = groups[i] * tiles
+            for j in range(n):
+                if keep[i, j]:
+                    z = _z(r[i, j], o[i, j], magnitude, True)
+                    row_sums[i] += z
+                    row_counts[i] += 1
+                    col_sums[p, base + j // block] += z
+                    col_counts[p, base + j // block] += 1
+                    sq[p] += z * z
+    return row_sums, row_counts, col_sums.sum(axis=0), col_counts.sum(axis=0), sq.sum()
 
 
 def bias_z(
