@@ -227,12 +227,10 @@ static inline void exact_row(int32_t c[5][16][16], int r, __m512d v[2]) {
                            _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(lo, 1)));
 }
 
-/* RN32 of row r's 16 exact partials, in value units: one rounding of the exact float64
-   (the scaling by 2^-18 after it is exact: header). */
-static inline __m512 rn32_row(int32_t c[5][16][16], int r) {
+/* RN32 of a row's 16 exact partials v (`exact_row`), in value units: one rounding of the
+   exact float64 (the scaling by 2^-18 after it is exact: header). */
+static inline __m512 rn32_row(const __m512d v[2]) {
     const int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    __m512d v[2];
-    exact_row(c, r, v);
     const __m512 p = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvt_roundpd_ps(v[0], rn)),
                                         _mm512_cvt_roundpd_ps(v[1], rn), 1);
     return _mm512_mul_ps(p, _mm512_set1_ps(0x1p-18f));
@@ -253,6 +251,7 @@ typedef struct {
     int64_t lds;                  /* their row stride in doubles */
     double *mag;                  /* with total: |A||B|'s running sum (abs_bound.py), same
                                      stride, from the magnitude sums `cabs` */
+    int64_t ct_block;             /* column tiles a block of the loop covers (0: all) */
 } sink;
 
 /* TwoSum (Knuth): s = RN(a + b), *e = a + b - s exactly. */
@@ -288,16 +287,17 @@ static inline void exact_step(double *t, double *g, double *q, __mmask8 m, __m51
 }
 
 /* Every row of a stashed tile c (of rows r0.., K block kb, column tile ct) below `rows`
-   into the sink.  The first K block stores, the others accumulate (a zero start gives the
+   into the sink (with its exact state: the magnitudes' sums cabs too).  The first K block
+   stores, the others accumulate (a zero start gives the
    same bits: every recipe adds +0 to its first term, as the float64 BLAS path does). */
 static void consume_tile(const sink *s, int32_t c[5][16][16], int32_t cabs[5][16][16],
                          int64_t rows, int64_t r0, int64_t kb, int64_t ct) {
     const int nr = rows - r0 < 16 ? (int)(rows - r0) : 16;
     const int64_t valid = s->n - 16 * ct < 16 ? s->n - 16 * ct : 16;
+    const __mmask8 m0 = (__mmask8)((1u << (valid < 8 ? valid : 8)) - 1);
+    const __mmask8 m1 = (__mmask8)(valid > 8 ? (1u << (valid - 8)) - 1 : 0);
+    const __m512d c18 = _mm512_set1_pd(0x1p-18);
     if (s->code == 3) {
-        const __mmask8 m0 = (__mmask8)((1u << (valid < 8 ? valid : 8)) - 1);
-        const __mmask8 m1 = (__mmask8)(valid > 8 ? (1u << (valid - 8)) - 1 : 0);
-        const __m512d c18 = _mm512_set1_pd(0x1p-18);
         double *o = s->pout + kb * s->ldk + r0 * s->n + 16 * ct;
         __m512d v[2];
         for (int r = 0; r < nr; r++, o += s->n) {
@@ -312,34 +312,11 @@ static void consume_tile(const sink *s, int32_t c[5][16][16], int32_t cabs[5][16
     const __m512 vsb = _mm512_set1_ps(s_b);
     const float *sa = s->sa + r0 * s->kbn + kb;
     float *o = s->out + r0 * s->ldo + 16 * ct;
-    if (s->total) {
-        const __mmask8 m0 = (__mmask8)((1u << (valid < 8 ? valid : 8)) - 1);
-        const __mmask8 m1 = (__mmask8)(valid > 8 ? (1u << (valid - 8)) - 1 : 0);
-        const __m512d c18 = _mm512_set1_pd(0x1p-18);
-        const int64_t at = r0 * s->lds + 16 * ct;
+    int64_t e = r0 * s->lds + 16 * ct; /* the row's first element in the exact state */
+    for (int r = 0; r < nr; r++, o += s->ldo, sa += s->kbn, e += s->lds) {
         __m512d v[2];
-        for (int r = 0; r < nr; r++) {
-            const int64_t e = at + r * s->lds;
-            const __m512d sab = _mm512_set1_pd((double)sa[r * s->kbn] * (double)s_b);
-            exact_row(c, r, v);
-            exact_step(s->total + e, s->sigma + e, s->qabs + e, m0,
-                       _mm512_mul_pd(v[0], c18), sab, kb == 0);
-            exact_step(s->total + e + 8, s->sigma + e + 8, s->qabs + e + 8, m1,
-                       _mm512_mul_pd(v[1], c18), sab, kb == 0);
-            /* |A||B|: sum += Q s, Q the exact magnitude partial, s = |sa| |sb| (exact) */
-            const __m512d mab = _mm512_abs_pd(sab);
-            exact_row(cabs, r, v);
-            for (int h = 0; h < 2; h++) {
-                const __mmask8 mh = h ? m1 : m0;
-                double *o = s->mag + e + 8 * h;
-                const __m512d sum = kb ? _mm512_maskz_loadu_pd(mh, o) : _mm512_setzero_pd();
-                _mm512_mask_storeu_pd(o, mh, _mm512_add_pd(sum, _mm512_mul_pd(
-                    _mm512_mul_pd(v[h], c18), mab)));
-            }
-        }
-    }
-    for (int r = 0; r < nr; r++, o += s->ldo, sa += s->kbn) {
-        const __m512 p = rn32_row(c, r);
+        exact_row(c, r, v);
+        const __m512 p = rn32_row(v);
         __m512 acc = kb ? _mm512_maskz_loadu_ps(m, o) : _mm512_setzero_ps();
         if (s->code == 0)
             acc = _mm512_fmadd_ps(_mm512_set1_ps(*sa * s_b), p, acc);
@@ -348,6 +325,23 @@ static void consume_tile(const sink *s, int32_t c[5][16][16], int32_t cabs[5][16
         else
             acc = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, _mm512_set1_ps(*sa)), vsb), acc);
         _mm512_mask_storeu_ps(o, m, acc);
+        if (!s->total)
+            continue;
+        const __m512d sab = _mm512_set1_pd((double)*sa * (double)s_b);
+        exact_step(s->total + e, s->sigma + e, s->qabs + e, m0, _mm512_mul_pd(v[0], c18), sab,
+                   kb == 0);
+        exact_step(s->total + e + 8, s->sigma + e + 8, s->qabs + e + 8, m1,
+                   _mm512_mul_pd(v[1], c18), sab, kb == 0);
+        /* |A||B|: sum += Q s, Q the exact magnitude partial, s = |sa| |sb| (exact) */
+        const __m512d mab = _mm512_abs_pd(sab);
+        exact_row(cabs, r, v);
+        for (int h = 0; h < 2; h++) {
+            const __mmask8 mh = h ? m1 : m0;
+            double *q = s->mag + e + 8 * h;
+            const __m512d sum = kb ? _mm512_maskz_loadu_pd(mh, q) : _mm512_setzero_pd();
+            _mm512_mask_storeu_pd(q, mh, _mm512_add_pd(sum, _mm512_mul_pd(
+                _mm512_mul_pd(v[h], c18), mab)));
+        }
     }
 }
 
@@ -365,9 +359,13 @@ static void chunk(const int8_t *planes, int64_t rows, const int8_t *tiles,
 #define CONSUME_PREV consume_tile(s, c[buf ^ 1], cabs[buf ^ 1], rows, prev[0], prev[1], prev[2])
     int buf = 0;
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4);
+    /* Column blocks outermost where the sink keeps a per-element state, so that the
+       block's state stays in cache across the K blocks. */
+    const int64_t ctb = s->ct_block ? s->ct_block : nt;
+    for (int64_t c0 = 0; c0 < nt; c0 += ctb)
     for (int64_t kb = 0; kb < s->kbn; kb++)
         for (int64_t rb = 0; rb < rows; rb += 16 * BLOCK_TILES)
-            for (int64_t ct = 0; ct < nt; ct++)
+            for (int64_t ct = c0; ct < nt && ct < c0 + ctb; ct++)
                 for (int64_t r0 = rb; r0 < rows && r0 < rb + 16 * BLOCK_TILES; r0 += 16) {
                     const int64_t at = kb * 3 * plane + r0 * 128, bt = kb * 6 * nt * 1024;
                     tile_sums(planes + at, plane, tiles + bt, nt, ct);
@@ -429,7 +427,7 @@ int fp8check_amx_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n
                               planes);
             const sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn,
                             (const float *)psb + gi * kbn * nb, (float *)pout + rb * ldo, ldo,
-                            NULL, 0, NULL, NULL, NULL, 0, NULL};
+                            NULL, 0, NULL, NULL, NULL, 0, NULL, 0};
             chunk(planes, rows, tiles, NULL, NULL, &s);
         }
     }
@@ -456,7 +454,7 @@ int fp8check_amx_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uin
         const int64_t nr = rows - rb < CHUNK_ROWS ? rows - rb : CHUNK_ROWS;
         lhs_planes(&t, a + rb * lda, lda, nr, (nr + 15) / 16 * 16, k, 0xFF, planes);
         const sink s = {3, k / 128, n, 0, NULL, NULL, NULL, 0, (double *)pout + rb * n, ldk,
-                        NULL, NULL, NULL, 0, NULL};
+                        NULL, NULL, NULL, 0, NULL, 0};
         chunk(planes, nr, (const int8_t *)ptiles, NULL, NULL, &s);
     }
     _tile_release();
@@ -468,17 +466,17 @@ int fp8check_amx_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uin
    sum of rows [0, rows) of one group in one pass over their exact partials and those of
    the magnitudes: a their lhs codes [rows][k] (row stride lda bytes, no NaN code: the
    caller checks), sa their scales [rows][k / 128], tiles and abs_tiles the group's rhs
-   tiles and its magnitudes' (`fp8check_amx_pack_rhs` of the codes and of the codes &
-   0x7F), sb its scales [k / 128][nb]; out float32 [rows][n] the recipe, state float64
+   tiles (`fp8check_amx_pack_rhs`) and its magnitudes' (their digits' absolute values:
+   the digits are sign and magnitude), sb its scales [k / 128][nb]; out float32 [rows][n] the recipe, state float64
    four arrays `part` doubles apart (total, sigma, sum |q|, |A||B|'s sum), each [rows][n]
    at row stride lds >= n doubles:
    references/forward_refs.py rounds and scales it.  The rows go `rows_per_pass` at a time
-   (a multiple of 16, at most CHUNK_ROWS), so that their state stays in cache across the K
-   blocks.  Returns 0, or -1 (nothing written) when its scratch cannot be allocated. */
+   (a multiple of 16, at most CHUNK_ROWS), their columns `ct_block` tiles of 16 at a time,
+   so that the state of a block stays in cache across the K blocks.  Returns 0, or -1 (nothing written) when its scratch cannot be allocated. */
 int fp8check_amx_exact_gmm(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uint64_t psa,
                            uint64_t ptiles, uint64_t pabs_tiles, int64_t n, uint64_t psb,
                            int64_t nb, int64_t code, int64_t rows_per_pass, uint64_t pout,
-                           uint64_t pstate, int64_t part, int64_t lds) {
+                           uint64_t pstate, int64_t part, int64_t lds, int64_t ct_block) {
     const uint8_t *a = (const uint8_t *)pa;
     const int64_t kbn = k / 128, planes_size = kbn * 3 * CHUNK_ROWS * 128;
     int8_t *planes = aligned_alloc(64, 2 * planes_size + 64);
@@ -497,7 +495,7 @@ int fp8check_amx_exact_gmm(uint64_t pa, int64_t lda, int64_t rows, int64_t k, ui
         lhs_planes(&t, a + rb * lda, lda, nr, pr, k, 0x7F, abs_planes);
         const sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn, (const float *)psb,
                         (float *)pout + rb * n, n, NULL, 0, state + e, state + part + e,
-                        state + 2 * part + e, lds, state + 3 * part + e};
+                        state + 2 * part + e, lds, state + 3 * part + e, ct_block};
         chunk(planes, nr, (const int8_t *)ptiles, abs_planes, (const int8_t *)pabs_tiles, &s);
     }
     _tile_release();

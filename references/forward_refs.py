@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
 from fp8check.references import amx, cbuild
-from fp8check.references.abs_bound import _MAGNITUDE, blockwise_abs_product, factor
+from fp8check.references.abs_bound import blockwise_abs_product, factor
 from fp8check.references.certified import round_certified, scaled_terms_exact
 from fp8check.references.exact import precision_of, two_sum
 from fp8check.references.gmm import (
@@ -41,7 +41,10 @@ from fp8check.references.gmm import (
 from fp8check.references.intdot import RECIPE_CODES, row_shares
 from fp8check.references.quant import BLOCK, QTensor
 
-_CACHE_BYTES = 512 << 10  # a pass's rows keep their recipe and exact state (28 B) within
+# A pass of the C loop: _PASS_ROWS rows (its CHUNK_ROWS), in column blocks whose recipe
+# and exact state (_STATE_BYTES an element) fit in _CACHE_BYTES of L2.
+_PASS_ROWS = 256
+_CACHE_BYTES = 1 << 20
 _STATE_BYTES = 4 + 4 * 8  # float32 recipe, float64 total, sigma, sum|q|, |A||B| per element
 # The state's rows are padded by a cache line: at a row stride of a multiple of 4 KiB a
 # tile's 16 rows of three arrays would all fall in one L1 set.
@@ -56,7 +59,7 @@ def _exact_gmm_fn():
     if not amx.AVAILABLE or amx.PATH.lib is None:
         return None
     fn = amx.PATH.lib.fp8check_amx_exact_gmm
-    fn.argtypes = [_P, _I, _I, _I, _P, _P, _P, _I, _P, _I, _I, _I, _P, _P, _I, _I]
+    fn.argtypes = [_P, _I, _I, _I, _P, _P, _P, _I, _P, _I, _I, _I, _P, _P, _I, _I, _I]
     fn.restype = ctypes.c_int
     return fn
 
@@ -124,13 +127,15 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
     recipe32, exact, abs_ab = np.zeros((m, n), np.float32), np.zeros((m, n)), np.zeros((m, n))
     a_codes = np.ascontiguousarray(lhs.values.view(np.uint8))
     sa = np.ascontiguousarray(lhs.scales, dtype=np.float32)
-    per_pass = int(np.clip(_CACHE_BYTES // (16 * n * _STATE_BYTES), 1, 16)) * 16
+    ct_block = max(1, _CACHE_BYTES // (_PASS_ROWS * 16 * _STATE_BYTES))
     offs = group_offsets(gs)
     state = np.empty(4 * int(gs.max()) * (n + _PAD))  # one buffer: fresh ones fault pages
     for g in np.flatnonzero(gs):
         r0, rows = int(offs[g]), int(gs[g])
         b_codes = rhs.values[g].view(np.uint8)
-        tiles = amx.PATH.pack_rhs(b_codes), amx.PATH.pack_rhs(b_codes & _MAGNITUDE)
+        packed = amx.PATH.pack_rhs(b_codes)
+        # sign-and-magnitude digits: the magnitudes' are the digits' absolute values
+        tiles = packed, np.abs(packed)
         sb = np.ascontiguousarray(rhs.scales[g], dtype=np.float32)
         st = state[:4 * rows * (n + _PAD)].reshape(4, rows, n + _PAD)
         out = recipe32[r0:r0 + rows]
@@ -139,8 +144,8 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
             (fn, (a_codes.ctypes.data + (r0 + c0) * k, k, c1 - c0, k,
                   sa.ctypes.data + (r0 + c0) * kb * 4, tiles[0].ctypes.data,
                   tiles[1].ctypes.data, n, sb.ctypes.data, sb.shape[1], RECIPE_CODES[accum],
-                  per_pass, out.ctypes.data + c0 * n * 4,
-                  st.ctypes.data + c0 * (n + _PAD) * 8, rows * (n + _PAD), n + _PAD))
+                  _PASS_ROWS, out.ctypes.data + c0 * n * 4,
+                  st.ctypes.data + c0 * (n + _PAD) * 8, rows * (n + _PAD), n + _PAD, ct_block))
             for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True) if c1 > c0])
         undecided = _finish(st[:, :, :n], kb, *precision_of(np.dtype(np.float64)), factor(k),
                             exact[r0:r0 + rows], abs_ab[r0:r0 + rows])
