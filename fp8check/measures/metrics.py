@@ -483,10 +483,11 @@ def _z(r, o, magnitude, signs):
     (o where r is 0; unit 1 where both are), or z = d sign(o - r) with `signs`; d = sign(p)
     with `magnitude`, else 1."""
     p = r if r != 0 else o
-    d = (1.0 if p > 0 else -1.0 if p < 0 else 0.0) if magnitude else 1.0
+    # signs as differences of comparisons: branch-free (random signs mispredict branches)
+    d = (np.float64(p > 0) - np.float64(p < 0)) if magnitude else 1.0
     e = o - r
     if signs:  # no unit: its frexp would cost the sign test's loop most of its time
-        return d * (1.0 if e > 0 else -1.0 if e < 0 else 0.0)
+        return d * (np.float64(e > 0) - np.float64(e < 0))
     return d * (e / (math.ldexp(1.0, math.frexp(abs(p))[1] - 1) if p != 0 else 1.0))
 
 
@@ -506,19 +507,17 @@ def _cluster_sums(r, o, labels, lo, size, magnitude, signs):
     return sums, counts, nonzero
 
 
-_SUM_PARTS = 16  # row ranges of _crossed_sums summed in parallel
-
-
 @numba.njit(parallel=True, cache=True)
-def _crossed_sums(r, o, keep, groups, n_groups, block, magnitude):
+def _crossed_sums(r, o, keep, groups, n_groups, block, magnitude, threads):
     """The sign test's z (`_z`, unit "sign") of the kept elements of float64 r, o [rows, N]
     summed per row and per (group of the row, `block`-column tile): (row sums [rows], row
-    counts, tile sums [n_groups * tiles], tile counts, sum of z^2).  Row ranges in
-    parallel, each with its own tile sums: every sum is of z in {-1, 0, 1}, an exact
-    integer in float64, so the order does not change a bit."""
+    counts, tile sums [n_groups * tiles], tile counts, sum of z^2).  A row range per
+    thread (`threads`), each with its own tile sums (no more: they are zeroed and added per call):
+    every sum is of z in {-1, 0, 1}, an exact integer in float64, so the order does not
+    change a bit."""
     rows, n = r.shape
     tiles = (n + block - 1) // block
-    parts = max(1, min(rows, _SUM_PARTS))
+    parts = max(1, min(rows, threads))
     row_sums = np.zeros(rows)
     row_counts = np.zeros(rows, np.int64)
     col_sums = np.zeros((parts, n_groups * tiles))
@@ -527,14 +526,20 @@ def _crossed_sums(r, o, keep, groups, n_groups, block, magnitude):
     for p in numba.prange(parts):
         for i in range(p * rows // parts, (p + 1) * rows // parts):
             base = groups[i] * tiles
-            for j in range(n):
-                if keep[i, j]:
-                    z = _z(r[i, j], o[i, j], magnitude, True)
-                    row_sums[i] += z
-                    row_counts[i] += 1
-                    col_sums[p, base + j // block] += z
-                    col_counts[p, base + j // block] += 1
-                    sq[p] += z * z
+            for t in range(tiles):  # a tile at a time: no division per element
+                zs, zq, cnt = 0.0, 0.0, 0
+                for j in range(t * block, min(n, (t + 1) * block)):
+                    # z of every element times keep (a sign: finite even where r, o are
+                    # not), not a branch per element
+                    z = _z(r[i, j], o[i, j], magnitude, True) * keep[i, j]
+                    zs += z
+                    zq += z * z
+                    cnt += keep[i, j]
+                row_sums[i] += zs
+                row_counts[i] += cnt
+                col_sums[p, base + t] += zs
+                col_counts[p, base + t] += cnt
+                sq[p] += zq
     return row_sums, row_counts, col_sums.sum(axis=0), col_counts.sum(axis=0), sq.sum()
 
 
@@ -689,7 +694,8 @@ def bias_sums(out: ArrayLike, ref: ArrayLike, row_groups: ArrayLike, n_groups: i
             else np.asarray(keep, np.bool_).reshape(r2.shape))
     if block < 1:
         raise ValueError(f"bias_sums: block must be >= 1, got {block}")
-    return BiasSums(*_crossed_sums(r2, o2, kept, groups, n_groups, block, mode == "magnitude"))
+    return BiasSums(*_crossed_sums(r2, o2, kept, groups, n_groups, block, mode == "magnitude",
+                                   numba.get_num_threads()))
 
 
 def bias_z_crossed(sums: BiasSums) -> float:
