@@ -203,15 +203,25 @@ def _patch_lang_once(fn):
     function called inside a launch, which the interpreter re-patches on every call (its
     builtins are replaced already, so it only re-scans every module's members: about a
     quarter of an interpreted tgmm's time)."""
-    import inspect
-
     import triton.language as tl
     from triton.runtime import interpreter
 
-    langs = [v for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core)]
+    langs = _lang_modules(fn)
     if langs and not any(tl.core.is_builtin(lang.program_id) for lang in langs):
         return interpreter._LangPatchScope()
     return _SPED_UP["_patch_lang"](fn)
+
+
+@functools.cache
+def _lang_modules(fn) -> tuple:
+    """The ``triton.language`` modules among `fn`'s globals (its module's imports, which
+    do not change once it is loaded), found once per function: the scan of every global
+    on each device-function call was a twentieth of an interpreted training run."""
+    import inspect
+
+    import triton.language as tl
+
+    return tuple(v for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core))
 
 
 def _np_dtype(tt_dtype):
@@ -260,6 +270,7 @@ def _speed_up(on: bool) -> None:
         interpreter._patch_lang = _SPED_UP.pop("_patch_lang")
         interpreter._get_np_dtype = _SPED_UP.pop("_get_np_dtype")
         _np_dtype_of_scalar.cache_clear()
+        _lang_modules.cache_clear()
         builder.options = _SPED_UP.pop("options")
 
 
