@@ -5,6 +5,7 @@ case too), exit 1; SIGINT / SIGTERM write the results so far marked incomplete, 
 `--help`.  Every gate here is a real `fp8check gate` process on one smoke case."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -219,12 +220,27 @@ def test_workers_of_a_parallel_gate_get_their_share_of_the_cores(monkeypatch):
 
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
     monkeypatch.delenv("NUMBA_NUM_THREADS", raising=False)
-    isolation._Worker(Ctx(), None, 3)
-    isolation._Worker(Ctx(), None, None)
+    isolation._Worker(Ctx(), None, dict.fromkeys(isolation._THREAD_VARS, "3"))
+    isolation._Worker(Ctx(), None, {})
     assert seen[0] == dict.fromkeys(isolation._THREAD_VARS, "3")
     assert seen[1]["OMP_NUM_THREADS"] == "7" and seen[1]["NUMBA_NUM_THREADS"] is None
     assert isolation.os.environ["OMP_NUM_THREADS"] == "7"
     assert "NUMBA_NUM_THREADS" not in isolation.os.environ
+
+
+def test_workers_share_a_jax_compilation_cache_of_the_process(monkeypatch):
+    """The workers get a compilation cache folder of the gate's process, every compile
+    kept; a cache the user names is theirs, left as it is."""
+    from fp8check.gate.isolation import shared_compile_cache
+
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    env = shared_compile_cache()
+    assert os.path.isdir(env["JAX_COMPILATION_CACHE_DIR"])
+    assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    assert shared_compile_cache() == env  # one folder for the process
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/theirs")
+    assert shared_compile_cache() == {}
+
 
 
 def test_parallel_workers_start_the_long_batches_first():

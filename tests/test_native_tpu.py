@@ -388,3 +388,30 @@ def test_the_mosaic_dump_directory_goes_with_its_process(tmp_path):
         env=env, capture_output=True, text=True, timeout=300, check=True).stdout.split()
     assert out[1] == "True" and os.path.dirname(out[0]) == str(tmp_path)
     assert not os.path.exists(out[0]) and tmp_path.is_dir()
+
+
+def test_tpu_compiles_bypass_a_persistent_compilation_cache(tmp_path):
+    """With jax's persistent compilation cache on (the gate's workers share one per run),
+    a program compiled for a chip in two processes is compiled in each: both builds carry
+    Mosaic's figures, which an executable loaded from the cache would lack, and nothing of
+    a TPU compile enters the cache (a CPU compile beside it does)."""
+    import json
+    import os
+
+    script = (
+        "import json, jax, numpy as np\n"
+        "from fp8check.kernels.pallas.native import native_builds\n"
+        "from fp8check.targets.tpu import compile_for_tpu\n"
+        "b = next(b for b in native_builds(256, 512, 256, 4) if b.kernel == 'pallas-bf16')\n"
+        "x = compile_for_tpu(b.kernel, b.fn, b.args, 'v5e')\n"
+        "jax.jit(lambda v: v * 3.0)(np.ones(8, np.float32)).block_until_ready()\n"
+        "print(json.dumps([x.ok, x.llo is not None, x.vmem_bytes]))\n")
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+    first, second = (json.loads(subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
+        check=True).stdout.strip().splitlines()[-1]) for _ in range(2))
+    assert first == second and first[0] and first[1] and first[2]
+    cached = os.listdir(tmp_path)
+    assert cached and all(not name.startswith("jit_gmm") for name in cached), cached

@@ -16,9 +16,13 @@ them, whatever the number of workers.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import multiprocessing
 import os
+import shutil
 import signal
+import tempfile
 import time
 import traceback
 from collections import deque
@@ -42,6 +46,45 @@ PREPARE_MIN_S = 600.0
 # workers' threads oversubscribe them and run no faster than one worker.
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                 "NUMBA_NUM_THREADS")
+_CACHE_DIR_VAR = "JAX_COMPILATION_CACHE_DIR"
+
+
+@functools.cache
+def _compile_cache_folder() -> str:
+    """A temporary folder of this process for jax's compilation cache, gone at its exit."""
+    folder = tempfile.mkdtemp(prefix="fp8check-jax-cache-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def shared_compile_cache() -> dict[str, str]:
+    """The environment that has the gate's workers share jax's compilation cache in a
+    temporary folder of this process (empty when the user names a cache of their own).
+    Each worker compiles what its batches need; without a shared cache the second worker
+    to need a program (an interpret-mode kernel at a case's shape, the Pallas fidelity
+    probe) compiles it again, with one it loads the first one's executable: the same
+    program, so the same results.  Every compile is kept (no minimum compile time or
+    size): the programs are small and most take about a second.  Nothing outlives the
+    process: a fresh run compiles everything again."""
+    if os.environ.get(_CACHE_DIR_VAR):
+        return {}
+    return {_CACHE_DIR_VAR: _compile_cache_folder(),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
+
+
+def use_shared_compile_cache() -> None:
+    """Put this process's compiles into the workers' shared cache too (`shared_compile_
+    cache`), so that what it compiles before they start (loading the kernels: the Pallas
+    fidelity probe) is theirs to load.  jax takes a cache only before its first compile:
+    in a process that compiled before, this does nothing."""
+    import jax
+
+    env = shared_compile_cache()
+    if env:
+        jax.config.update("jax_compilation_cache_dir", env[_CACHE_DIR_VAR])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
 
 class WorkerError(RuntimeError):
@@ -112,13 +155,13 @@ class _Worker:
     in flight), `deadline` of that result and `late`, the error once it passes, `ended`
     (why a call ended it, when it said)."""
 
-    def __init__(self, ctx: Any, plan: GatePlan, threads: int | None) -> None:
+    def __init__(self, ctx: Any, plan: GatePlan, env: dict[str, str]) -> None:
+        """Start a worker whose environment is this process's updated with `env`."""
         self.conn, child = ctx.Pipe()
         self.proc: BaseProcess = ctx.Process(target=_serve, args=(plan, child),
                                              name="fp8check-worker")
-        saved = {v: os.environ.get(v) for v in _THREAD_VARS}
-        if threads is not None:  # the spawned process inherits this environment
-            os.environ.update({v: str(threads) for v in _THREAD_VARS})
+        saved = {v: os.environ.get(v) for v in env}
+        os.environ.update(env)  # the spawned process inherits this environment
         try:
             self.proc.start()
         finally:
@@ -229,14 +272,17 @@ def start_order(batches: list[Batch], jobs: int) -> list[int]:
 def run_isolated(plan: GatePlan, batches: list[Batch], sink: Sink, *, jobs: int,
                  timeout: float) -> None:
     """Run `batches` (the plan's, as `plan_batches` makes them) in up to `jobs` worker
-    processes (more than one: each with its share of the cores' threads), every result
-    into `sink` in batch order.  A result that takes longer than
+    processes (more than one: each with its share of the cores' threads), sharing a jax
+    compilation cache (`shared_compile_cache`), every result into `sink` in
+    batch order.  A result that takes longer than
     `timeout` seconds is an error ("timed out after N s").  On `Interrupted` the workers
     are killed, the results already made reach the sink, and it propagates.  Raises
     WorkerError for a bug of fp8check in a worker."""
     ctx = multiprocessing.get_context("spawn")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    threads = max(1, (cores or 1) // jobs) if jobs > 1 else None
+    env = shared_compile_cache()
+    if jobs > 1:
+        env = {**env, **dict.fromkeys(_THREAD_VARS, str(max(1, (cores or 1) // jobs)))}
     queue = deque((i, 0) for i in start_order(batches, jobs))
     order = _InOrder(batches, sink)
     workers: list[_Worker] = []
@@ -291,7 +337,7 @@ def run_isolated(plan: GatePlan, batches: list[Batch], sink: Sink, *, jobs: int,
                 idle.pop().assign(*queue.popleft())
             starting = sum(not w.ready for w in workers)
             for _ in range(min(jobs - len(workers), len(queue) - starting)):
-                workers.append(_Worker(ctx, plan, threads))
+                workers.append(_Worker(ctx, plan, env))
             deadlines = [w.deadline for w in workers if w.deadline is not None]
             wait_s = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             wait([h for w in workers for h in (w.conn, w.proc.sentinel)], wait_s)

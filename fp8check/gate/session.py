@@ -10,7 +10,7 @@ from typing import Any
 from fp8check import exitcodes
 from fp8check.config import load_config
 from fp8check.errors import Interrupted, UsageError, interrupts_raise, usage_errors
-from fp8check.gate.isolation import run_isolated
+from fp8check.gate.isolation import run_isolated, use_shared_compile_cache
 from fp8check.gate.kernels import load_kernels
 from fp8check.gate.plan import GateOptions, GatePlan, make_plan
 from fp8check.gate.runner import Batch, Sink, plan_batches, run_batches
@@ -103,6 +103,8 @@ def run_gate(opts: GateOptions, cwd: str | Path = ".") -> int:
     with usage_errors():
         cfg = load_config(cwd)
     plan, notice = make_plan(opts, cfg)
+    if plan.config.isolate:
+        use_shared_compile_cache()
     kernels = load_kernels(plan)
     try:
         batches = plan_batches(plan, kernels)

@@ -32,6 +32,7 @@ the chip computes or how fast.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import re
@@ -39,7 +40,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,9 +220,28 @@ def llo_figures(finals: Sequence[str]) -> LloFigures:
         ops=dict(sorted(ops.items())))
 
 
+@contextlib.contextmanager
+def _not_cached() -> Iterator[None]:
+    """No compile of the block enters jax's persistent compilation cache (where one is
+    set: the gate's workers share one, `fp8check.gate.isolation.shared_compile_cache`), so
+    none is ever loaded from it: a build's figures come from the dumps the compiler writes
+    as it runs, which an executable loaded from the cache would not produce (libtpu's
+    compile-only client cannot load one either)."""
+    import jax
+
+    key = "jax_persistent_cache_min_compile_time_secs"
+    old = getattr(jax.config, key)
+    jax.config.update(key, float("inf"))
+    try:
+        yield
+    finally:
+        jax.config.update(key, old)
+
+
 def compile_for_tpu(name: str, fn: Callable, args: Sequence[tuple[tuple[int, ...], Any]],
                     chip: str) -> TpuBuild:
-    """Compile `fn(*args)` for `chip` without a TPU; never raises for a compile failure.
+    """Compile `fn(*args)` for `chip` without a TPU, never through jax's persistent
+    compilation cache (`_not_cached`); never raises for a compile failure.
 
     `args` are (shape, dtype) pairs.  Raises ToolchainMissing when libtpu is absent or
     cannot describe the chip, ValueError for an unknown chip.
@@ -236,7 +256,8 @@ def compile_for_tpu(name: str, fn: Callable, args: Sequence[tuple[tuple[int, ...
     t = time.perf_counter()
     build = TpuBuild(kernel=name, target=chip, ok=False)
     try:
-        compiled = jax.jit(fn).trace(*specs).lower(lowering_platforms=("tpu",)).compile()
+        with _not_cached():
+            compiled = jax.jit(fn).trace(*specs).lower(lowering_platforms=("tpu",)).compile()
     except Exception as e:  # the compiler's verdict, reported as the build's result
         build.error = _compiler_message(e)
     else:
