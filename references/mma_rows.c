@@ -24,8 +24,9 @@
      the same E_max and has_p: a zero product's term is 0 whatever its shift);
    * the terms are summed exactly: kind 0 in int32 (|sum| < 32 * 2^15), two at a time by
      VPMADDWD of the magnitudes with the products' signs (+-1; lanes hold the k-even and
-     k-odd term of one column); kind 1 in two int32 sums of 16 terms (below 2^31), added
-     exactly in float64;
+     k-odd term of one column; the rhs is packed with its signs in the four forms the lhs
+     pair's signs make of them, so the products' signs are a load, not a multiply); kind 1
+     in two int32 sums of 16 terms (below 2^31), added exactly in float64;
    * kind 0: C's term ic >> (23 - frac + E_max - e_c) (toward zero; E_max >= e_c once C
      joins) is an integer shift; where every lane's grid 2^(E_max - frac) is at or above
      2^-126 the sum converts exactly to float32, the truncation to out_bits clears its low
@@ -57,6 +58,12 @@
 /* Added to the lhs exponents for `no_bit_lost`: a product's exponent sum plus it is
    positive, below 2^15, and with a zero code's ZERO_EXP wraps around to above 2^15. */
 #define EXP_OFFSET 4096
+/* int16 elements of one pair of the packed rhs (`pack_rhs`): |sig|, sign, exponent, and
+   for kind 0 the sign with its k-even, k-odd or both halves negated. */
+#define PAIR_W(kind) ((kind) ? 96 : 192)
+/* Where a pair's sign vector times the lhs pair's signs lies in a kind 0 rhs pair, by the
+   lhs signs (bit 0: the k-even one negative, bit 1: the k-odd one). */
+static const int32_t SIGN_AT[4] = {32, 96, 128, 160};
 
 /* Lane-pair form of int16 lanes: each even lane (k even) takes the max of itself and its
    odd neighbour, and both lanes of the pair get it. */
@@ -173,9 +180,9 @@ static inline void fold_exps(__m512i e, __m512i *mx, __m512i *mn) {
 /* The decoded lhs rows of a row block, step by step (step c of row r at index c
    BLOCK_ROWS + r: a block's rows of one step lie together): mag / sgn / ex [k / 32]
    [BLOCK_ROWS][16] pairs (two int16 halves, k even low, k odd high: |significand|, sign
-   (+-1), exponent); for kind 1 exo [k / 32][BLOCK_ROWS][16] the exponents + 2^12 (pairs
-   as ex; `no_bit_lost`), val [k / 32][BLOCK_ROWS][32] the values and spread [k / 32]
-   [BLOCK_ROWS][2] each step's exponent spread and largest exponent (0 and 0 where the
+   (+-1), exponent; kind 0: sgn holds the pair's SIGN_AT instead); for kind 1 exo [k /
+   32][BLOCK_ROWS][16] the exponents + 2^12 (pairs as ex; `no_bit_lost`), val [k / 32]
+   [BLOCK_ROWS][32] the values and spread [k / 32][BLOCK_ROWS][2] each step's exponent spread and largest exponent (0 and 0 where the
    step's codes are all zero). */
 typedef struct {
     int32_t *mag, *sgn, *ex, *exo;
@@ -192,9 +199,13 @@ static void decode_row(const uint8_t *codes, int64_t k, int fmt, int kind, const
         decode(_mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(codes + t))), fmt, 0,
                &m, &s, &e);
         _mm512_storeu_si512(l->mag + at * 16, m);
-        _mm512_storeu_si512(l->sgn + at * 16, s);
         _mm512_storeu_si512(l->ex + at * 16, e);
-        if (kind == 1) {
+        if (kind == 0) {
+            const uint32_t neg = _mm512_movepi16_mask(s); /* bit 2 p + t: k = 2 p + t */
+            for (int p = 0; p < 16; p++)
+                l->sgn[at * 16 + p] = SIGN_AT[neg >> 2 * p & 3];
+        } else {
+            _mm512_storeu_si512(l->sgn + at * 16, s);
             _mm512_storeu_si512(l->exo + at * 16, _mm512_add_epi16(e, _mm512_set1_epi16(EXP_OFFSET)));
             values32(m, s, e, FBITS[fmt], l->val + at * 32);
             __m512i mx = _mm512_set1_epi32(-(1 << 30)), mn = _mm512_set1_epi32(1 << 30);
@@ -209,14 +220,15 @@ static void decode_row(const uint8_t *codes, int64_t k, int fmt, int kind, const
 
 /* The packed rhs of codes b [k][n], step by step (32 K elements; within a step, column
    vector by column vector: nv = ceil(n / 16), padding columns: the zero code):
-     bp  [k / 32][nv][16][3][32] int16: pair p of the step: |sig| << sh, sign (+-1),
-         exponent; lane 2 col + t is k = 2 p + t, column 16 v + col;
+     bp  [k / 32][nv][16][PAIR_W] int16: pair p of the step, 32 lanes each: |sig| << sh,
+         sign (+-1), exponent (kind 0: then the sign with its k-even, k-odd and both
+         halves negated, at SIGN_AT); lane 2 col + t is k = 2 p + t, column 16 v + col;
      and for kind 1 (val, spread not NULL)
      val    [k / 32][nv][32][16] float64: the values, column 16 v + lane;
      spread [k / 32][nv][2][16] int32: the step's exponent spread per column, then its
             largest exponent (0 and 0 for a column of zero codes). */
-static void pack_rhs(const uint8_t *b, int64_t k, int64_t n, int fmt, int sh, int16_t *bp,
-                     double *val, int32_t *spread) {
+static void pack_rhs(const uint8_t *b, int64_t k, int64_t n, int fmt, int kind, int sh,
+                     int16_t *bp, double *val, int32_t *spread) {
     const int64_t nv = (n + 15) / 16, np = k / 2;
     for (int64_t v = 0; v < nv; v++) {
         const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
@@ -229,12 +241,19 @@ static void pack_rhs(const uint8_t *b, int64_t k, int64_t n, int fmt, int sh, in
                                                   _mm_unpacklo_epi8(x0, x1));
             __m512i mag, sgn, ex;
             decode(_mm512_cvtepu8_epi16(both), fmt, sh, &mag, &sgn, &ex);
-            int16_t *o = bp + ((p / 16 * nv + v) * 16 + p % 16) * 96;
+            int16_t *o = bp + ((p / 16 * nv + v) * 16 + p % 16) * PAIR_W(kind);
             _mm512_store_si512(o, mag);
             _mm512_store_si512(o + 32, sgn);
             _mm512_store_si512(o + 64, ex);
-            if (!val)
+            if (kind == 0) {
+                const __m512i neg = _mm512_sub_epi16(_mm512_setzero_si512(), sgn);
+                _mm512_store_si512(o + SIGN_AT[1], _mm512_mask_blend_epi16(0x55555555, sgn,
+                                                                           neg));
+                _mm512_store_si512(o + SIGN_AT[2], _mm512_mask_blend_epi16(0xAAAAAAAA, sgn,
+                                                                           neg));
+                _mm512_store_si512(o + SIGN_AT[3], neg);
                 continue;
+            }
             if (p % 16 == 0) {
                 mx = _mm512_set1_epi32(-(1 << 30));
                 mn = _mm512_set1_epi32(1 << 30);
@@ -348,7 +367,7 @@ static inline __attribute__((always_inline)) void model_step(
     for (int r = 0; r < R; r++)
         e16[r] = _mm512_set1_epi16(-32768);
     for (int p = 0; p < 16; p++) {
-        const __m512i be = _mm512_load_si512(bv + p * 96 + 64);
+        const __m512i be = _mm512_load_si512(bv + p * PAIR_W(kind) + 64);
         for (int r = 0; r < R; r++) {
             x[r][p] = _mm512_add_epi16(_mm512_set1_epi32(ex[r * rs + p]), be);
             e16[r] = _mm512_max_epi16(e16[r], x[r][p]);
@@ -370,17 +389,20 @@ static inline __attribute__((always_inline)) void model_step(
                                  _mm512_slli_epi32(emax[r], 16));
     }
     for (int p = 0; p < 16; p++) {
-        const int16_t *q = bv + p * 96;
-        const __m512i bm = _mm512_load_si512(q), bs = _mm512_load_si512(q + 32);
+        const int16_t *q = bv + p * PAIR_W(kind);
+        const __m512i bm = _mm512_load_si512(q);
         for (int r = 0; r < R; r++) {
             const int64_t at = r * rs + p;
             const __m512i d = _mm512_sub_epi16(e16[r], x[r][p]);
             const __m512i m = _mm512_mullo_epi16(_mm512_set1_epi32(mag[at]), bm);
-            const __m512i sg = _mm512_mullo_epi16(_mm512_set1_epi32(sgn[at]), bs);
-            if (kind == 1)
+            if (kind == 1) {
+                const __m512i sg = _mm512_mullo_epi16(_mm512_set1_epi32(sgn[at]),
+                                                      _mm512_load_si512(q + 32));
                 add_wide_terms(m, d, sg, sp->sh, &s[r], &so[r]);
-            else
-                s[r] = _mm512_add_epi32(s[r], _mm512_madd_epi16(_mm512_srlv_epi16(m, d), sg));
+            } else { /* the products' signs: the rhs sign variant of the lhs pair's signs */
+                s[r] = _mm512_add_epi32(s[r], _mm512_madd_epi16(_mm512_srlv_epi16(m, d),
+                                                                _mm512_load_si512(q + sgn[at])));
+            }
         }
     }
     for (int r = 0; r < R; r++)
@@ -429,7 +451,7 @@ static inline int no_bit_lost(const int32_t *exo, const int16_t *bv, int32_t ama
     __m512i lo = _mm512_set1_epi16(-1);
     for (int p = 0; p < 16; p++)
         lo = _mm512_min_epu16(lo, _mm512_add_epi16(_mm512_set1_epi32(exo[p]),
-                                                   _mm512_load_si512(bv + p * 96 + 64)));
+                                                   _mm512_load_si512(bv + p * PAIR_W(1) + 64)));
     lo = _mm512_min_epu16(lo, _mm512_srli_epi32(lo, 16)); /* the pair's: low halves */
     const __m512i xmin = _mm512_sub_epi32(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)),
                                           _mm512_set1_epi32(EXP_OFFSET));
@@ -457,7 +479,7 @@ static inline __attribute__((always_inline)) void rows_step(
     int64_t p0, __m512 *cvs, __m512 *accs, const target *tg, const spec *sp) {
     const int64_t c = p0 / 16, at = c * BLOCK_ROWS + r0; /* the step, its row r0 */
     const int32_t *mag = o->a.mag + at * 16, *sgn = o->a.sgn + at * 16, *ex = o->a.ex + at * 16;
-    const int16_t *bv = o->bp + (c * nv + v) * 16 * 96;
+    const int16_t *bv = o->bp + (c * nv + v) * 16 * PAIR_W(kind);
     __m512 cv[8];
     for (int r = 0; r < R; r++)
         cv[r] = cvs[r * nv];
@@ -591,7 +613,7 @@ static int work_open(work *w, int64_t k, int64_t n, int kind, operands *o) {
     const int64_t nv = (n + 15) / 16, np = k / 2, nc = k / 32;
     memset(w, 0, sizeof *w);
     w->csr = _mm_getcsr();
-    w->bp = aligned_alloc(64, nv * np * 96 * sizeof(int16_t) + 64);
+    w->bp = aligned_alloc(64, nv * np * PAIR_W(kind) * sizeof(int16_t) + 64);
     w->pairs = malloc(3 * BLOCK_ROWS * np * sizeof(int32_t) + 64);
     w->state = aligned_alloc(64, 2 * BLOCK_ROWS * nv * sizeof(__m512));
     int ok = w->bp && w->pairs && w->state;
@@ -628,7 +650,8 @@ int fp8check_mma_rows(uint64_t pa, uint64_t pb, int64_t k, int64_t n, int64_t fm
         return -1;
     const int sh = (int)(frac - FBITS[fmt_a] - FBITS[fmt_b]);
     const spec sp = {(int)kind, frac, obits, sh, (int)exact_route};
-    pack_rhs((const uint8_t *)pb, k, n, (int)fmt_b, kind ? 0 : sh, w.bp, w.bval, w.bspread);
+    pack_rhs((const uint8_t *)pb, k, n, (int)fmt_b, (int)kind, kind ? 0 : sh, w.bp, w.bval,
+             w.bspread);
     const target tg = {(const float *)pc + r0 * n, NULL, NULL, 0, 0, (float *)pout + r0 * n, n};
     rows(0, (const uint8_t *)pa, k, r0, r1, k, n, (int)fmt_a, &o, &tg, &sp, w.state);
     work_close(&w);
@@ -660,7 +683,8 @@ int fp8check_mma_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n
         const int64_t r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
         if (r1 <= r0)
             continue;
-        pack_rhs(b + gi * k * n, k, n, (int)fmt, kind ? 0 : sh, w.bp, w.bval, w.bspread);
+        pack_rhs(b + gi * k * n, k, n, (int)fmt, (int)kind, kind ? 0 : sh, w.bp, w.bval,
+                 w.bspread);
         const target tg = {NULL, (const float *)psa + r0 * kbn,
                            (const float *)psb + gi * kbn * nb, kbn, nb,
                            (float *)pout + r0 * ldo, ldo};
