@@ -694,18 +694,29 @@ def _c_array(c, shape):
 _ROWS_FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512cd",
                "-ffp-contract=off")
 _ROWS_NEEDS = ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd")
-_ROWS_LIB, _why = cbuild.load("AVX-512 mma rows", Path(__file__).with_name("mma_rows.c"),
-                              _ROWS_FLAGS, _ROWS_NEEDS, "FP8CHECK_MMA_C")
+# VNNI where the CPU has it: HOPPER_FP8's terms summed by VPDPWSSD (`add_pairs`, the same bits).
+_ROWS_VNNI = ("-mavx512vnni",) if "avx512_vnni" in cbuild.cpu_flags() else ()
+_P, _I = ctypes.c_void_p, ctypes.c_int64
+
+
+def _rows_lib(extra: tuple[str, ...]) -> tuple[ctypes.CDLL | None, str]:
+    """`mma_rows.c` built with _ROWS_FLAGS and `extra`, its functions declared: `cbuild.load`'s
+    (library, "") or (None, the reason)."""
+    lib, why = cbuild.load("AVX-512 mma rows", Path(__file__).with_name("mma_rows.c"),
+                           _ROWS_FLAGS + extra, _ROWS_NEEDS, "FP8CHECK_MMA_C")
+    if lib is not None:
+        lib.fp8check_mma_rows.argtypes = [_P, _P, *[_I] * 8, _P, _P, _I, _I]
+        lib.fp8check_mma_gmm.argtypes = [_P, _I, _I, _P, _I, _P, _I, _I, _I, _P, _P,
+                                         *[_I] * 6, _P, _I]
+        for fn in (lib.fp8check_mma_rows, lib.fp8check_mma_gmm):
+            fn.restype = ctypes.c_int
+    return lib, why
+
+
+_ROWS_LIB, _why = _rows_lib(_ROWS_VNNI)
 ROWS_STATUS = "avx512" if _ROWS_LIB is not None else f"off ({_why})"
 """Whether the C row kernel runs here: "avx512", else "off (<reason>)" (no AVX-512, the
 compiler fails, or FP8CHECK_MMA_C=0); the numba kernels give the same bits."""
-_P, _I = ctypes.c_void_p, ctypes.c_int64
-if _ROWS_LIB is not None:
-    _ROWS_LIB.fp8check_mma_rows.argtypes = [_P, _P, *[_I] * 8, _P, _P, _I, _I]
-    _ROWS_LIB.fp8check_mma_gmm.argtypes = [_P, _I, _I, _P, _I, _P, _I, _I, _I, _P, _P,
-                                           *[_I] * 6, _P, _I]
-    for _fn in (_ROWS_LIB.fp8check_mma_rows, _ROWS_LIB.fp8check_mma_gmm):
-        _fn.restype = ctypes.c_int
 EXACT_ROUTE = True
 """Whether `mma_rows.c` computes BLACKWELL_FP8's steps in which no term can lose a bit at
 alignment as exact float64 sums (its `exact_step`; the same bits as term by term, which

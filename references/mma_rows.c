@@ -23,10 +23,11 @@
      real exponent sum and above -2^14, so that sums and differences stay in int16, decides
      the same E_max and has_p: a zero product's term is 0 whatever its shift);
    * the terms are summed exactly: kind 0 in int32 (|sum| < 32 * 2^15), two at a time by
-     VPMADDWD of the magnitudes with the products' signs (+-1; lanes hold the k-even and
-     k-odd term of one column; the rhs is packed with its signs in the four forms the lhs
-     pair's signs make of them, so the products' signs are a load, not a multiply); kind 1
-     in two int32 sums of 16 terms (below 2^31), added exactly in float64;
+     VPMADDWD (with VNNI VPDPWSSD, `add_pairs`) of the magnitudes with the products' signs
+     (+-1; lanes hold the k-even and k-odd term of one column; the rhs is packed with its
+     signs in the four forms the lhs pair's signs make of them, so the products' signs are
+     a load, not a multiply); kind 1 in two int32 sums of 16 terms (below 2^31), added
+     exactly in float64;
    * kind 0: C's term ic >> (23 - frac + E_max - e_c) (toward zero; E_max >= e_c once C
      joins) is an integer shift; where every lane's grid 2^(E_max - frac) is at or above
      2^-126 the sum converts exactly to float32, the truncation to out_bits clears its low
@@ -320,6 +321,18 @@ typedef struct {
     int exact_route;
 } spec;
 
+/* Kind 0's running sums s plus the pair vector's terms t times their signs sg (int16
+   pairs): each int32 lane adds its k-even and k-odd term.  One VPDPWSSD where the kernel
+   is built with VNNI (mma.py's flags, where the CPU has it), else VPMADDWD and VPADDD: the
+   same exact int32 sums (below 32 * 2^15: neither form wraps). */
+static inline __m512i add_pairs(__m512i s, __m512i t, __m512i sg) {
+#ifdef __AVX512VNNI__
+    return _mm512_dpwssd_epi32(s, t, sg);
+#else
+    return _mm512_add_epi32(s, _mm512_madd_epi16(t, sg));
+#endif
+}
+
 /* Kind 1's terms of one pair vector, added into the k-even and k-odd sums se, so (int32:
    at most 16 terms each, below 2^27 each, so below 2^31): m = |m_a m_b| and d (int16
    pairs), sg the products' signs (+-1). */
@@ -400,8 +413,7 @@ static inline __attribute__((always_inline)) void model_step(
                                                       _mm512_load_si512(q + 32));
                 add_wide_terms(m, d, sg, sp->sh, &s[r], &so[r]);
             } else { /* the products' signs: the rhs sign variant of the lhs pair's signs */
-                s[r] = _mm512_add_epi32(s[r], _mm512_madd_epi16(_mm512_srlv_epi16(m, d),
-                                                                _mm512_load_si512(q + sgn[at])));
+                s[r] = add_pairs(s[r], _mm512_srlv_epi16(m, d), _mm512_load_si512(q + sgn[at]));
             }
         }
     }

@@ -279,10 +279,37 @@ def test_c_row_kernel_is_on_where_the_cpu_has_it():
 @pytest.mark.parametrize("model", [HOPPER_FP8, BLACKWELL_FP8], ids=["hopper", "blackwell"])
 def test_c_row_kernel_equals_numba_row_kernel(fmts, model, monkeypatch):
     """`mma_rows.c` (the "auto" choice for HOPPER_FP8 and BLACKWELL_FP8 on finite operands)
-    gives the numba row kernel's bits: every finite code, the largest, zeros,
-    subnormal-only rows (the smallest exponents), rows past a multiple of 4 and columns
-    past a multiple of 16, C absent, zero, -0, subnormal, tiny and large, a zero row with C
-    near and below float32's normal range; and it ran."""
+    gives the numba row kernel's bits on `_c_kernel_cases`; and it ran."""
+    a, b, c = _c_kernel_cases(fmts)
+    calls = []
+    real = mma._c_rows
+    monkeypatch.setattr(mma, "_c_rows", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    for cc in (None, c):
+        got = mma._run(a, b, cc, model, fmts, "auto")
+        assert same_bits(got, mma._run(a, b, cc, model, fmts, "rows"))
+    assert len(calls) == 2
+
+
+@pytest.mark.skipif(mma.ROWS_STATUS != "avx512" or not mma._ROWS_VNNI,
+                    reason="no VNNI build of the C row kernel here")
+@pytest.mark.parametrize("fmts", [("e4m3fn", "e4m3fn"), ("e5m2", "e5m2"), ("e4m3fn", "e5m2")])
+def test_c_row_kernel_without_vnni_gives_its_bits(fmts, monkeypatch):
+    """HOPPER_FP8's term sums by VPMADDWD and VPADDD (`mma_rows.c` built without VNNI, as
+    on a CPU without it) give the VPDPWSSD build's bits on `_c_kernel_cases`."""
+    a, b, c = _c_kernel_cases(fmts)
+    want = [mma._run(a, b, cc, HOPPER_FP8, fmts, "auto") for cc in (None, c)]
+    lib, why = mma._rows_lib(())
+    assert lib is not None, why
+    monkeypatch.setattr(mma, "_ROWS_LIB", lib)
+    for cc, w in zip((None, c), want, strict=True):
+        assert same_bits(mma._run(a, b, cc, HOPPER_FP8, fmts, "auto"), w)
+
+
+def _c_kernel_cases(fmts):
+    """Codes a [39, 256], b [256, 50] and C for the C row kernel's tests: every finite
+    code, the largest, zeros, subnormal-only rows (the smallest exponents), rows past a
+    multiple of 4 and columns past a multiple of 16, C zero, -0, subnormal, tiny and
+    large, a zero row with C near and below float32's normal range."""
     rng = np.random.default_rng(41)
     m, k, n = 39, 256, 50
     a = rng.choice(FINITE[fmts[0]], (m, k))
@@ -295,13 +322,7 @@ def test_c_row_kernel_equals_numba_row_kernel(fmts, model, monkeypatch):
     # a zero row: C alone, near and below float32's normal range (the cut's grid there)
     a[3] = 0
     c[3] = (rng.standard_normal(n) * np.exp2(rng.integers(-150, -100, n))).astype(np.float32)
-    calls = []
-    real = mma._c_rows
-    monkeypatch.setattr(mma, "_c_rows", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    for cc in (None, c):
-        got = mma._run(a, b, cc, model, fmts, "auto")
-        assert same_bits(got, mma._run(a, b, cc, model, fmts, "rows"))
-    assert len(calls) == 2
+    return a, b, c
 
 
 def _exact_route_steps(a, b, fmts, sh):
