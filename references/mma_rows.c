@@ -608,39 +608,48 @@ typedef struct {
     unsigned csr;
 } work;
 
-static void work_close(work *w) {
-    free(w->bp);
-    free(w->bval);
-    free(w->aval);
-    free(w->bspread);
-    free(w->pairs);
-    free(w->aspread);
-    free(w->aexo);
-    free(w->state);
-    _mm_setcsr(w->csr);
-}
+/* Each thread's scratch memory, kept from call to call (and grown where a call needs
+   more): a fresh allocation of the packed rhs (megabytes) costs its page faults and page
+   clearing on every call.  The references' threads live as long as the process. */
+static __thread char *arena;
+static __thread int64_t arena_bytes;
 
-/* 0, or -1 (all freed) when the scratch cannot be allocated. */
+static void work_close(const work *w) { _mm_setcsr(w->csr); }
+
+/* The scratch's parts in bytes, each 64-byte aligned, in work_open's order. */
+static int64_t part(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+/* 0, or -1 when the scratch cannot be allocated. */
 static int work_open(work *w, int64_t k, int64_t n, int kind, operands *o) {
     const int64_t nv = (n + 15) / 16, np = k / 2, nc = k / 32;
-    memset(w, 0, sizeof *w);
-    w->csr = _mm_getcsr();
-    w->bp = aligned_alloc(64, nv * np * PAIR_W(kind) * sizeof(int16_t) + 64);
-    w->pairs = malloc(3 * BLOCK_ROWS * np * sizeof(int32_t) + 64);
-    w->state = aligned_alloc(64, 2 * BLOCK_ROWS * nv * sizeof(__m512));
-    int ok = w->bp && w->pairs && w->state;
-    if (kind == 1) {
-        w->bval = aligned_alloc(64, nv * k * 16 * sizeof(double) + 64);
-        w->bspread = aligned_alloc(64, nv * nc * 32 * sizeof(int32_t) + 64);
-        w->aval = malloc(BLOCK_ROWS * k * sizeof(double) + 64);
-        w->aspread = malloc(2 * BLOCK_ROWS * nc * sizeof(int32_t) + 64);
-        w->aexo = malloc(BLOCK_ROWS * np * sizeof(int32_t) + 64);
-        ok = ok && w->bval && w->bspread && w->aval && w->aspread && w->aexo;
+    const int64_t bytes[8] = {
+        part(nv * np * PAIR_W(kind) * (int64_t)sizeof(int16_t) + 64),
+        part(3 * BLOCK_ROWS * np * (int64_t)sizeof(int32_t) + 64),
+        part(2 * BLOCK_ROWS * nv * (int64_t)sizeof(__m512)),
+        /* kind 1 only */
+        kind ? part(nv * k * 16 * (int64_t)sizeof(double) + 64) : 0,
+        kind ? part(nv * nc * 32 * (int64_t)sizeof(int32_t) + 64) : 0,
+        kind ? part(BLOCK_ROWS * k * (int64_t)sizeof(double) + 64) : 0,
+        kind ? part(2 * BLOCK_ROWS * nc * (int64_t)sizeof(int32_t) + 64) : 0,
+        kind ? part(BLOCK_ROWS * np * (int64_t)sizeof(int32_t) + 64) : 0};
+    int64_t total = 0;
+    for (int i = 0; i < 8; i++)
+        total += bytes[i];
+    if (total > arena_bytes) {
+        free(arena);
+        arena = aligned_alloc(64, (size_t)total);
+        arena_bytes = arena ? total : 0;
+        if (!arena)
+            return -1;
     }
-    if (!ok) {
-        work_close(w);
-        return -1;
+    char *at = arena;
+    void *parts[8];
+    for (int i = 0; i < 8; i++) {
+        parts[i] = bytes[i] ? at : NULL;
+        at += bytes[i];
     }
+    *w = (work){parts[0], parts[3], parts[5], parts[4], parts[1], parts[6], parts[7], parts[2],
+                _mm_getcsr()};
     _mm_setcsr(0x1F80);
     const lhs_rows l = {w->pairs, w->pairs + BLOCK_ROWS * np, w->pairs + 2 * BLOCK_ROWS * np,
                         w->aexo, w->aval, w->aspread};
