@@ -66,12 +66,10 @@
    lhs signs (bit 0: the k-even one negative, bit 1: the k-odd one). */
 static const int32_t SIGN_AT[4] = {32, 96, 128, 160};
 
-/* Lane-pair form of int16 lanes: each even lane (k even) takes the max of itself and its
-   odd neighbour, and both lanes of the pair get it. */
+/* Lane-pair form of int16 lanes: both lanes of each pair (k even, k odd) get the max of
+   the two. */
 static inline __m512i pair_max(__m512i x) {
-    __m512i m = _mm512_max_epi16(x, _mm512_srli_epi32(x, 16));
-    m = _mm512_and_si512(m, _mm512_set1_epi32(0xFFFF));
-    return _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+    return _mm512_max_epi16(x, _mm512_rol_epi32(x, 16));
 }
 
 /* C's integer significand and exponent per lane (mma.py `_c_parts`): cv = ic 2^(ec - 23). */
@@ -85,17 +83,22 @@ static inline void c_parts(__m512 cv, __m512i *ic, __m512i *ec) {
     *ec = _mm512_sub_epi32(_mm512_max_epi32(field, _mm512_set1_epi32(1)), _mm512_set1_epi32(127));
 }
 
-/* The step's result (mma.py `_finish` and `_round_out` for these models) from the summed
-   terms s, E_max (C's exponent where it set it) and C = (ic, ec).  (mma.py's has_p test
-   needs no counterpart: without products and with C = 0 the sum is 0, hence +0.) */
-static inline __m512 finish(__m512i s, __m512i emax, __m512i ic, __m512i ec, int64_t frac,
-                            int64_t obits) {
-    /* C's term: sign * (|ic| >> (23 - frac + emax - ec)), cut toward zero (0 for C = 0) */
+/* The summed terms s plus C's term, C = (ic, ec) on E_max's grid: sign * (|ic| >> (23 -
+   frac + emax - ec)), cut toward zero (0 for C = 0). */
+static inline __m512i add_c_term(__m512i s, __m512i emax, __m512i ic, __m512i ec,
+                                 int64_t frac) {
     const __m512i sh = _mm512_add_epi32(_mm512_set1_epi32((int)(23 - frac)),
                                         _mm512_sub_epi32(emax, ec));
     const __m512i ct = _mm512_srlv_epi32(_mm512_abs_epi32(ic), sh);
     const __m512i neg = _mm512_srai_epi32(ic, 31);
-    s = _mm512_add_epi32(s, _mm512_sub_epi32(_mm512_xor_si512(ct, neg), neg));
+    return _mm512_add_epi32(s, _mm512_sub_epi32(_mm512_xor_si512(ct, neg), neg));
+}
+
+/* The step's result (mma.py `_finish` and `_round_out` for these models) from the summed
+   terms s (C's term included, `add_c_term`) and E_max (C's exponent where it set it).
+   (mma.py's has_p test needs no counterpart: without products and with C = 0 the sum is
+   0, hence +0.) */
+static inline __m512 finish(__m512i s, __m512i emax, int64_t frac, int64_t obits) {
     const __m512i unit = _mm512_sub_epi32(emax, _mm512_set1_epi32((int)frac));
     if (!_mm512_cmplt_epi32_mask(unit, _mm512_set1_epi32(-126))) {
         /* Every lane's grid at or above 2^-126, so a nonzero result is a normal float32
@@ -370,11 +373,12 @@ static inline __m512 finish_cut(__m512i se, __m512i so, __m512i emax, __m512 cv,
 
 /* One step (32 products, 16 pairs) of R rows (pairs at mag / sgn / ex + r * rs) on one
    column vector (bv: the step's packed rhs of it, `pack_rhs`), cv[r] C in, D out: the
-   model's integers term by term, as mma.py.  always_inline: R and kind are constants at
-   each call. */
+   model's integers term by term, as mma.py.  c0 (kind 0): every cv[r] is +0 (deepgemm's
+   first step of a K block), which neither sets E_max nor adds a term.  always_inline: R,
+   kind and c0 are constants at each call. */
 static inline __attribute__((always_inline)) void model_step(
-    int R, int kind, const int32_t *mag, const int32_t *sgn, const int32_t *ex, int64_t rs,
-    const int16_t *bv, __m512 *cv, const spec *sp) {
+    int R, int kind, int c0, const int32_t *mag, const int32_t *sgn, const int32_t *ex,
+    int64_t rs, const int16_t *bv, __m512 *cv, const spec *sp) {
     __m512i e16[4], emax[4], ic[4], ec[4], s[4], so[4];
     __m512i x[4][16]; /* the products' exponent sums, kept for the term pass */
     for (int r = 0; r < R; r++)
@@ -387,12 +391,11 @@ static inline __attribute__((always_inline)) void model_step(
         }
     }
     for (int r = 0; r < R; r++) {
-        emax[r] = _mm512_srai_epi32(_mm512_slli_epi32(pair_max(e16[r]), 16), 16);
+        e16[r] = pair_max(e16[r]);
+        emax[r] = _mm512_srai_epi32(e16[r], 16);
         s[r] = so[r] = _mm512_setzero_si512();
-        if (kind == 1) {
-            e16[r] = pair_max(e16[r]);
+        if (kind == 1 || c0)
             continue;
-        }
         const __mmask16 prod = _mm512_cmpgt_epi32_mask(emax[r], _mm512_set1_epi32(ZERO_EXP / 2));
         c_parts(cv[r], &ic[r], &ec[r]);
         const __mmask16 c_sets = _mm512_cmpneq_epi32_mask(ic[r], _mm512_setzero_si512()) &
@@ -419,7 +422,9 @@ static inline __attribute__((always_inline)) void model_step(
     }
     for (int r = 0; r < R; r++)
         cv[r] = kind == 1 ? finish_cut(s[r], so[r], emax[r], cv[r], sp->frac)
-                          : finish(s[r], emax[r], ic[r], ec[r], sp->frac, sp->obits);
+                : c0      ? finish(s[r], emax[r], sp->frac, sp->obits)
+                          : finish(add_c_term(s[r], emax[r], ic[r], ec[r], sp->frac), emax[r],
+                                   sp->frac, sp->obits);
 }
 
 /* Kind 1's step where no term loses a bit at alignment (`rows_vector` checks): the
@@ -517,12 +522,18 @@ static inline __attribute__((always_inline)) void rows_step(
         for (int r = 0; r < R; r++)
             if (!(ok >> r & 1)) {
                 cv[r] = c_in[r];
-                model_step(1, 1, mag + 16 * r, sgn + 16 * r, ex + 16 * r, 16, bv, cv + r, sp);
+                model_step(1, 1, 0, mag + 16 * r, sgn + 16 * r, ex + 16 * r, 16, bv, cv + r, sp);
             }
     } else {
+        /* deepgemm (mode 1) starts each 128-wide K block from C = +0 */
+        const int c0 = kind == 0 && mode && p0 % 64 == 0;
         for (int h = 0; h < R; h += 4)
-            model_step(R < 4 ? R : 4, kind, mag + 16 * h, sgn + 16 * h, ex + 16 * h, 16, bv,
-                       cv + h, sp);
+            if (c0)
+                model_step(R < 4 ? R : 4, kind, 1, mag + 16 * h, sgn + 16 * h, ex + 16 * h, 16,
+                           bv, cv + h, sp);
+            else
+                model_step(R < 4 ? R : 4, kind, 0, mag + 16 * h, sgn + 16 * h, ex + 16 * h, 16,
+                           bv, cv + h, sp);
     }
     if (mode && (p0 + 16) % 64 == 0) { /* the end of a 128-wide K block */
         const int64_t kb = p0 / 64;
