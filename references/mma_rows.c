@@ -204,10 +204,13 @@ static void decode_row(const uint8_t *codes, int64_t k, int fmt, int kind, const
                &m, &s, &e);
         _mm512_storeu_si512(l->mag + at * 16, m);
         _mm512_storeu_si512(l->ex + at * 16, e);
-        if (kind == 0) {
-            const uint32_t neg = _mm512_movepi16_mask(s); /* bit 2 p + t: k = 2 p + t */
-            for (int p = 0; p < 16; p++)
-                l->sgn[at * 16 + p] = SIGN_AT[neg >> 2 * p & 3];
+        if (kind == 0) { /* SIGN_AT[(k-even sign bit) + 2 (k-odd sign bit)] per pair */
+            const __m512i i = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32(s, 15), _mm512_set1_epi32(1)),
+                _mm512_and_si512(_mm512_srli_epi32(s, 30), _mm512_set1_epi32(2)));
+            _mm512_storeu_si512(l->sgn + at * 16, _mm512_permutexvar_epi32(
+                i, _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, SIGN_AT[3], SIGN_AT[2],
+                                    SIGN_AT[1], SIGN_AT[0])));
         } else {
             _mm512_storeu_si512(l->sgn + at * 16, s);
             _mm512_storeu_si512(l->exo + at * 16, _mm512_add_epi16(e, _mm512_set1_epi16(EXP_OFFSET)));
