@@ -29,7 +29,9 @@
      a load, not a multiply); kind 1 in two int32 sums of 16 terms (below 2^31), added
      exactly in float64;
    * kind 0: C's term ic >> (23 - frac + E_max - e_c) (toward zero; E_max >= e_c once C
-     joins) is an integer shift; where every lane's grid 2^(E_max - frac) is at or above
+     joins) is C 2^(frac - E_max) cut toward zero, by VSCALEFPS and VCVTTPS2DQ
+     (`add_c_term`), and C's exponent e_c comes from VGETEXPPS (`c_exp`); deepgemm's first
+     step of each K block (C = +0) skips both; where every lane's grid 2^(E_max - frac) is at or above
      2^-126 the sum converts exactly to float32, the truncation to out_bits clears its low
      fraction bits and VSCALEFPS scales it exactly (`finish`); elsewhere the truncation is
      an integer shift and the result a 2^q with a < 2^(out_bits + 1) converts exactly
@@ -72,26 +74,21 @@ static inline __m512i pair_max(__m512i x) {
     return _mm512_max_epi16(x, _mm512_rol_epi32(x, 16));
 }
 
-/* C's integer significand and exponent per lane (mma.py `_c_parts`): cv = ic 2^(ec - 23). */
-static inline void c_parts(__m512 cv, __m512i *ic, __m512i *ec) {
-    const __m512i cb = _mm512_castps_si512(cv);
-    const __m512i field = _mm512_and_si512(_mm512_srli_epi32(cb, 23), _mm512_set1_epi32(0xFF));
-    __m512i mag = _mm512_and_si512(cb, _mm512_set1_epi32(0x7FFFFF));
-    mag = _mm512_mask_or_epi32(mag, _mm512_cmpgt_epi32_mask(field, _mm512_setzero_si512()), mag,
-                               _mm512_set1_epi32(0x800000));
-    *ic = _mm512_mask_sub_epi32(mag, _mm512_movepi32_mask(cb), _mm512_setzero_si512(), mag);
-    *ec = _mm512_sub_epi32(_mm512_max_epi32(field, _mm512_set1_epi32(1)), _mm512_set1_epi32(127));
+/* C's exponent per lane as mma.py's `_c_parts` gives it (C = ic 2^(ec - 23), ic an
+   integer below 2^24): floor(log2 |C|) for a normal C, -126 for a subnormal C or zero
+   (VGETEXPPS: the exponent of a subnormal too, as MXCSR keeps them; -inf for zero, which
+   converts to INT_MIN). */
+static inline __m512i c_exp(__m512 cv) {
+    return _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_getexp_ps(cv)), _mm512_set1_epi32(-126));
 }
 
-/* The summed terms s plus C's term, C = (ic, ec) on E_max's grid: sign * (|ic| >> (23 -
-   frac + emax - ec)), cut toward zero (0 for C = 0). */
-static inline __m512i add_c_term(__m512i s, __m512i emax, __m512i ic, __m512i ec,
-                                 int64_t frac) {
-    const __m512i sh = _mm512_add_epi32(_mm512_set1_epi32((int)(23 - frac)),
-                                        _mm512_sub_epi32(emax, ec));
-    const __m512i ct = _mm512_srlv_epi32(_mm512_abs_epi32(ic), sh);
-    const __m512i neg = _mm512_srai_epi32(ic, 31);
-    return _mm512_add_epi32(s, _mm512_sub_epi32(_mm512_xor_si512(ct, neg), neg));
+/* The summed terms s plus C's term on E_max's grid, C 2^(frac - emax) cut toward zero:
+   mma.py's sign * (|ic| >> (23 - frac + emax - ec)), as emax >= ec wherever C != 0.  The
+   scaling is exact wherever the product is at least 2^-126; below that it is below 1,
+   rounded or not, and the cut gives 0 (and 0 for C = +-0). */
+static inline __m512i add_c_term(__m512i s, __m512i emax, __m512 cv, int64_t frac) {
+    const __m512 scale = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_set1_epi32((int)frac), emax));
+    return _mm512_add_epi32(s, _mm512_cvttps_epi32(_mm512_scalef_ps(cv, scale)));
 }
 
 /* The step's result (mma.py `_finish` and `_round_out` for these models) from the summed
@@ -382,7 +379,7 @@ static inline __m512 finish_cut(__m512i se, __m512i so, __m512i emax, __m512 cv,
 static inline __attribute__((always_inline)) void model_step(
     int R, int kind, int c0, const int32_t *mag, const int32_t *sgn, const int32_t *ex,
     int64_t rs, const int16_t *bv, __m512 *cv, const spec *sp) {
-    __m512i e16[4], emax[4], ic[4], ec[4], s[4], so[4];
+    __m512i e16[4], emax[4], s[4], so[4];
     __m512i x[4][16]; /* the products' exponent sums, kept for the term pass */
     for (int r = 0; r < R; r++)
         e16[r] = _mm512_set1_epi16(-32768);
@@ -400,10 +397,11 @@ static inline __attribute__((always_inline)) void model_step(
         if (kind == 1 || c0)
             continue;
         const __mmask16 prod = _mm512_cmpgt_epi32_mask(emax[r], _mm512_set1_epi32(ZERO_EXP / 2));
-        c_parts(cv[r], &ic[r], &ec[r]);
-        const __mmask16 c_sets = _mm512_cmpneq_epi32_mask(ic[r], _mm512_setzero_si512()) &
-                                 (~prod | _mm512_cmpgt_epi32_mask(ec[r], emax[r]));
-        emax[r] = _mm512_mask_blend_epi32(c_sets, emax[r], ec[r]);
+        const __m512i ec = c_exp(cv[r]);
+        const __mmask16 c_sets =
+            _mm512_cmp_ps_mask(cv[r], _mm512_setzero_ps(), _CMP_NEQ_UQ) &
+            (~prod | _mm512_cmpgt_epi32_mask(ec, emax[r]));
+        emax[r] = _mm512_mask_blend_epi32(c_sets, emax[r], ec);
         e16[r] = _mm512_or_si512(_mm512_and_si512(emax[r], _mm512_set1_epi32(0xFFFF)),
                                  _mm512_slli_epi32(emax[r], 16));
     }
@@ -426,7 +424,7 @@ static inline __attribute__((always_inline)) void model_step(
     for (int r = 0; r < R; r++)
         cv[r] = kind == 1 ? finish_cut(s[r], so[r], emax[r], cv[r], sp->frac)
                 : c0      ? finish(s[r], emax[r], sp->frac, sp->obits)
-                          : finish(add_c_term(s[r], emax[r], ic[r], ec[r], sp->frac), emax[r],
+                          : finish(add_c_term(s[r], emax[r], cv[r], sp->frac), emax[r],
                                    sp->frac, sp->obits);
 }
 
