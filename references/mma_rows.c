@@ -31,12 +31,12 @@
    * kind 0: C's term ic >> (23 - frac + E_max - e_c) (toward zero; E_max >= e_c once C
      joins) is C 2^(frac - E_max) cut toward zero, by VSCALEFPS and VCVTTPS2DQ
      (`add_c_term`), and C's exponent e_c comes from VGETEXPPS (`c_exp`); deepgemm's first
-     step of each K block (C = +0) skips both; where every lane's grid 2^(E_max - frac) is at or above
-     2^-126 the sum converts exactly to float32, the truncation to out_bits clears its low
-     fraction bits and VSCALEFPS scales it exactly (`finish`); elsewhere the truncation is
-     an integer shift and the result a 2^q with a < 2^(out_bits + 1) converts exactly
-     (VSCALEFPS of an exact int32: a float32, subnormal or not); +-inf from 2^128 up, as
-     mma.py's `_round_out`, and +0 for a zero sum;
+     step of each K block (C = +0) skips both; where every lane's grid 2^(E_max - frac) is
+     at or above 2^-126 the sum converts exactly to float32, the truncation to out_bits
+     clears its low fraction bits and VSCALEFPS scales it exactly (`finish`); elsewhere the
+     truncation is an integer shift and the result a 2^q with a < 2^(out_bits + 1)
+     converts exactly (VSCALEFPS of an exact int32: a float32, subnormal or not); +-inf
+     from 2^128 up, as mma.py's `_round_out`, and +0 for a zero sum;
    * kind 1: the sum converted to float32 toward zero is the cut to 23 fraction bits; the
      FP8 sums' exponents keep it a normal float32 and its scaling by 2^unit exact; then
      one IEEE addition of C (MXCSR: round to nearest even, subnormals kept) is mma.py's
