@@ -32,9 +32,10 @@
 
    The production check's pass (`fp8check_amx_exact_gmm`, references/forward_refs.py)
    consumes each partial three ways at once: the recipe as above, the exact value's TwoSum
-   state (the exact products P * sa * sb split by an fma, certified and rounded in
-   forward_refs.py) and |A||B|'s float64 sum of Q * |sa| |sb|, Q the exact partial of the
-   magnitudes (the codes with the sign bit cleared, through the same digits and tiles).
+   state (the exact products P * sa * sb split by an fma, certified and rounded at the
+   last K block; forward_refs.py recomputes what the certificate cannot decide) and
+   |A||B|'s float64 sum of Q * |sa| |sb|, Q the exact partial of the magnitudes (the
+   codes with the sign bit cleared, through the same digits and tiles).
 
    Layouts (references/amx.py reads them):
      rhs tiles  [k / 128][3][2][nt][16][64] int8 (nt = ceil(n / 16)): element [k4][4 col
@@ -252,6 +253,11 @@ typedef struct {
     double *mag;                  /* with total: |A||B|'s running sum (abs_bound.py), same
                                      stride, from the magnitude sums `cabs` */
     int64_t ct_block;             /* column tiles a block of the loop covers (0: all) */
+    /* with total, the last K block leaves the exact value (`finish_exact`) in total's
+       place and |A||B| (the sum times `scale`, abs_bound.py's last step) in mag's */
+    uint8_t *undecided;           /* 1 where finish_exact cannot decide, else 0 (row
+                                     stride n) */
+    double err_per_q, scale;      /* gmm.exact_err_per_q, abs_bound.factor */
 } sink;
 
 /* TwoSum (Knuth): s = RN(a + b), *e = a + b - s exactly. */
@@ -261,14 +267,49 @@ static inline __m512d two_sum(__m512d a, __m512d b, __m512d *e) {
     return s;
 }
 
+/* The exact value from its state after the last K block (references.certified's
+   round_certified of the TwoSum pair hi + lo = total + sigma, within err = sum|q|
+   err_per_q, at float64, as forward_refs.py did it): RN53(hi + lo) is hi itself (+0 for
+   a zero), certain where hi + lo is exact (lo = err = 0) or |lo| M + err M < h, M = 1 +
+   2^-51, h half hi's ulp (a quarter at a power of two).  Where it cannot tell (hi
+   infinite or NaN, or below 2^-968, where h would not be a normal float64: never at
+   these sums' magnitudes; any superset of round_certified's undecided set is sound)
+   und gets 1 and the caller recomputes the element.  Stores 8 elements at x and und
+   (masked). */
+static inline void finish_exact(double *x, uint8_t *und, __mmask8 m, __m512d total,
+                               __m512d sigma, __m512d qabs, double err_per_q) {
+    __m512d lo;
+    const __m512d hi = two_sum(total, sigma, &lo);
+    const __m512d err = _mm512_mul_pd(qabs, _mm512_set1_pd(err_per_q));
+    const __m512i bits = _mm512_castpd_si512(hi);
+    const __m512i ex = _mm512_and_si512(_mm512_srli_epi64(bits, 52), _mm512_set1_epi64(0x7FF));
+    const __mmask8 pow2 = _mm512_testn_epi64_mask(bits, _mm512_set1_epi64((1LL << 52) - 1));
+    /* h = 2^(ex - 1023 - 53), halved at a power of two: built from its exponent field */
+    const __m512i ex53 = _mm512_sub_epi64(ex, _mm512_set1_epi64(53));
+    const __m512i hex = _mm512_mask_sub_epi64(ex53, pow2, ex53, _mm512_set1_epi64(1));
+    const __m512d h = _mm512_castsi512_pd(_mm512_slli_epi64(hex, 52));
+    const __m512d margin = _mm512_set1_pd(1.0 + 0x1p-51), zero = _mm512_setzero_pd();
+    const __m512d off = _mm512_add_pd(_mm512_mul_pd(_mm512_abs_pd(lo), margin),
+                                      _mm512_mul_pd(err, margin));
+    const __mmask8 finite = _mm512_cmpneq_epi64_mask(ex, _mm512_set1_epi64(0x7FF));
+    const __mmask8 exact = _mm512_cmp_pd_mask(lo, zero, _CMP_EQ_OQ) &
+                           _mm512_cmp_pd_mask(err, zero, _CMP_EQ_OQ);
+    const __mmask8 normal_h = _mm512_cmpge_epi64_mask(ex, _mm512_set1_epi64(55));
+    const __mmask8 certain = finite & (exact | (normal_h & _mm512_cmp_pd_mask(off, h,
+                                                                              _CMP_LT_OQ)));
+    _mm512_mask_storeu_pd(x, m, _mm512_add_pd(hi, zero)); /* -0 + 0 = +0 */
+    _mm_mask_storeu_epi8(und, m, _mm_maskz_mov_epi8((__mmask8)~certain, _mm_set1_epi8(1)));
+}
+
 /* One K block's term p * s (p the exact partial in value units, s = sa sb exact) added to
    the exact value's state at t, g, q (8 elements, masked): the steps of
    references.gmm._accumulate_exact, in its order, with the product split exactly by an
    fma instead of Dekker's (the same pair: hi = RN(p s), lo = p s - hi); the first K
-   block starts from zeros.  Any order of valid steps would do: the state only feeds a
-   certified rounding (references.certified). */
+   block starts from zeros, the last (und non-NULL) stores the finished value at t
+   instead (`finish_exact`).  Any order of valid
+   steps would do: the state only feeds a certified rounding (references.certified). */
 static inline void exact_step(double *t, double *g, double *q, __mmask8 m, __m512d p,
-                              __m512d s, int first) {
+                             __m512d s, int first, uint8_t *und, double err_per_q) {
     const __m512d zero = _mm512_setzero_pd();
     __m512d total = first ? zero : _mm512_maskz_loadu_pd(m, t);
     __m512d sigma = first ? zero : _mm512_maskz_loadu_pd(m, g);
@@ -281,6 +322,10 @@ static inline void exact_step(double *t, double *g, double *q, __mmask8 m, __m51
     total = two_sum(total, lo, &e);
     sigma = _mm512_add_pd(sigma, e);
     qabs = _mm512_add_pd(qabs, _mm512_abs_pd(e));
+    if (und) {
+        finish_exact(t, und, m, total, sigma, qabs, err_per_q);
+        return;
+    }
     _mm512_mask_storeu_pd(t, m, total);
     _mm512_mask_storeu_pd(g, m, sigma);
     _mm512_mask_storeu_pd(q, m, qabs);
@@ -313,6 +358,7 @@ static void consume_tile(const sink *s, int32_t c[5][16][16], int32_t cabs[5][16
     const float *sa = s->sa + r0 * s->kbn + kb;
     float *o = s->out + r0 * s->ldo + 16 * ct;
     int64_t e = r0 * s->lds + 16 * ct; /* the row's first element in the exact state */
+    const int last = kb == s->kbn - 1;
     for (int r = 0; r < nr; r++, o += s->ldo, sa += s->kbn, e += s->lds) {
         __m512d v[2];
         exact_row(c, r, v);
@@ -328,19 +374,22 @@ static void consume_tile(const sink *s, int32_t c[5][16][16], int32_t cabs[5][16
         if (!s->total)
             continue;
         const __m512d sab = _mm512_set1_pd((double)*sa * (double)s_b);
+        uint8_t *und = last ? s->undecided + (r0 + r) * s->n + 16 * ct : NULL;
         exact_step(s->total + e, s->sigma + e, s->qabs + e, m0, _mm512_mul_pd(v[0], c18), sab,
-                   kb == 0);
+                   kb == 0, und, s->err_per_q);
         exact_step(s->total + e + 8, s->sigma + e + 8, s->qabs + e + 8, m1,
-                   _mm512_mul_pd(v[1], c18), sab, kb == 0);
+                   _mm512_mul_pd(v[1], c18), sab, kb == 0, und ? und + 8 : NULL, s->err_per_q);
         /* |A||B|: sum += Q s, Q the exact magnitude partial, s = |sa| |sb| (exact) */
         const __m512d mab = _mm512_abs_pd(sab);
         exact_row(cabs, r, v);
         for (int h = 0; h < 2; h++) {
             const __mmask8 mh = h ? m1 : m0;
             double *q = s->mag + e + 8 * h;
-            const __m512d sum = kb ? _mm512_maskz_loadu_pd(mh, q) : _mm512_setzero_pd();
-            _mm512_mask_storeu_pd(q, mh, _mm512_add_pd(sum, _mm512_mul_pd(
-                _mm512_mul_pd(v[h], c18), mab)));
+            const __m512d sum = _mm512_add_pd(
+                kb ? _mm512_maskz_loadu_pd(mh, q) : _mm512_setzero_pd(),
+                _mm512_mul_pd(_mm512_mul_pd(v[h], c18), mab));
+            _mm512_mask_storeu_pd(q, mh, last ? _mm512_mul_pd(sum, _mm512_set1_pd(s->scale))
+                                              : sum);
         }
     }
 }
@@ -427,7 +476,7 @@ int fp8check_amx_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n
                               planes);
             const sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn,
                             (const float *)psb + gi * kbn * nb, (float *)pout + rb * ldo, ldo,
-                            NULL, 0, NULL, NULL, NULL, 0, NULL, 0};
+                            NULL, 0, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, 0};
             chunk(planes, rows, tiles, NULL, NULL, &s);
         }
     }
@@ -454,7 +503,7 @@ int fp8check_amx_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uin
         const int64_t nr = rows - rb < CHUNK_ROWS ? rows - rb : CHUNK_ROWS;
         lhs_planes(&t, a + rb * lda, lda, nr, (nr + 15) / 16 * 16, k, 0xFF, planes);
         const sink s = {3, k / 128, n, 0, NULL, NULL, NULL, 0, (double *)pout + rb * n, ldk,
-                        NULL, NULL, NULL, 0, NULL, 0};
+                        NULL, NULL, NULL, 0, NULL, 0, NULL, 0, 0};
         chunk(planes, nr, (const int8_t *)ptiles, NULL, NULL, &s);
     }
     _tile_release();
@@ -462,21 +511,27 @@ int fp8check_amx_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uin
     return 0;
 }
 
-/* The recipe `code` (0-2), the exact value's TwoSum state (`exact_step`) and |A||B|'s
-   sum of rows [0, rows) of one group in one pass over their exact partials and those of
-   the magnitudes: a their lhs codes [rows][k] (row stride lda bytes, no NaN code: the
-   caller checks), sa their scales [rows][k / 128], tiles and abs_tiles the group's rhs
-   tiles (`fp8check_amx_pack_rhs`) and its magnitudes' (their digits' absolute values:
-   the digits are sign and magnitude), sb its scales [k / 128][nb]; out float32 [rows][n] the recipe, state float64
-   four arrays `part` doubles apart (total, sigma, sum |q|, |A||B|'s sum), each [rows][n]
-   at row stride lds >= n doubles:
-   references/forward_refs.py rounds and scales it.  The rows go `rows_per_pass` at a time
-   (a multiple of 16, at most CHUNK_ROWS), their columns `ct_block` tiles of 16 at a time,
-   so that the state of a block stays in cache across the K blocks.  Returns 0, or -1 (nothing written) when its scratch cannot be allocated. */
+/* The recipe `code` (0-2), the exact value and |A||B| of rows [0, rows) of one group in
+   one pass over their exact partials and those of the magnitudes: a their lhs codes
+   [rows][k] (row stride lda bytes, no NaN code: the caller checks), sa their scales
+   [rows][k / 128], tiles and abs_tiles the group's rhs tiles (`fp8check_amx_pack_rhs`)
+   and its magnitudes' (their digits' absolute values: the digits are sign and
+   magnitude), sb its scales [k / 128][nb].  state: four float64 arrays `part` doubles
+   apart (total, sigma, sum |q|, |A||B|'s sum), each [rows][n] at row stride lds >= n
+   doubles, the running state, where the pass leaves the exact value in the first
+   (`finish_exact`; err_per_q its error bound per unit of sum|q|) and |A||B| (its sum
+   times `scale`) in the fourth.  Out: the recipe float32 [rows][n], undecided uint8
+   [rows][n] (1 where the exact value must be recomputed).  (The finished values go to
+   the state, in cache, not to the caller's fresh arrays: stores to cold pages in this
+   loop cost more than the caller's copy.)  The rows go `rows_per_pass` at a time (a multiple of 16, at most
+   CHUNK_ROWS), their columns `ct_block` tiles of 16 at a time, so that the state of a
+   block stays in cache across the K blocks.  Returns 0, or -1 (nothing written) when its
+   scratch cannot be allocated. */
 int fp8check_amx_exact_gmm(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uint64_t psa,
                            uint64_t ptiles, uint64_t pabs_tiles, int64_t n, uint64_t psb,
                            int64_t nb, int64_t code, int64_t rows_per_pass, uint64_t pout,
-                           uint64_t pstate, int64_t part, int64_t lds, int64_t ct_block) {
+                           uint64_t pstate, int64_t part, int64_t lds, int64_t ct_block,
+                           uint64_t pundecided, double err_per_q, double scale) {
     const uint8_t *a = (const uint8_t *)pa;
     const int64_t kbn = k / 128, planes_size = kbn * 3 * CHUNK_ROWS * 128;
     int8_t *planes = aligned_alloc(64, 2 * planes_size + 64);
@@ -495,7 +550,8 @@ int fp8check_amx_exact_gmm(uint64_t pa, int64_t lda, int64_t rows, int64_t k, ui
         lhs_planes(&t, a + rb * lda, lda, nr, pr, k, 0x7F, abs_planes);
         const sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn, (const float *)psb,
                         (float *)pout + rb * n, n, NULL, 0, state + e, state + part + e,
-                        state + 2 * part + e, lds, state + 3 * part + e, ct_block};
+                        state + 2 * part + e, lds, state + 3 * part + e, ct_block,
+                        (uint8_t *)pundecided + rb * n, err_per_q, scale};
         chunk(planes, nr, (const int8_t *)ptiles, abs_planes, (const int8_t *)pabs_tiles, &s);
     }
     _tile_release();

@@ -8,11 +8,12 @@ scales, a recipe on the exact partials: deepgemm, cublas or tokamax), one C pass
 share (`fp8check_amx_exact_gmm` in amx_gmm.c) forms each K block's exact partial on the
 int8 tiles and consumes it at once, twice: the recipe's float32 step (the AMX gmm's own
 code: the same bits) and the exact value's TwoSum state (the steps of
-`gmm._accumulate_exact`, with an fma for the exact product split), which `_finish`
-rounds with `certified.round_certified`.  The exact value is therefore the correctly
-rounded one whatever the path; an element the certified bound cannot decide (rare: a
-near-tie) is recomputed, with its row, by gmm's exact path.  |A||B| comes from its
-magnitude partials on the same tiles (`abs_bound`).  Elsewhere: `gmm_and_exact` and
+`gmm._accumulate_exact`, with an fma for the exact product split), which the pass rounds
+after the last K block as `certified.round_certified` does (`finish_exact`).  The exact
+value is therefore the correctly rounded one whatever the path; an element the certified
+bound cannot decide (rare: a near-tie) is recomputed by the superaccumulator
+(`_exact_at`).  |A||B| comes from its magnitude partials on the same tiles (`abs_bound`),
+scaled in the pass too.  Elsewhere: `gmm_and_exact` and
 `abs_product`, the same bits.
 """
 
@@ -27,8 +28,7 @@ from numpy.typing import ArrayLike, DTypeLike
 
 from fp8check.references import amx, cbuild
 from fp8check.references.abs_bound import blockwise_abs_product, factor
-from fp8check.references.certified import round_certified, scaled_terms_exact
-from fp8check.references.exact import precision_of, two_sum
+from fp8check.references.certified import scaled_terms_exact
 from fp8check.references.gmm import (
     _LUT,
     DEFAULT_INTERVAL,
@@ -59,30 +59,19 @@ def _exact_gmm_fn():
     if not amx.AVAILABLE or amx.PATH.lib is None:
         return None
     fn = amx.PATH.lib.fp8check_amx_exact_gmm
-    fn.argtypes = [_P, _I, _I, _I, _P, _P, _P, _I, _P, _I, _I, _I, _P, _P, _I, _I, _I]
+    fn.argtypes = [_P, _I, _I, _I, _P, _P, _P, _I, _P, _I, _I, _I, _P, _P, _I, _I, _I, _P,
+                   ctypes.c_double, ctypes.c_double]
     fn.restype = ctypes.c_int
     return fn
 
 
-@numba.njit(parallel=True, cache=True)
-def _finish(state, kb_n, prec, emin, scale, exact, abs_ab):
-    """From the C pass's state [4, m, N] (total, sigma, sum|q| of the exact value's TwoSum
-    over kb_n K blocks of one float64 word; |A||B|'s sum): the exact value into exact
-    [m, N], rounded as `gmm._accumulate_exact` rounds it, and |A||B| (the sum times
-    `scale`, `abs_bound`'s last step) into abs_ab -> bool [m, N]: the elements the
-    certified bound cannot decide (a sum within its error bound of a rounding tie, which
-    these short sums of short products hit often enough: about one in 10^4)."""
-    _, m, n = state.shape
-    err_per_q = exact_err_per_q(kb_n, 1)
-    undecided = np.zeros((m, n), np.bool_)
-    for i in numba.prange(m):
-        for j in range(n):
-            hi, lo = two_sum(state[0, i, j], state[1, i, j])
-            exact[i, j], certain = round_certified(hi, lo, state[2, i, j] * err_per_q, prec,
-                                                   emin)
-            undecided[i, j] = not certain
-            abs_ab[i, j] = state[3, i, j] * scale
-    return undecided
+def _undecided(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, columns) of the elements the C pass's certified rounding could not decide
+    (flags [m, N] uint8, 1 there, else 0: a sum within its error bound of a rounding tie,
+    which these short sums of short products hit often enough, about one in 10^4): the
+    elements `_exact_at` recomputes.  (flatnonzero of the flags as booleans: tens of
+    times faster than nonzero of the 2-D uint8 array.)"""
+    return np.divmod(np.flatnonzero(flags.view(np.bool_)), flags.shape[1])
 
 
 @numba.njit(cache=True)
@@ -130,6 +119,8 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
     ct_block = max(1, _CACHE_BYTES // (_PASS_ROWS * 16 * _STATE_BYTES))
     offs = group_offsets(gs)
     state = np.empty(4 * int(gs.max()) * (n + _PAD))  # one buffer: fresh ones fault pages
+    flags = np.empty(int(gs.max()) * n, np.uint8)
+    err_per_q, scale = exact_err_per_q(kb, 1), factor(k)
     for g in np.flatnonzero(gs):
         r0, rows = int(offs[g]), int(gs[g])
         b_codes = rhs.values[g].view(np.uint8)
@@ -138,18 +129,20 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
         tiles = packed, np.abs(packed)
         sb = np.ascontiguousarray(rhs.scales[g], dtype=np.float32)
         st = state[:4 * rows * (n + _PAD)].reshape(4, rows, n + _PAD)
-        out = recipe32[r0:r0 + rows]
+        fl = flags[:rows * n].reshape(rows, n)
         cuts = row_shares(np.array([0, rows]), numba.get_num_threads()).tolist()
         cbuild.run_parallel([
             (fn, (a_codes.ctypes.data + (r0 + c0) * k, k, c1 - c0, k,
                   sa.ctypes.data + (r0 + c0) * kb * 4, tiles[0].ctypes.data,
                   tiles[1].ctypes.data, n, sb.ctypes.data, sb.shape[1], RECIPE_CODES[accum],
-                  _PASS_ROWS, out.ctypes.data + c0 * n * 4,
-                  st.ctypes.data + c0 * (n + _PAD) * 8, rows * (n + _PAD), n + _PAD, ct_block))
+                  _PASS_ROWS, recipe32.ctypes.data + (r0 + c0) * n * 4,
+                  st.ctypes.data + c0 * (n + _PAD) * 8, rows * (n + _PAD), n + _PAD, ct_block,
+                  fl.ctypes.data + c0 * n, err_per_q, scale))
             for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True) if c1 > c0])
-        undecided = _finish(st[:, :, :n], kb, *precision_of(np.dtype(np.float64)), factor(k),
-                            exact[r0:r0 + rows], abs_ab[r0:r0 + rows])
-        rows_u, cols_u = np.nonzero(undecided)
+        # the pass leaves the exact value and |A||B| in the state's first and last arrays
+        exact[r0:r0 + rows] = st[0, :, :n]
+        abs_ab[r0:r0 + rows] = st[3, :, :n]
+        rows_u, cols_u = _undecided(fl)
         exact[r0 + rows_u, cols_u] = _exact_at(a_codes[r0:r0 + rows], b_codes, _LUT_E4M3,
                                                sa[r0:r0 + rows], sb, rows_u, cols_u)
     return recipe32 if dt == recipe32.dtype else recipe32.astype(dt), exact, abs_ab
