@@ -52,26 +52,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amx_tiles.h"
+
 #define CHUNK_ROWS 64 /* rows of a whose planes are made at once */
-
-typedef struct {
-    uint8_t palette_id, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} __attribute__((packed)) tile_config;
-
-/* Eight 16 x 64-byte tiles (per thread: each call configures its own).  The tile state
-   was granted by references/amx.py's library (Linux grants it per process). */
-static void configure_tiles(void) {
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-    }
-    _tile_loadconfig(&cfg);
-}
 
 static inline int32_t expo(uint16_t h) {
     const int32_t e = (h >> 7) & 0xFF;

@@ -57,6 +57,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "amx_tiles.h"
+
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 #define CHUNK_ROWS 256 /* lhs rows whose planes are packed at once (16 row tiles) */
@@ -65,24 +67,6 @@
 /* Ask Linux for the AMX tile state (once per process, for all its threads); 0 on success. */
 int fp8check_amx_init(void) {
     return (int)syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
-}
-
-typedef struct {
-    uint8_t palette_id, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} __attribute__((packed)) tile_config;
-
-/* Eight 16 x 64-byte tiles (per thread: each exported call configures its own). */
-static void configure_tiles(void) {
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-    }
-    _tile_loadconfig(&cfg);
 }
 
 /* The digits of 64 codes: lo[d] and hi[d] hold digit d of the 128 non-negative codes

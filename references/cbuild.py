@@ -15,6 +15,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -41,12 +42,18 @@ def _cache_dir() -> Path:
     return Path(root) / "fp8check"
 
 
+_LOCAL_INCLUDE = re.compile(rb'^#include "([\w.]+)"', re.MULTILINE)
+
+
 def build(source: Path, flags: tuple[str, ...]) -> Path:
-    """The shared library compiled from `source` with `flags`, built once per source and
-    flags (atomic: parallel test workers may race to build it).  OSError if the compiler
-    fails."""
+    """The shared library compiled from `source` with `flags`, built once per source (with
+    the headers it includes from its own folder) and flags (atomic: parallel test workers
+    may race to build it).  OSError if the compiler fails."""
     src = source.read_bytes()
-    tag = hashlib.sha256(src + " ".join(flags).encode()).hexdigest()[:16]
+    # the headers it includes from its own folder ("name.h") are part of what is built
+    headers = b"".join((source.parent / h.decode()).read_bytes()
+                       for h in _LOCAL_INCLUDE.findall(src))
+    tag = hashlib.sha256(src + headers + " ".join(flags).encode()).hexdigest()[:16]
     lib = _cache_dir() / f"{source.stem}-{tag}.so"
     if not lib.exists():
         lib.parent.mkdir(parents=True, exist_ok=True)
