@@ -18,14 +18,17 @@ OUT_DTYPES = [np.dtype(np.float32), BF16, np.dtype(np.float64)]
 # matmul._SPARSE_FRACTION forcing each path, and whether bf16 operands may take the AMX
 # one (`amx_bf16`, where this CPU has it)
 PATHS = {"fast": (np.inf, False), "dense": (0.0, False), "amx": (np.inf, True)}
+# (path, operand dtype) pairs: every path with bf16 operands, the split paths with float32
+# ones too (the AMX path takes bf16 operands only)
+PATH_DTYPES = [pytest.param(p, d, id=f"{p}-{FMT[np.dtype(d)]}") for p in sorted(PATHS)
+               for d in (np.float32, BF16) if not PATHS[p][1] or np.dtype(d) == BF16]
 
 
-def use_path(monkeypatch, path: str, dtype=BF16) -> None:
-    """Send exact_matmul down `path` (PATHS) for operands of `dtype`; skip "amx" where this
-    CPU lacks it or for float32 operands (it takes bf16 ones only)."""
+def use_path(monkeypatch, path: str) -> None:
+    """Send exact_matmul down `path` (PATHS); skip "amx" where this CPU lacks it."""
     fraction, amx_on = PATHS[path]
-    if amx_on and not (amx_bf16.AVAILABLE and np.dtype(dtype) == BF16):
-        pytest.skip(f"the AMX bf16 path is {amx_bf16.STATUS} / not for {np.dtype(dtype)}")
+    if amx_on and not amx_bf16.AVAILABLE:
+        pytest.skip(f"the AMX bf16 path is {amx_bf16.STATUS} on this machine")
     monkeypatch.setattr(matmul, "_SPARSE_FRACTION", fraction)
     monkeypatch.setattr(amx_bf16, "AVAILABLE", amx_on)
 
@@ -113,8 +116,7 @@ def test_round_certified_refuses_non_finite_values():
 
 # ---- exact matmul, every path ----------------------------------------------------------
 
-@pytest.mark.parametrize("path", sorted(PATHS))
-@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("path, dtype", PATH_DTYPES)
 @pytest.mark.parametrize("spread, k", [(0, 4096), (8, 700), (40, 300)])
 def test_exact_matmul_equals_term_by_term(monkeypatch, path, dtype, spread, k):
     """Against the superaccumulator over every product (tested against rationals in
@@ -122,7 +124,7 @@ def test_exact_matmul_equals_term_by_term(monkeypatch, path, dtype, spread, k):
     log2 k = 52; two more bits of beta and float64 rounds these sums); wide spreads put
     nonzeros in most remainders (the fast path then corrects nearly everything, the dense
     one needs several slices or the term path).  Row- and column-major operands alike."""
-    use_path(monkeypatch, path, dtype)
+    use_path(monkeypatch, path)
     rng = np.random.default_rng(k + spread)
     a = _wide(rng, (33, k), spread, dtype)
     b = _wide(rng, (k, 17), spread, dtype)
@@ -160,10 +162,9 @@ def _boundary_problem(rng, dtype):
     return a.astype(dtype), b.astype(dtype)
 
 
-@pytest.mark.parametrize("path", sorted(PATHS))
-@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("path, dtype", PATH_DTYPES)
 def test_exact_matmul_on_rounding_boundaries_matches_rationals(monkeypatch, path, dtype):
-    use_path(monkeypatch, path, dtype)
+    use_path(monkeypatch, path)
     a, b = _boundary_problem(np.random.default_rng(7), dtype)
     for dt in OUT_DTYPES:
         _same_bits(matmul.exact_matmul(a, b, dt), _oracle(a, b, FMT[dt]))
