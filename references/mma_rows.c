@@ -622,11 +622,22 @@ typedef struct {
 
 /* Each thread's scratch memory, kept from call to call (and grown where a call needs
    more): a fresh allocation of the packed rhs (megabytes) costs its page faults and page
-   clearing on every call.  The references' threads live as long as the process. */
+   clearing on every call.  The references' threads live as long as the process, so a
+   thread keeps at most ARENA_KEEP bytes between calls: a call that needs more (the rhs
+   of a production-shape expert, Blackwell's float64 values: 100 MB and up) frees its
+   scratch when it ends, where its own page faults are small beside its work. */
+#define ARENA_KEEP ((int64_t)64 << 20)
 static __thread char *arena;
 static __thread int64_t arena_bytes;
 
-static void work_close(const work *w) { _mm_setcsr(w->csr); }
+static void work_close(const work *w) {
+    _mm_setcsr(w->csr);
+    if (arena_bytes > ARENA_KEEP) {
+        free(arena);
+        arena = NULL;
+        arena_bytes = 0;
+    }
+}
 
 /* The scratch's parts in bytes, each 64-byte aligned, in work_open's order. */
 static int64_t part(int64_t bytes) { return (bytes + 63) / 64 * 64; }

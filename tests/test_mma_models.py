@@ -862,3 +862,29 @@ def test_probe_cases_separate_the_readings(fmt):
                                              (fmt, fmt)))
         for model in PROBE_SEPARATES[case["name"]]:
             assert not same_bits(run(case, model), ref), (case["name"], model)
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) / 1024
+
+
+@pytest.mark.skipif(mma.ROWS_STATUS != "avx512", reason=f"no C row kernel: {mma.ROWS_STATUS}")
+def test_c_row_kernel_gives_back_large_scratch():
+    """A call whose scratch is beyond what a thread keeps (`mma_rows.c` ARENA_KEEP, 64 MiB:
+    BLACKWELL_FP8's float64 rhs values at K=4096, N=2048 take 64 MiB alone) leaves the
+    resident set where it found it, give or take 32 MiB, instead of keeping its scratch
+    for the process's lifetime (one per thread); and its rows are still the model's."""
+    rng = np.random.default_rng(7)
+    a = rng.choice(FINITE["e4m3fn"], (4, 4096))
+    b = rng.choice(FINITE["e4m3fn"], (4096, 2048))
+    c = np.zeros((4, 2048), np.float32)
+    fmts = ("e4m3fn", "e4m3fn")
+    # the same path on a small problem first: its compiles and builds are not scratch
+    small = mma._run(a[:, :128], b[:128, :40], c[:, :40], BLACKWELL_FP8, fmts, "auto")
+    before = _rss_mib()
+    got = mma._run(a, b, c, BLACKWELL_FP8, fmts, "auto")
+    assert _rss_mib() - before < 32
+    assert same_bits(got[:, :40], mma._run(a, b[:, :40], c[:, :40], BLACKWELL_FP8, fmts, "auto"))
+    assert same_bits(small, mma._run(a[:, :128], b[:128, :40], c[:, :40], BLACKWELL_FP8, fmts,
+                                     "rows"))
