@@ -222,8 +222,7 @@ static inline __m512 rn32_row(const __m512d v[2]) {
 }
 
 /* Where one chunk's partials go: the recipe `code` (0 deepgemm, 1 cublas, 2 tokamax) into
-   float32 rows, or (code 3) the exact partials into float64 [k / 128][...][n]; with
-   `total` (codes 0-2), also the exact value's running TwoSum state (`exact_step`). */
+   float32 rows, or (code 3) the exact partials into float64 [k / 128][...][n]. */
 typedef struct {
     int64_t code, kbn, n, nb;
     const float *sa; /* [rows][kbn] of the chunk's first row */
@@ -232,17 +231,17 @@ typedef struct {
     int64_t ldo;
     double *pout;    /* code 3: block kb, row r at pout + kb * ldk + r * n */
     int64_t ldk;
-    double *total, *sigma, *qabs; /* NULL, or the chunk's first row of each, */
-    int64_t lds;                  /* their row stride in doubles */
-    double *mag;                  /* with total: |A||B|'s running sum (abs_bound.py), same
-                                     stride, from the magnitude sums `cabs` */
-    int64_t ct_block;             /* column tiles a block of the loop covers (0: all) */
-    /* with total, the last K block leaves the exact value (`finish_exact`) in total's
-       place and |A||B| (the sum times `scale`, abs_bound.py's last step) in mag's */
-    uint8_t *undecided;           /* 1 where finish_exact cannot decide, else 0 (row
-                                     stride n) */
-    double err_per_q, scale;      /* gmm.exact_err_per_q, abs_bound.factor */
 } sink;
+
+/* One K block of the recipe `code` (0-2, header) on a row's 16 RN32 partials p. */
+static inline __m512 recipe_step(int64_t code, __m512 p, float sa, float sb, __m512 acc) {
+    if (code == 0)
+        return _mm512_fmadd_ps(_mm512_set1_ps(sa * sb), p, acc);
+    if (code == 1)
+        return _mm512_fmadd_ps(_mm512_mul_ps(p, _mm512_set1_ps(sa)), _mm512_set1_ps(sb), acc);
+    return _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, _mm512_set1_ps(sa)), _mm512_set1_ps(sb)),
+                         acc);
+}
 
 /* TwoSum (Knuth): s = RN(a + b), *e = a + b - s exactly. */
 static inline __m512d two_sum(__m512d a, __m512d b, __m512d *e) {
@@ -286,18 +285,19 @@ static inline void finish_exact(double *x, uint8_t *und, __mmask8 m, __m512d tot
 }
 
 /* One K block's term p * s (p the exact partial in value units, s = sa sb exact) added to
-   the exact value's state at t, g, q (8 elements, masked): the steps of
+   the exact value's state at t, g, q (8 elements of a tile's scratch): the steps of
    references.gmm._accumulate_exact, in its order, with the product split exactly by an
    fma instead of Dekker's (the same pair: hi = RN(p s), lo = p s - hi); the first K
-   block starts from zeros, the last (und non-NULL) stores the finished value at t
-   instead (`finish_exact`).  Any order of valid
-   steps would do: the state only feeds a certified rounding (references.certified). */
-static inline void exact_step(double *t, double *g, double *q, __mmask8 m, __m512d p,
-                             __m512d s, int first, uint8_t *und, double err_per_q) {
+   block starts from zeros, the last (x non-NULL) stores the finished value at x and its
+   flag at und instead (`finish_exact`, masked by m).  Any order of valid steps would do:
+   the state only feeds a certified rounding (references.certified). */
+static inline void exact_step(double *t, double *g, double *q, __m512d p, __m512d s,
+                              int first, double *x, uint8_t *und, __mmask8 m,
+                              double err_per_q) {
     const __m512d zero = _mm512_setzero_pd();
-    __m512d total = first ? zero : _mm512_maskz_loadu_pd(m, t);
-    __m512d sigma = first ? zero : _mm512_maskz_loadu_pd(m, g);
-    __m512d qabs = first ? zero : _mm512_maskz_loadu_pd(m, q);
+    __m512d total = first ? zero : _mm512_load_pd(t);
+    __m512d sigma = first ? zero : _mm512_load_pd(g);
+    __m512d qabs = first ? zero : _mm512_load_pd(q);
     const __m512d hi = _mm512_mul_pd(p, s), lo = _mm512_fmsub_pd(p, s, hi);
     __m512d e;
     total = two_sum(total, hi, &e);
@@ -306,29 +306,28 @@ static inline void exact_step(double *t, double *g, double *q, __mmask8 m, __m51
     total = two_sum(total, lo, &e);
     sigma = _mm512_add_pd(sigma, e);
     qabs = _mm512_add_pd(qabs, _mm512_abs_pd(e));
-    if (und) {
-        finish_exact(t, und, m, total, sigma, qabs, err_per_q);
+    if (x) {
+        finish_exact(x, und, m, total, sigma, qabs, err_per_q);
         return;
     }
-    _mm512_mask_storeu_pd(t, m, total);
-    _mm512_mask_storeu_pd(g, m, sigma);
-    _mm512_mask_storeu_pd(q, m, qabs);
+    _mm512_store_pd(t, total);
+    _mm512_store_pd(g, sigma);
+    _mm512_store_pd(q, qabs);
 }
 
 /* Every row of a stashed tile c (of rows r0.., K block kb, column tile ct) below `rows`
-   into the sink (with its exact state: the magnitudes' sums cabs too).  The first K block
-   stores, the others accumulate (a zero start gives the
+   into the sink.  The first K block stores, the others accumulate (a zero start gives the
    same bits: every recipe adds +0 to its first term, as the float64 BLAS path does). */
-static void consume_tile(const sink *s, int32_t c[5][16][16], int32_t cabs[5][16][16],
-                         int64_t rows, int64_t r0, int64_t kb, int64_t ct) {
+static void consume_tile(const sink *s, int32_t c[5][16][16], int64_t rows, int64_t r0,
+                         int64_t kb, int64_t ct) {
     const int nr = rows - r0 < 16 ? (int)(rows - r0) : 16;
     const int64_t valid = s->n - 16 * ct < 16 ? s->n - 16 * ct : 16;
-    const __mmask8 m0 = (__mmask8)((1u << (valid < 8 ? valid : 8)) - 1);
-    const __mmask8 m1 = (__mmask8)(valid > 8 ? (1u << (valid - 8)) - 1 : 0);
-    const __m512d c18 = _mm512_set1_pd(0x1p-18);
+    __m512d v[2];
     if (s->code == 3) {
+        const __mmask8 m0 = (__mmask8)((1u << (valid < 8 ? valid : 8)) - 1);
+        const __mmask8 m1 = (__mmask8)(valid > 8 ? (1u << (valid - 8)) - 1 : 0);
+        const __m512d c18 = _mm512_set1_pd(0x1p-18);
         double *o = s->pout + kb * s->ldk + r0 * s->n + 16 * ct;
-        __m512d v[2];
         for (int r = 0; r < nr; r++, o += s->n) {
             exact_row(c, r, v);
             _mm512_mask_storeu_pd(o, m0, _mm512_mul_pd(v[0], c18)); /* exact */
@@ -338,83 +337,39 @@ static void consume_tile(const sink *s, int32_t c[5][16][16], int32_t cabs[5][16
     }
     const __mmask16 m = (__mmask16)((1u << valid) - 1);
     const float s_b = s->sb[kb * s->nb + (16 * ct) / 128];
-    const __m512 vsb = _mm512_set1_ps(s_b);
     const float *sa = s->sa + r0 * s->kbn + kb;
     float *o = s->out + r0 * s->ldo + 16 * ct;
-    int64_t e = r0 * s->lds + 16 * ct; /* the row's first element in the exact state */
-    const int last = kb == s->kbn - 1;
-    for (int r = 0; r < nr; r++, o += s->ldo, sa += s->kbn, e += s->lds) {
-        __m512d v[2];
+    for (int r = 0; r < nr; r++, o += s->ldo, sa += s->kbn) {
         exact_row(c, r, v);
-        const __m512 p = rn32_row(v);
-        __m512 acc = kb ? _mm512_maskz_loadu_ps(m, o) : _mm512_setzero_ps();
-        if (s->code == 0)
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(*sa * s_b), p, acc);
-        else if (s->code == 1)
-            acc = _mm512_fmadd_ps(_mm512_mul_ps(p, _mm512_set1_ps(*sa)), vsb, acc);
-        else
-            acc = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, _mm512_set1_ps(*sa)), vsb), acc);
-        _mm512_mask_storeu_ps(o, m, acc);
-        if (!s->total)
-            continue;
-        const __m512d sab = _mm512_set1_pd((double)*sa * (double)s_b);
-        uint8_t *und = last ? s->undecided + (r0 + r) * s->n + 16 * ct : NULL;
-        exact_step(s->total + e, s->sigma + e, s->qabs + e, m0, _mm512_mul_pd(v[0], c18), sab,
-                   kb == 0, und, s->err_per_q);
-        exact_step(s->total + e + 8, s->sigma + e + 8, s->qabs + e + 8, m1,
-                   _mm512_mul_pd(v[1], c18), sab, kb == 0, und ? und + 8 : NULL, s->err_per_q);
-        /* |A||B|: sum += Q s, Q the exact magnitude partial, s = |sa| |sb| (exact) */
-        const __m512d mab = _mm512_abs_pd(sab);
-        exact_row(cabs, r, v);
-        for (int h = 0; h < 2; h++) {
-            const __mmask8 mh = h ? m1 : m0;
-            double *q = s->mag + e + 8 * h;
-            const __m512d sum = _mm512_add_pd(
-                kb ? _mm512_maskz_loadu_pd(mh, q) : _mm512_setzero_pd(),
-                _mm512_mul_pd(_mm512_mul_pd(v[h], c18), mab));
-            _mm512_mask_storeu_pd(q, mh, last ? _mm512_mul_pd(sum, _mm512_set1_pd(s->scale))
-                                              : sum);
-        }
+        const __m512 acc = kb ? _mm512_maskz_loadu_ps(m, o) : _mm512_setzero_ps();
+        _mm512_mask_storeu_ps(o, m, recipe_step(s->code, rn32_row(v), *sa, s_b, acc));
     }
 }
 
 /* Rows [0, rows) of one group (a chunk), every K block in order, every column tile, into
-   the sink: planes their lhs planes (`lhs_planes`), tiles the group's rhs tiles; with
-   abs_planes and abs_tiles (the magnitudes'), their sums too (`cabs` of consume_tile). */
-static void chunk(const int8_t *planes, int64_t rows, const int8_t *tiles,
-                  const int8_t *abs_planes, const int8_t *abs_tiles, const sink *s) {
+   the sink: planes their lhs planes (`lhs_planes`), tiles the group's rhs tiles. */
+static void chunk(const int8_t *planes, int64_t rows, const int8_t *tiles, const sink *s) {
     const int64_t nt = (s->n + 15) / 16, plane = (rows + 15) / 16 * 16 * 128;
     /* Two stashes: the tile unit forms one output tile's sums while the vector unit
        consumes the previous one's (each element's K blocks still in K order). */
     _Alignas(64) int32_t c[2][5][16][16];
-    _Alignas(64) int32_t cabs[2][5][16][16];
     int64_t prev[3] = {-1, 0, 0}; /* r0, kb, ct of the stashed tile; r0 < 0: none */
-#define CONSUME_PREV consume_tile(s, c[buf ^ 1], cabs[buf ^ 1], rows, prev[0], prev[1], prev[2])
     int buf = 0;
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4);
-    /* Column blocks outermost where the sink keeps a per-element state, so that the
-       block's state stays in cache across the K blocks. */
-    const int64_t ctb = s->ct_block ? s->ct_block : nt;
-    for (int64_t c0 = 0; c0 < nt; c0 += ctb)
     for (int64_t kb = 0; kb < s->kbn; kb++)
         for (int64_t rb = 0; rb < rows; rb += 16 * BLOCK_TILES)
-            for (int64_t ct = c0; ct < nt && ct < c0 + ctb; ct++)
+            for (int64_t ct = 0; ct < nt; ct++)
                 for (int64_t r0 = rb; r0 < rows && r0 < rb + 16 * BLOCK_TILES; r0 += 16) {
-                    const int64_t at = kb * 3 * plane + r0 * 128, bt = kb * 6 * nt * 1024;
-                    tile_sums(planes + at, plane, tiles + bt, nt, ct);
+                    tile_sums(planes + kb * 3 * plane + r0 * 128, plane,
+                              tiles + kb * 6 * nt * 1024, nt, ct);
                     if (prev[0] >= 0)
-                        CONSUME_PREV;
+                        consume_tile(s, c[buf ^ 1], rows, prev[0], prev[1], prev[2]);
                     store_sums(c[buf]);
-                    if (abs_tiles) {
-                        tile_sums(abs_planes + at, plane, abs_tiles + bt, nt, ct);
-                        store_sums(cabs[buf]);
-                    }
                     prev[0] = r0, prev[1] = kb, prev[2] = ct;
                     buf ^= 1;
                 }
     if (prev[0] >= 0)
-        CONSUME_PREV;
-#undef CONSUME_PREV
+        consume_tile(s, c[buf ^ 1], rows, prev[0], prev[1], prev[2]);
 }
 
 /* The gmm recipe `code` (0 deepgemm, 1 cublas, 2 tokamax) for rows [m0, m1) of the output
@@ -460,8 +415,8 @@ int fp8check_amx_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n
                               planes);
             const sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn,
                             (const float *)psb + gi * kbn * nb, (float *)pout + rb * ldo, ldo,
-                            NULL, 0, NULL, NULL, NULL, 0, NULL, 0, NULL, 0, 0};
-            chunk(planes, rows, tiles, NULL, NULL, &s);
+                            NULL, 0};
+            chunk(planes, rows, tiles, &s);
         }
     }
     _tile_release();
@@ -486,13 +441,119 @@ int fp8check_amx_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uin
     for (int64_t rb = 0; rb < rows; rb += CHUNK_ROWS) {
         const int64_t nr = rows - rb < CHUNK_ROWS ? rows - rb : CHUNK_ROWS;
         lhs_planes(&t, a + rb * lda, lda, nr, (nr + 15) / 16 * 16, k, 0xFF, planes);
-        const sink s = {3, k / 128, n, 0, NULL, NULL, NULL, 0, (double *)pout + rb * n, ldk,
-                        NULL, NULL, NULL, 0, NULL, 0, NULL, 0, 0};
-        chunk(planes, nr, (const int8_t *)ptiles, NULL, NULL, &s);
+        const sink s = {3, k / 128, n, 0, NULL, NULL, NULL, 0, (double *)pout + rb * n, ldk};
+        chunk(planes, nr, (const int8_t *)ptiles, &s);
     }
     _tile_release();
     free(planes);
     return 0;
+}
+
+/* Where the exact pass's rows go (`fp8check_amx_exact_gmm`): the recipe `code` (0-2),
+   the exact value and |A||B| of each element, finished at its last K block. */
+typedef struct {
+    int64_t code, kbn, n, nb;
+    const float *sa;      /* [rows][kbn] of the pass's first row */
+    const float *sb;      /* [kbn][nb] of the group */
+    float *out;           /* the recipe, */
+    double *exact, *mag;  /* the exact value (`finish_exact`) and |A||B| (its sum times
+                             `scale`, abs_bound.py's last step), */
+    uint8_t *undecided;   /* 1 where finish_exact cannot decide, else 0: each [rows][n]
+                             at the pass's first row */
+    double err_per_q, scale; /* gmm.exact_err_per_q, abs_bound.factor */
+} exact_sink;
+
+/* One output tile's running state across its K blocks, per element: the recipe, the exact
+   value's TwoSum state (`exact_step`) and |A||B|'s float64 sum; 9 KiB, in L1 from the
+   tile's first K block to its last. */
+typedef struct {
+    _Alignas(64) float acc[16][16];
+    _Alignas(64) double total[16][16], sigma[16][16], qabs[16][16], mag[16][16];
+} tile_state;
+
+/* Rows [ra, rb) (those below `rows`) of a stashed tile c and its magnitudes' cabs (rows
+   r0.., K block kb, column tile ct) into the tile's state st; the last K block finishes
+   them into the sink instead.  The first K block starts from zeros (the same bits: every
+   recipe adds +0 to its first term, as the float64 BLAS path does). */
+static void consume_exact(const exact_sink *s, tile_state *st, int32_t c[5][16][16],
+                          int32_t cabs[5][16][16], int64_t rows, int64_t r0, int64_t kb,
+                          int64_t ct, int ra, int rb) {
+    const int nr = rows - r0 < 16 ? (int)(rows - r0) : 16;
+    const int64_t valid = s->n - 16 * ct < 16 ? s->n - 16 * ct : 16;
+    const __mmask16 m = (__mmask16)((1u << valid) - 1);
+    const __mmask8 mh[2] = {(__mmask8)m, (__mmask8)(m >> 8)};
+    const __m512d c18 = _mm512_set1_pd(0x1p-18);
+    const float s_b = s->sb[kb * s->nb + (16 * ct) / 128];
+    const int first = kb == 0, last = kb == s->kbn - 1;
+    for (int r = ra; r < rb && r < nr; r++) {
+        const float s_a = s->sa[(r0 + r) * s->kbn + kb];
+        const int64_t o = (r0 + r) * s->n + 16 * ct; /* the element's place in the sink */
+        __m512d v[2], q[2];
+        exact_row(c, r, v);
+        const __m512 acc = recipe_step(s->code, rn32_row(v), s_a, s_b,
+                                       first ? _mm512_setzero_ps() : _mm512_load_ps(st->acc[r]));
+        if (last)
+            _mm512_mask_storeu_ps(s->out + o, m, acc);
+        else
+            _mm512_store_ps(st->acc[r], acc);
+        const __m512d sab = _mm512_set1_pd((double)s_a * (double)s_b);
+        /* |A||B|: sum += Q s, Q the exact magnitude partial, s = |sa| |sb| (exact) */
+        const __m512d mab = _mm512_abs_pd(sab);
+        exact_row(cabs, r, q);
+        for (int h = 0; h < 2; h++) {
+            exact_step(st->total[r] + 8 * h, st->sigma[r] + 8 * h, st->qabs[r] + 8 * h,
+                       _mm512_mul_pd(v[h], c18), sab, first, last ? s->exact + o + 8 * h : NULL,
+                       s->undecided + o + 8 * h, mh[h], s->err_per_q);
+            const __m512d sum = _mm512_add_pd(
+                first ? _mm512_setzero_pd() : _mm512_load_pd(st->mag[r] + 8 * h),
+                _mm512_mul_pd(_mm512_mul_pd(q[h], c18), mab));
+            if (last)
+                _mm512_mask_storeu_pd(s->mag + o + 8 * h, mh[h],
+                                      _mm512_mul_pd(sum, _mm512_set1_pd(s->scale)));
+            else
+                _mm512_store_pd(st->mag[r] + 8 * h, sum);
+        }
+    }
+}
+
+/* Rows [0, rows) of one group (a pass), output tile by output tile, each through all its K
+   blocks in order with its state in L1 (`tile_state`: a state per element of the whole
+   pass would live in L2 or further and cost a load and a store a K block), into the
+   sink: planes and abs_planes the pass's lhs planes and its magnitudes' (`lhs_planes`),
+   tiles and abs_tiles the group's rhs tiles and its magnitudes'.  Column tiles outside
+   the pass's row tiles: the pass's planes (its rows chosen by the caller to fit in L2) are
+   read once a column tile, the rhs tiles of a column tile once a pass. */
+static void exact_pass(const int8_t *planes, const int8_t *abs_planes, int64_t rows,
+                       const int8_t *tiles, const int8_t *abs_tiles, const exact_sink *s) {
+    const int64_t nt = (s->n + 15) / 16, plane = (rows + 15) / 16 * 16 * 128;
+    /* Two stashes: the tile unit forms one unit's sums while the vector unit consumes
+       the previous one's, half of its rows during each of the two tile_sums. */
+    _Alignas(64) int32_t c[2][5][16][16];
+    _Alignas(64) int32_t cabs[2][5][16][16];
+    tile_state st;
+    int64_t prev[3] = {-1, 0, 0}; /* r0, kb, ct of the stashed unit; r0 < 0: none */
+#define CONSUME_PREV(ra, rb)                                                                  \
+    consume_exact(s, &st, c[buf ^ 1], cabs[buf ^ 1], rows, prev[0], prev[1], prev[2], ra, rb)
+    int buf = 0;
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4);
+    for (int64_t ct = 0; ct < nt; ct++)
+        for (int64_t r0 = 0; r0 < rows; r0 += 16)
+            for (int64_t kb = 0; kb < s->kbn; kb++) {
+                const int64_t at = kb * 3 * plane + r0 * 128, bt = kb * 6 * nt * 1024;
+                tile_sums(planes + at, plane, tiles + bt, nt, ct);
+                if (prev[0] >= 0)
+                    CONSUME_PREV(0, 8);
+                store_sums(c[buf]);
+                tile_sums(abs_planes + at, plane, abs_tiles + bt, nt, ct);
+                if (prev[0] >= 0)
+                    CONSUME_PREV(8, 16);
+                store_sums(cabs[buf]);
+                prev[0] = r0, prev[1] = kb, prev[2] = ct;
+                buf ^= 1;
+            }
+    if (prev[0] >= 0)
+        CONSUME_PREV(0, 16);
+#undef CONSUME_PREV
 }
 
 /* The recipe `code` (0-2), the exact value and |A||B| of rows [0, rows) of one group in
@@ -500,43 +561,37 @@ int fp8check_amx_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uin
    [rows][k] (row stride lda bytes, no NaN code: the caller checks), sa their scales
    [rows][k / 128], tiles and abs_tiles the group's rhs tiles (`fp8check_amx_pack_rhs`)
    and its magnitudes' (their digits' absolute values: the digits are sign and
-   magnitude), sb its scales [k / 128][nb].  state: four float64 arrays `part` doubles
-   apart (total, sigma, sum |q|, |A||B|'s sum), each [rows][n] at row stride lds >= n
-   doubles, the running state, where the pass leaves the exact value in the first
-   (`finish_exact`; err_per_q its error bound per unit of sum|q|) and |A||B| (its sum
-   times `scale`) in the fourth.  Out: the recipe float32 [rows][n], undecided uint8
-   [rows][n] (1 where the exact value must be recomputed).  (The finished values go to
-   the state, in cache, not to the caller's fresh arrays: stores to cold pages in this
-   loop cost more than the caller's copy.)  The rows go `rows_per_pass` at a time (a multiple of 16, at most
-   CHUNK_ROWS), their columns `ct_block` tiles of 16 at a time, so that the state of a
-   block stays in cache across the K blocks.  Returns 0, or -1 (nothing written) when its
-   scratch cannot be allocated. */
+   magnitude), sb its scales [k / 128][nb].  Out, each [rows][n]: the recipe float32, the
+   exact value float64 (`finish_exact`; err_per_q its error bound per unit of sum|q|),
+   |A||B| float64 (its sum times `scale`) and undecided uint8 (1 where the exact value
+   must be recomputed, else 0).  The rows go `rows_per_pass` at a time (a multiple of 16,
+   at most CHUNK_ROWS; their planes should fit in L2: `exact_pass`).  Returns 0, or -1
+   (nothing written) when its scratch cannot be allocated. */
 int fp8check_amx_exact_gmm(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uint64_t psa,
                            uint64_t ptiles, uint64_t pabs_tiles, int64_t n, uint64_t psb,
                            int64_t nb, int64_t code, int64_t rows_per_pass, uint64_t pout,
-                           uint64_t pstate, int64_t part, int64_t lds, int64_t ct_block,
-                           uint64_t pundecided, double err_per_q, double scale) {
+                           uint64_t pexact, uint64_t pmag, uint64_t pundecided,
+                           double err_per_q, double scale) {
     const uint8_t *a = (const uint8_t *)pa;
     const int64_t kbn = k / 128, planes_size = kbn * 3 * CHUNK_ROWS * 128;
     int8_t *planes = aligned_alloc(64, 2 * planes_size + 64);
     if (!planes)
         return -1;
     int8_t *abs_planes = planes + planes_size;
-    double *state = (double *)pstate;
     const digit_table t = make_table();
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
     configure_tiles();
     for (int64_t rb = 0; rb < rows; rb += rows_per_pass) {
         const int64_t nr = rows - rb < rows_per_pass ? rows - rb : rows_per_pass;
-        const int64_t e = rb * lds, pr = (nr + 15) / 16 * 16;
+        const int64_t pr = (nr + 15) / 16 * 16, e = rb * n;
         lhs_planes(&t, a + rb * lda, lda, nr, pr, k, 0xFF, planes);
         lhs_planes(&t, a + rb * lda, lda, nr, pr, k, 0x7F, abs_planes);
-        const sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn, (const float *)psb,
-                        (float *)pout + rb * n, n, NULL, 0, state + e, state + part + e,
-                        state + 2 * part + e, lds, state + 3 * part + e, ct_block,
-                        (uint8_t *)pundecided + rb * n, err_per_q, scale};
-        chunk(planes, nr, (const int8_t *)ptiles, abs_planes, (const int8_t *)pabs_tiles, &s);
+        const exact_sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn,
+                              (const float *)psb, (float *)pout + e, (double *)pexact + e,
+                              (double *)pmag + e, (uint8_t *)pundecided + e, err_per_q, scale};
+        exact_pass(planes, abs_planes, nr, (const int8_t *)ptiles, (const int8_t *)pabs_tiles,
+                   &s);
     }
     _tile_release();
     _mm_setcsr(csr);

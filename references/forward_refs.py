@@ -41,14 +41,11 @@ from fp8check.references.gmm import (
 from fp8check.references.intdot import RECIPE_CODES, row_shares
 from fp8check.references.quant import BLOCK, QTensor
 
-# A pass of the C loop: _PASS_ROWS rows (its CHUNK_ROWS), in column blocks whose recipe
-# and exact state (_STATE_BYTES an element) fit in _CACHE_BYTES of L2.
-_PASS_ROWS = 256
-_CACHE_BYTES = 1 << 20
-_STATE_BYTES = 4 + 4 * 8  # float32 recipe, float64 total, sigma, sum|q|, |A||B| per element
-# The state's rows are padded by a cache line: at a row stride of a multiple of 4 KiB a
-# tile's 16 rows of three arrays would all fall in one L1 set.
-_PAD = 8
+# A pass of the C loop: rows (a multiple of 16, at most its CHUNK_ROWS) whose lhs digit
+# planes and their magnitudes' (6 bytes an element) fit in _PLANES_BYTES of L2 beside the
+# rhs tiles of a column tile.
+_PLANES_BYTES = 3 << 18
+_MAX_PASS_ROWS = 256
 _P, _I = ctypes.c_void_p, ctypes.c_int64
 _NO_PARTS = np.zeros((0, 0, 0))  # no low words: the e4m3 partials are exact in float64
 _LUT_E4M3 = _LUT[np.dtype(ml_dtypes.float8_e4m3fn)]
@@ -59,7 +56,7 @@ def _exact_gmm_fn():
     if not amx.AVAILABLE or amx.PATH.lib is None:
         return None
     fn = amx.PATH.lib.fp8check_amx_exact_gmm
-    fn.argtypes = [_P, _I, _I, _I, _P, _P, _P, _I, _P, _I, _I, _I, _P, _P, _I, _I, _I, _P,
+    fn.argtypes = [_P, _I, _I, _I, _P, _P, _P, _I, _P, _I, _I, _I, _P, _P, _P, _P,
                    ctypes.c_double, ctypes.c_double]
     fn.restype = ctypes.c_int
     return fn
@@ -116,9 +113,8 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
     recipe32, exact, abs_ab = np.zeros((m, n), np.float32), np.zeros((m, n)), np.zeros((m, n))
     a_codes = np.ascontiguousarray(lhs.values.view(np.uint8))
     sa = np.ascontiguousarray(lhs.scales, dtype=np.float32)
-    ct_block = max(1, _CACHE_BYTES // (_PASS_ROWS * 16 * _STATE_BYTES))
+    pass_rows = min(_MAX_PASS_ROWS, max(16, _PLANES_BYTES // (6 * k) // 16 * 16))
     offs = group_offsets(gs)
-    state = np.empty(4 * int(gs.max()) * (n + _PAD))  # one buffer: fresh ones fault pages
     flags = np.empty(int(gs.max()) * n, np.uint8)
     err_per_q, scale = exact_err_per_q(kb, 1), factor(k)
     for g in np.flatnonzero(gs):
@@ -128,20 +124,16 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
         # sign-and-magnitude digits: the magnitudes' are the digits' absolute values
         tiles = packed, np.abs(packed)
         sb = np.ascontiguousarray(rhs.scales[g], dtype=np.float32)
-        st = state[:4 * rows * (n + _PAD)].reshape(4, rows, n + _PAD)
         fl = flags[:rows * n].reshape(rows, n)
         cuts = row_shares(np.array([0, rows]), numba.get_num_threads()).tolist()
         cbuild.run_parallel([
             (fn, (a_codes.ctypes.data + (r0 + c0) * k, k, c1 - c0, k,
                   sa.ctypes.data + (r0 + c0) * kb * 4, tiles[0].ctypes.data,
                   tiles[1].ctypes.data, n, sb.ctypes.data, sb.shape[1], RECIPE_CODES[accum],
-                  _PASS_ROWS, recipe32.ctypes.data + (r0 + c0) * n * 4,
-                  st.ctypes.data + c0 * (n + _PAD) * 8, rows * (n + _PAD), n + _PAD, ct_block,
+                  pass_rows, recipe32.ctypes.data + (r0 + c0) * n * 4,
+                  exact.ctypes.data + (r0 + c0) * n * 8, abs_ab.ctypes.data + (r0 + c0) * n * 8,
                   fl.ctypes.data + c0 * n, err_per_q, scale))
             for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True) if c1 > c0])
-        # the pass leaves the exact value and |A||B| in the state's first and last arrays
-        exact[r0:r0 + rows] = st[0, :, :n]
-        abs_ab[r0:r0 + rows] = st[3, :, :n]
         rows_u, cols_u = _undecided(fl)
         exact[r0 + rows_u, cols_u] = _exact_at(a_codes[r0:r0 + rows], b_codes, _LUT_E4M3,
                                                sa[r0:r0 + rows], sb, rows_u, cols_u)
