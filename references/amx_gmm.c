@@ -91,32 +91,52 @@ static digit_table make_table(void) {
     return t;
 }
 
-/* ... and whether one of the codes is a NaN (0x7F, 0xFF: the digits cannot carry it). */
-static inline int digits64(const digit_table *t, __m512i codes, int8_t *o0, int8_t *o1,
-                           int8_t *o2) {
+/* ... into o + d plane (digit d), and where mo is not NULL the digits of their
+   magnitudes (the codes with the sign bit cleared: the same digits, unsigned) into
+   mo + d plane; returns whether one of the codes is a NaN (0x7F, 0xFF: the digits cannot
+   carry it). */
+static inline int digits64(const digit_table *t, __m512i codes, int8_t *o, int64_t plane,
+                           int8_t *mo) {
     __mmask64 neg = _mm512_movepi8_mask(codes);
     __m512i mag = _mm512_and_si512(codes, _mm512_set1_epi8(0x7F));
-    int8_t *out[3] = {o0, o1, o2};
     for (int d = 0; d < 3; d++) {
-        __m512i v = _mm512_permutex2var_epi8(t->lo[d], mag, t->hi[d]);
-        v = _mm512_mask_sub_epi8(v, neg, _mm512_setzero_si512(), v);
-        _mm512_storeu_si512(out[d], v);
+        const __m512i v = _mm512_permutex2var_epi8(t->lo[d], mag, t->hi[d]);
+        _mm512_storeu_si512(o + d * plane, _mm512_mask_sub_epi8(v, neg, _mm512_setzero_si512(), v));
+        if (mo)
+            _mm512_storeu_si512(mo + d * plane, v);
     }
     return _mm512_cmpeq_epi8_mask(mag, _mm512_set1_epi8(0x7F)) != 0;
 }
 
-/* One expert's rhs codes [k][n] -> its digit tiles (layout above): four 16-byte row
-   pieces (masked past n), interleaved by one byte permute.  Returns 1 if a code is a NaN
-   (its digits are then zeros), else 0. */
-int fp8check_amx_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t ptiles) {
-    const uint8_t *codes = (const uint8_t *)pcodes;
-    int8_t *tiles = (int8_t *)ptiles;
-    const digit_table t = make_table();
+/* The 64 rhs codes of tile row k4 (layout above) of column tile ct: element [4 col + t]
+   is row[t n + 16 ct + col] (zero past n), four 16-byte row pieces interleaved by one
+   byte permute (`interleave`: rhs_interleave). */
+static inline __m512i rhs_row(const uint8_t *row, int64_t n, int64_t ct, __m512i interleave) {
+    const int64_t valid = n - 16 * ct < 16 ? n - 16 * ct : 16;
+    const __mmask16 m = (__mmask16)((1u << valid) - 1);
+    __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(m, row + 16 * ct));
+    for (int r = 1; r < 4; r++) {
+        const __m128i x = _mm_maskz_loadu_epi8(m, row + r * n + 16 * ct);
+        v = _mm512_mask_broadcast_i32x4(v, (__mmask16)(0xF << (4 * r)), x);
+    }
+    return _mm512_permutexvar_epi8(interleave, v);
+}
+
+static __m512i rhs_interleave(void) {
     uint8_t perm[64];
     for (int col = 0; col < 16; col++)
         for (int r = 0; r < 4; r++)
             perm[4 * col + r] = (uint8_t)(16 * r + col);
-    const __m512i interleave = _mm512_loadu_si512(perm);
+    return _mm512_loadu_si512(perm);
+}
+
+/* One expert's rhs codes [k][n] -> its digit tiles (layout above).  Returns 1 if a code
+   is a NaN (its digits are then zeros), else 0. */
+int fp8check_amx_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t ptiles) {
+    const uint8_t *codes = (const uint8_t *)pcodes;
+    int8_t *tiles = (int8_t *)ptiles;
+    const digit_table t = make_table();
+    const __m512i interleave = rhs_interleave();
     const int64_t nt = (n + 15) / 16, plane = 2 * nt * 1024; /* bytes of one digit's tiles */
     int nan = 0;
     for (int64_t kb = 0; kb < k / 128; kb++)
@@ -124,38 +144,46 @@ int fp8check_amx_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t ptiles
             for (int k4 = 0; k4 < 16; k4++) {
                 const uint8_t *row = codes + (128 * kb + 64 * kk + 4 * k4) * n;
                 for (int64_t ct = 0; ct < nt; ct++) {
-                    const int64_t valid = n - 16 * ct < 16 ? n - 16 * ct : 16;
-                    const __mmask16 m = (__mmask16)((1u << valid) - 1);
-                    __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(m, row + 16 * ct));
-                    for (int r = 1; r < 4; r++) {
-                        __m128i x = _mm_maskz_loadu_epi8(m, row + r * n + 16 * ct);
-                        v = _mm512_mask_broadcast_i32x4(v, (__mmask16)(0xF << (4 * r)), x);
-                    }
-                    v = _mm512_permutexvar_epi8(interleave, v);
                     int8_t *o = tiles + kb * 3 * plane + ((int64_t)kk * nt + ct) * 1024 + 64 * k4;
-                    nan |= digits64(&t, v, o, o + plane, o + 2 * plane);
+                    nan |= digits64(&t, rhs_row(row, n, ct, interleave), o, plane, NULL);
                 }
             }
     return nan;
 }
 
-/* Planes of rows [0, rows) of lhs codes (row stride lda bytes, k columns) and `keep`
-   (0xFF; 0x7F: the codes of the magnitudes), plane_rows = rows rounded up to 16; the
-   planes' rows past `rows` are zeroed.  Returns 1 if a code is a NaN, else 0. */
-static int lhs_planes(const digit_table *t, const uint8_t *codes, int64_t lda, int64_t rows,
-                       int64_t plane_rows, int64_t k, uint8_t keep, int8_t *planes) {
-    const __m512i mask = _mm512_set1_epi8((char)keep);
+/* Column tile ct of one expert's rhs codes [k][n] -> its digit tiles and its magnitudes'
+   (the layout above with nt = 1: [k / 128][3][2][16][64] each), the codes free of NaNs
+   (the caller checks). */
+static void rhs_column(const digit_table *t, const uint8_t *codes, int64_t k, int64_t n,
+                       int64_t ct, __m512i interleave, int8_t *tiles, int8_t *abs_tiles) {
     for (int64_t kb = 0; kb < k / 128; kb++)
-        for (int d = 0; d < 3 && rows < plane_rows; d++)
-            memset(planes + ((kb * 3 + d) * plane_rows + rows) * 128, 0,
-                   (plane_rows - rows) * 128);
+        for (int kk = 0; kk < 2; kk++)
+            for (int k4 = 0; k4 < 16; k4++) {
+                const int64_t o = kb * 3 * 2048 + kk * 1024 + 64 * k4;
+                digits64(t, rhs_row(codes + (128 * kb + 64 * kk + 4 * k4) * n, n, ct, interleave),
+                         tiles + o, 2048, abs_tiles + o);
+            }
+}
+
+/* Planes of rows [0, rows) of lhs codes (row stride lda bytes, k columns), and where
+   abs_planes is not NULL those of their magnitudes; plane_rows = rows rounded up to 16,
+   the planes' rows past `rows` zeroed.  Returns 1 if a code is a NaN, else 0. */
+static int lhs_planes(const digit_table *t, const uint8_t *codes, int64_t lda, int64_t rows,
+                      int64_t plane_rows, int64_t k, int8_t *planes, int8_t *abs_planes) {
     const int64_t plane = plane_rows * 128;
+    for (int64_t kb = 0; kb < k / 128; kb++)
+        for (int d = 0; d < 3 && rows < plane_rows; d++) {
+            const int64_t o = (kb * 3 + d) * plane + rows * 128;
+            memset(planes + o, 0, (plane_rows - rows) * 128);
+            if (abs_planes)
+                memset(abs_planes + o, 0, (plane_rows - rows) * 128);
+        }
     int nan = 0;
     for (int64_t i = 0; i < rows; i++)
         for (int64_t c = 0; c < k; c += 64) {
-            int8_t *o = planes + (c / 128) * 3 * plane + i * 128 + c % 128;
-            nan |= digits64(t, _mm512_and_si512(_mm512_loadu_si512(codes + i * lda + c), mask),
-                            o, o + plane, o + 2 * plane);
+            const int64_t o = (c / 128) * 3 * plane + i * 128 + c % 128;
+            nan |= digits64(t, _mm512_loadu_si512(codes + i * lda + c), planes + o, plane,
+                            abs_planes ? abs_planes + o : NULL);
         }
     return nan;
 }
@@ -411,8 +439,8 @@ int fp8check_amx_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n
         nan |= fp8check_amx_pack_rhs((uint64_t)(b + gi * k * n), k, n, (uint64_t)tiles);
         for (int64_t rb = r0; rb < r1 && !nan; rb += CHUNK_ROWS) {
             const int64_t rows = r1 - rb < CHUNK_ROWS ? r1 - rb : CHUNK_ROWS;
-            nan |= lhs_planes(&t, a + rb * lda, lda, rows, (rows + 15) / 16 * 16, k, 0xFF,
-                              planes);
+            nan |= lhs_planes(&t, a + rb * lda, lda, rows, (rows + 15) / 16 * 16, k, planes,
+                              NULL);
             const sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn,
                             (const float *)psb + gi * kbn * nb, (float *)pout + rb * ldo, ldo,
                             NULL, 0};
@@ -440,7 +468,7 @@ int fp8check_amx_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uin
     configure_tiles();
     for (int64_t rb = 0; rb < rows; rb += CHUNK_ROWS) {
         const int64_t nr = rows - rb < CHUNK_ROWS ? rows - rb : CHUNK_ROWS;
-        lhs_planes(&t, a + rb * lda, lda, nr, (nr + 15) / 16 * 16, k, 0xFF, planes);
+        lhs_planes(&t, a + rb * lda, lda, nr, (nr + 15) / 16 * 16, k, planes, NULL);
         const sink s = {3, k / 128, n, 0, NULL, NULL, NULL, 0, (double *)pout + rb * n, ldk};
         chunk(planes, nr, (const int8_t *)ptiles, &s);
     }
@@ -520,12 +548,17 @@ static void consume_exact(const exact_sink *s, tile_state *st, int32_t c[5][16][
    blocks in order with its state in L1 (`tile_state`: a state per element of the whole
    pass would live in L2 or further and cost a load and a store a K block), into the
    sink: planes and abs_planes the pass's lhs planes and its magnitudes' (`lhs_planes`),
-   tiles and abs_tiles the group's rhs tiles and its magnitudes'.  Column tiles outside
-   the pass's row tiles: the pass's planes (its rows chosen by the caller to fit in L2) are
-   read once a column tile, the rhs tiles of a column tile once a pass. */
-static void exact_pass(const int8_t *planes, const int8_t *abs_planes, int64_t rows,
-                       const int8_t *tiles, const int8_t *abs_tiles, const exact_sink *s) {
+   b the group's rhs codes [k][n], col scratch for a column tile's rhs tiles and its
+   magnitudes' (`rhs_column`, 12 k bytes).  Column tiles outside the pass's row tiles:
+   the pass's planes (its rows chosen by the caller to fit in L2) are read once a column
+   tile, and a column tile's rhs tiles, made from the codes once a pass (six times
+   smaller than the tiles: less to read from L3 than the tiles packed once a group), stay
+   in L2 across the pass's row tiles. */
+static void exact_pass(const digit_table *t, const int8_t *planes, const int8_t *abs_planes,
+                       int64_t rows, const uint8_t *b, int8_t *col, const exact_sink *s) {
     const int64_t nt = (s->n + 15) / 16, plane = (rows + 15) / 16 * 16 * 128;
+    const int64_t col_size = s->kbn * 6 * 1024;
+    const __m512i interleave = rhs_interleave();
     /* Two stashes: the tile unit forms one unit's sums while the vector unit consumes
        the previous one's, half of its rows during each of the two tile_sums. */
     _Alignas(64) int32_t c[2][5][16][16];
@@ -536,21 +569,24 @@ static void exact_pass(const int8_t *planes, const int8_t *abs_planes, int64_t r
     consume_exact(s, &st, c[buf ^ 1], cabs[buf ^ 1], rows, prev[0], prev[1], prev[2], ra, rb)
     int buf = 0;
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4);
-    for (int64_t ct = 0; ct < nt; ct++)
+    for (int64_t ct = 0; ct < nt; ct++) {
+        int8_t *tiles = col, *abs_tiles = col + col_size;
+        rhs_column(t, b, s->kbn * 128, s->n, ct, interleave, tiles, abs_tiles);
         for (int64_t r0 = 0; r0 < rows; r0 += 16)
             for (int64_t kb = 0; kb < s->kbn; kb++) {
-                const int64_t at = kb * 3 * plane + r0 * 128, bt = kb * 6 * nt * 1024;
-                tile_sums(planes + at, plane, tiles + bt, nt, ct);
+                const int64_t at = kb * 3 * plane + r0 * 128, bt = kb * 6 * 1024;
+                tile_sums(planes + at, plane, tiles + bt, 1, 0);
                 if (prev[0] >= 0)
                     CONSUME_PREV(0, 8);
                 store_sums(c[buf]);
-                tile_sums(abs_planes + at, plane, abs_tiles + bt, nt, ct);
+                tile_sums(abs_planes + at, plane, abs_tiles + bt, 1, 0);
                 if (prev[0] >= 0)
                     CONSUME_PREV(8, 16);
                 store_sums(cabs[buf]);
                 prev[0] = r0, prev[1] = kb, prev[2] = ct;
                 buf ^= 1;
             }
+    }
     if (prev[0] >= 0)
         CONSUME_PREV(0, 16);
 #undef CONSUME_PREV
@@ -558,40 +594,37 @@ static void exact_pass(const int8_t *planes, const int8_t *abs_planes, int64_t r
 
 /* The recipe `code` (0-2), the exact value and |A||B| of rows [0, rows) of one group in
    one pass over their exact partials and those of the magnitudes: a their lhs codes
-   [rows][k] (row stride lda bytes, no NaN code: the caller checks), sa their scales
-   [rows][k / 128], tiles and abs_tiles the group's rhs tiles (`fp8check_amx_pack_rhs`)
-   and its magnitudes' (their digits' absolute values: the digits are sign and
-   magnitude), sb its scales [k / 128][nb].  Out, each [rows][n]: the recipe float32, the
-   exact value float64 (`finish_exact`; err_per_q its error bound per unit of sum|q|),
-   |A||B| float64 (its sum times `scale`) and undecided uint8 (1 where the exact value
-   must be recomputed, else 0).  The rows go `rows_per_pass` at a time (a multiple of 16,
-   at most CHUNK_ROWS; their planes should fit in L2: `exact_pass`).  Returns 0, or -1
-   (nothing written) when its scratch cannot be allocated. */
+   [rows][k] (row stride lda bytes), sa their scales [rows][k / 128], b the group's rhs
+   codes [k][n], sb its scales [k / 128][nb]; no NaN code (the caller checks).  Out, each
+   [rows][n]: the recipe float32, the exact value float64 (`finish_exact`; err_per_q its
+   error bound per unit of sum|q|), |A||B| float64 (its sum times `scale`) and undecided
+   uint8 (1 where the exact value must be recomputed, else 0).  The rows go
+   `rows_per_pass` at a time (a multiple of 16, at most CHUNK_ROWS; their planes should
+   fit in L2: `exact_pass`).  Returns 0, or -1 (nothing written) when its scratch cannot
+   be allocated. */
 int fp8check_amx_exact_gmm(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uint64_t psa,
-                           uint64_t ptiles, uint64_t pabs_tiles, int64_t n, uint64_t psb,
-                           int64_t nb, int64_t code, int64_t rows_per_pass, uint64_t pout,
-                           uint64_t pexact, uint64_t pmag, uint64_t pundecided,
-                           double err_per_q, double scale) {
+                           uint64_t pb, int64_t n, uint64_t psb, int64_t nb, int64_t code,
+                           int64_t rows_per_pass, uint64_t pout, uint64_t pexact, uint64_t pmag,
+                           uint64_t pundecided, double err_per_q, double scale) {
     const uint8_t *a = (const uint8_t *)pa;
     const int64_t kbn = k / 128, planes_size = kbn * 3 * CHUNK_ROWS * 128;
-    int8_t *planes = aligned_alloc(64, 2 * planes_size + 64);
+    /* the lhs planes, their magnitudes', a column tile's rhs tiles and their magnitudes' */
+    int8_t *planes = aligned_alloc(64, 2 * planes_size + kbn * 12 * 1024 + 64);
     if (!planes)
         return -1;
-    int8_t *abs_planes = planes + planes_size;
+    int8_t *abs_planes = planes + planes_size, *col = abs_planes + planes_size;
     const digit_table t = make_table();
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
     configure_tiles();
     for (int64_t rb = 0; rb < rows; rb += rows_per_pass) {
         const int64_t nr = rows - rb < rows_per_pass ? rows - rb : rows_per_pass;
-        const int64_t pr = (nr + 15) / 16 * 16, e = rb * n;
-        lhs_planes(&t, a + rb * lda, lda, nr, pr, k, 0xFF, planes);
-        lhs_planes(&t, a + rb * lda, lda, nr, pr, k, 0x7F, abs_planes);
+        const int64_t e = rb * n;
+        lhs_planes(&t, a + rb * lda, lda, nr, (nr + 15) / 16 * 16, k, planes, abs_planes);
         const exact_sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn,
                               (const float *)psb, (float *)pout + e, (double *)pexact + e,
                               (double *)pmag + e, (uint8_t *)pundecided + e, err_per_q, scale};
-        exact_pass(planes, abs_planes, nr, (const int8_t *)ptiles, (const int8_t *)pabs_tiles,
-                   &s);
+        exact_pass(&t, planes, abs_planes, nr, (const uint8_t *)pb, col, &s);
     }
     _tile_release();
     _mm_setcsr(csr);

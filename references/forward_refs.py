@@ -56,7 +56,7 @@ def _exact_gmm_fn():
     if not amx.AVAILABLE or amx.PATH.lib is None:
         return None
     fn = amx.PATH.lib.fp8check_amx_exact_gmm
-    fn.argtypes = [_P, _I, _I, _I, _P, _P, _P, _I, _P, _I, _I, _I, _P, _P, _P, _P,
+    fn.argtypes = [_P, _I, _I, _I, _P, _P, _I, _P, _I, _I, _I, _P, _P, _P, _P,
                    ctypes.c_double, ctypes.c_double]
     fn.restype = ctypes.c_int
     return fn
@@ -119,18 +119,15 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
     err_per_q, scale = exact_err_per_q(kb, 1), factor(k)
     for g in np.flatnonzero(gs):
         r0, rows = int(offs[g]), int(gs[g])
-        b_codes = rhs.values[g].view(np.uint8)
-        packed = amx.PATH.pack_rhs(b_codes)
-        # sign-and-magnitude digits: the magnitudes' are the digits' absolute values
-        tiles = packed, np.abs(packed)
+        b_codes = np.ascontiguousarray(rhs.values[g].view(np.uint8))
         sb = np.ascontiguousarray(rhs.scales[g], dtype=np.float32)
         fl = flags[:rows * n].reshape(rows, n)
         cuts = row_shares(np.array([0, rows]), numba.get_num_threads()).tolist()
         cbuild.run_parallel([
             (fn, (a_codes.ctypes.data + (r0 + c0) * k, k, c1 - c0, k,
-                  sa.ctypes.data + (r0 + c0) * kb * 4, tiles[0].ctypes.data,
-                  tiles[1].ctypes.data, n, sb.ctypes.data, sb.shape[1], RECIPE_CODES[accum],
-                  pass_rows, recipe32.ctypes.data + (r0 + c0) * n * 4,
+                  sa.ctypes.data + (r0 + c0) * kb * 4, b_codes.ctypes.data, n, sb.ctypes.data,
+                  sb.shape[1], RECIPE_CODES[accum], pass_rows,
+                  recipe32.ctypes.data + (r0 + c0) * n * 4,
                   exact.ctypes.data + (r0 + c0) * n * 8, abs_ab.ctypes.data + (r0 + c0) * n * 8,
                   fl.ctypes.data + c0 * n, err_per_q, scale))
             for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True) if c1 > c0])
