@@ -279,8 +279,8 @@ static inline __m512d two_sum(__m512d a, __m512d b, __m512d *e) {
 }
 
 /* The exact value from its state after the last K block (references.certified's
-   round_certified of the TwoSum pair hi + lo = total + sigma, within err = sum|q|
-   err_per_q, at float64, as forward_refs.py did it): RN53(hi + lo) is hi itself (+0 for
+   round_certified of the TwoSum pair hi + lo = total + sigma, sigma within err of the
+   exact sum it stands for (`exact_step`)): RN53(hi + lo) is hi itself (+0 for
    a zero), certain where hi + lo is exact (lo = err = 0) or |lo| M + err M < h, M = 1 +
    2^-51, h half hi's ulp (a quarter at a power of two).  Where it cannot tell (hi
    infinite or NaN, or below 2^-968, where h would not be a normal float64: never at
@@ -288,10 +288,9 @@ static inline __m512d two_sum(__m512d a, __m512d b, __m512d *e) {
    und gets 1 and the caller recomputes the element.  Stores 8 elements at x and und
    (masked). */
 static inline void finish_exact(double *x, uint8_t *und, __mmask8 m, __m512d total,
-                               __m512d sigma, __m512d qabs, double err_per_q) {
+                                __m512d sigma, __m512d err) {
     __m512d lo;
     const __m512d hi = two_sum(total, sigma, &lo);
-    const __m512d err = _mm512_mul_pd(qabs, _mm512_set1_pd(err_per_q));
     const __m512i bits = _mm512_castpd_si512(hi);
     const __m512i ex = _mm512_and_si512(_mm512_srli_epi64(bits, 52), _mm512_set1_epi64(0x7FF));
     const __mmask8 pow2 = _mm512_testn_epi64_mask(bits, _mm512_set1_epi64((1LL << 52) - 1));
@@ -312,35 +311,35 @@ static inline void finish_exact(double *x, uint8_t *und, __mmask8 m, __m512d tot
     _mm_mask_storeu_epi8(und, m, _mm_maskz_mov_epi8((__mmask8)~certain, _mm_set1_epi8(1)));
 }
 
-/* One K block's term p * s (p the exact partial in value units, s = sa sb exact) added to
-   the exact value's state at t, g, q (8 elements of a tile's scratch): the steps of
-   references.gmm._accumulate_exact, in its order, with the product split exactly by an
-   fma instead of Dekker's (the same pair: hi = RN(p s), lo = p s - hi); the first K
-   block starts from zeros, the last (x non-NULL) stores the finished value at x and its
-   flag at und instead (`finish_exact`, masked by m).  Any order of valid steps would do:
-   the state only feeds a certified rounding (references.certified). */
-static inline void exact_step(double *t, double *g, double *q, __m512d p, __m512d s,
-                              int first, double *x, uint8_t *und, __mmask8 m,
-                              double err_per_q) {
-    const __m512d zero = _mm512_setzero_pd();
-    __m512d total = first ? zero : _mm512_load_pd(t);
-    __m512d sigma = first ? zero : _mm512_load_pd(g);
-    __m512d qabs = first ? zero : _mm512_load_pd(q);
+/* One K block's term p s (p the exact partial in units of 2^-18, s = sa sb 2^-18: exact)
+   added to the exact value's state at t, g (8 elements of a tile's scratch): the product
+   split exactly by an fma (hi = RN(p s), lo = p s - hi), hi added to total by TwoSum
+   (its error e exact), e and lo to sigma in plain float64.  So after the n K blocks the
+   exact value is total + (the exact sum of the 2n terms e and lo), and sigma errs from
+   that sum by at most gamma_2n sum(|e| + |lo|), which |A||B|'s own sum M bounds:
+   |lo| <= u |hi|, |e| <= u |total after it|, |hi| <= (1 + u) |Q s| and each total at most
+   (1 + u)^n sum|hi|, while M >= (1 - u)^(n + 1) sum Q|s| (u = 2^-53; Q the magnitude
+   partial, |p| <= Q), so err = 2n (n + 1) 2^-105 M (`exact_err`; twice the bound, which
+   covers every (1 +- u)^n factor and err's own rounding) bounds it.  No running sum|e|:
+   a bound certifies as well as the computed one did (both are far below half an ulp of
+   the value except within a hair of a rounding tie, which both flag), for less work.
+   The first K block starts from zeros (total = hi exactly), the last (x non-NULL) stores
+   the finished value at x and its flag at und instead (`finish_exact`, masked by m). */
+static inline void exact_step(double *t, double *g, __m512d p, __m512d s, int first,
+                              double *x, uint8_t *und, __mmask8 m, __m512d err) {
     const __m512d hi = _mm512_mul_pd(p, s), lo = _mm512_fmsub_pd(p, s, hi);
-    __m512d e;
-    total = two_sum(total, hi, &e);
-    sigma = _mm512_add_pd(sigma, e);
-    qabs = _mm512_add_pd(qabs, _mm512_abs_pd(e));
-    total = two_sum(total, lo, &e);
-    sigma = _mm512_add_pd(sigma, e);
-    qabs = _mm512_add_pd(qabs, _mm512_abs_pd(e));
+    __m512d total = hi, sigma = lo;
+    if (!first) {
+        __m512d e;
+        total = two_sum(_mm512_load_pd(t), hi, &e);
+        sigma = _mm512_add_pd(_mm512_add_pd(_mm512_load_pd(g), e), lo);
+    }
     if (x) {
-        finish_exact(x, und, m, total, sigma, qabs, err_per_q);
+        finish_exact(x, und, m, total, sigma, err);
         return;
     }
     _mm512_store_pd(t, total);
     _mm512_store_pd(g, sigma);
-    _mm512_store_pd(q, qabs);
 }
 
 /* Every row of a stashed tile c (of rows r0.., K block kb, column tile ct) below `rows`
@@ -488,7 +487,8 @@ typedef struct {
                              `scale`, abs_bound.py's last step), */
     uint8_t *undecided;   /* 1 where finish_exact cannot decide, else 0: each [rows][n]
                              at the pass's first row */
-    double err_per_q, scale; /* gmm.exact_err_per_q, abs_bound.factor */
+    double exact_err, scale; /* err per unit of |A||B|'s sum (`exact_step`),
+                                abs_bound.factor */
 } exact_sink;
 
 /* One output tile's running state across its K blocks, per element: the recipe, the exact
@@ -496,7 +496,7 @@ typedef struct {
    tile's first K block to its last. */
 typedef struct {
     _Alignas(64) float acc[16][16];
-    _Alignas(64) double total[16][16], sigma[16][16], qabs[16][16], mag[16][16];
+    _Alignas(64) double total[16][16], sigma[16][16], mag[16][16];
 } tile_state;
 
 /* Rows [ra, rb) (those below `rows`) of a stashed tile c and its magnitudes' cabs (rows
@@ -510,7 +510,6 @@ static void consume_exact(const exact_sink *s, tile_state *st, int32_t c[5][16][
     const int64_t valid = s->n - 16 * ct < 16 ? s->n - 16 * ct : 16;
     const __mmask16 m = (__mmask16)((1u << valid) - 1);
     const __mmask8 mh[2] = {(__mmask8)m, (__mmask8)(m >> 8)};
-    const __m512d c18 = _mm512_set1_pd(0x1p-18);
     const float s_b = s->sb[kb * s->nb + (16 * ct) / 128];
     const int first = kb == 0, last = kb == s->kbn - 1;
     for (int r = ra; r < rb && r < nr; r++) {
@@ -524,22 +523,23 @@ static void consume_exact(const exact_sink *s, tile_state *st, int32_t c[5][16][
             _mm512_mask_storeu_ps(s->out + o, m, acc);
         else
             _mm512_store_ps(st->acc[r], acc);
-        const __m512d sab = _mm512_set1_pd((double)s_a * (double)s_b);
-        /* |A||B|: sum += Q s, Q the exact magnitude partial, s = |sa| |sb| (exact) */
+        /* s = sa sb and |s|, times 2^-18 (exact): the partials are in units of 2^-18 */
+        const __m512d sab = _mm512_set1_pd((double)s_a * (double)s_b * 0x1p-18);
         const __m512d mab = _mm512_abs_pd(sab);
         exact_row(cabs, r, q);
         for (int h = 0; h < 2; h++) {
-            exact_step(st->total[r] + 8 * h, st->sigma[r] + 8 * h, st->qabs[r] + 8 * h,
-                       _mm512_mul_pd(v[h], c18), sab, first, last ? s->exact + o + 8 * h : NULL,
-                       s->undecided + o + 8 * h, mh[h], s->err_per_q);
+            /* |A||B|: sum += RN(Q |sa| |sb|), Q the exact magnitude partial */
             const __m512d sum = _mm512_add_pd(
                 first ? _mm512_setzero_pd() : _mm512_load_pd(st->mag[r] + 8 * h),
-                _mm512_mul_pd(_mm512_mul_pd(q[h], c18), mab));
+                _mm512_mul_pd(q[h], mab));
             if (last)
                 _mm512_mask_storeu_pd(s->mag + o + 8 * h, mh[h],
                                       _mm512_mul_pd(sum, _mm512_set1_pd(s->scale)));
             else
                 _mm512_store_pd(st->mag[r] + 8 * h, sum);
+            exact_step(st->total[r] + 8 * h, st->sigma[r] + 8 * h, v[h], sab, first,
+                       last ? s->exact + o + 8 * h : NULL, s->undecided + o + 8 * h, mh[h],
+                       _mm512_mul_pd(sum, _mm512_set1_pd(s->exact_err)));
         }
     }
 }
@@ -596,8 +596,8 @@ static void exact_pass(const digit_table *t, const int8_t *planes, const int8_t 
    one pass over their exact partials and those of the magnitudes: a their lhs codes
    [rows][k] (row stride lda bytes), sa their scales [rows][k / 128], b the group's rhs
    codes [k][n], sb its scales [k / 128][nb]; no NaN code (the caller checks).  Out, each
-   [rows][n]: the recipe float32, the exact value float64 (`finish_exact`; err_per_q its
-   error bound per unit of sum|q|), |A||B| float64 (its sum times `scale`) and undecided
+   [rows][n]: the recipe float32, the exact value float64 (`finish_exact`), |A||B|
+   float64 (its sum times `scale`) and undecided
    uint8 (1 where the exact value must be recomputed, else 0).  The rows go
    `rows_per_pass` at a time (a multiple of 16, at most CHUNK_ROWS; their planes should
    fit in L2: `exact_pass`).  Returns 0, or -1 (nothing written) when its scratch cannot
@@ -605,7 +605,7 @@ static void exact_pass(const digit_table *t, const int8_t *planes, const int8_t 
 int fp8check_amx_exact_gmm(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uint64_t psa,
                            uint64_t pb, int64_t n, uint64_t psb, int64_t nb, int64_t code,
                            int64_t rows_per_pass, uint64_t pout, uint64_t pexact, uint64_t pmag,
-                           uint64_t pundecided, double err_per_q, double scale) {
+                           uint64_t pundecided, double scale) {
     const uint8_t *a = (const uint8_t *)pa;
     const int64_t kbn = k / 128, planes_size = kbn * 3 * CHUNK_ROWS * 128;
     /* the lhs planes, their magnitudes', a column tile's rhs tiles and their magnitudes' */
@@ -623,7 +623,8 @@ int fp8check_amx_exact_gmm(uint64_t pa, int64_t lda, int64_t rows, int64_t k, ui
         lhs_planes(&t, a + rb * lda, lda, nr, (nr + 15) / 16 * 16, k, planes, abs_planes);
         const exact_sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn,
                               (const float *)psb, (float *)pout + e, (double *)pexact + e,
-                              (double *)pmag + e, (uint8_t *)pundecided + e, err_per_q, scale};
+                              (double *)pmag + e, (uint8_t *)pundecided + e,
+                              2.0 * kbn * (kbn + 1) * 0x1p-105, scale};
         exact_pass(&t, planes, abs_planes, nr, (const uint8_t *)pb, col, &s);
     }
     _tile_release();

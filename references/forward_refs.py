@@ -34,7 +34,6 @@ from fp8check.references.gmm import (
     DEFAULT_INTERVAL,
     _checked_gmm_args,
     _no_nan_codes,
-    exact_err_per_q,
     gmm_and_exact,
     group_offsets,
 )
@@ -57,7 +56,7 @@ def _exact_gmm_fn():
         return None
     fn = amx.PATH.lib.fp8check_amx_exact_gmm
     fn.argtypes = [_P, _I, _I, _I, _P, _P, _I, _P, _I, _I, _I, _P, _P, _P, _P,
-                   ctypes.c_double, ctypes.c_double]
+                   ctypes.c_double]
     fn.restype = ctypes.c_int
     return fn
 
@@ -116,7 +115,7 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
     pass_rows = min(_MAX_PASS_ROWS, max(16, _PLANES_BYTES // (6 * k) // 16 * 16))
     offs = group_offsets(gs)
     flags = np.empty(int(gs.max()) * n, np.uint8)
-    err_per_q, scale = exact_err_per_q(kb, 1), factor(k)
+    scale = factor(k)
     for g in np.flatnonzero(gs):
         r0, rows = int(offs[g]), int(gs[g])
         b_codes = np.ascontiguousarray(rhs.values[g].view(np.uint8))
@@ -129,7 +128,7 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
                   sb.shape[1], RECIPE_CODES[accum], pass_rows,
                   recipe32.ctypes.data + (r0 + c0) * n * 4,
                   exact.ctypes.data + (r0 + c0) * n * 8, abs_ab.ctypes.data + (r0 + c0) * n * 8,
-                  fl.ctypes.data + c0 * n, err_per_q, scale))
+                  fl.ctypes.data + c0 * n, scale))
             for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True) if c1 > c0])
         rows_u, cols_u = _undecided(fl)
         exact[r0 + rows_u, cols_u] = _exact_at(a_codes[r0:r0 + rows], b_codes, _LUT_E4M3,

@@ -103,3 +103,41 @@ def test_other_operands_give_the_same_results(fault, monkeypatch):
     monkeypatch.setattr(fr, "_undecided",
                         lambda *a: pytest.fail("the C pass ran where it does not apply"))
     _check(fr.gmm_references(lhs, rhs, gs, ml_dtypes.bfloat16, accum), want)
+
+
+def _flags_of_the_pass(monkeypatch) -> list[np.ndarray]:
+    """The C pass's undecided flags, one array a group, as the pass hands them over."""
+    seen: list[np.ndarray] = []
+    real = fr._undecided
+    monkeypatch.setattr(fr, "_undecided", lambda flags: seen.append(flags.copy()) or real(flags))
+    return seen
+
+
+def test_the_certified_rounding_flags_ties_and_decides_the_rest(monkeypatch):
+    """A float64 rounding tie (1 + 2^-53, from two K blocks' scales) is flagged and takes
+    the fallback; a value 2^-62 off it, and quantized random operands (all but a few
+    elements), are decided in the pass; every result has the exact recipe's bits."""
+    _needs_amx()
+    a, b = np.zeros((1, 256), np.float32), np.zeros((1, 256, 16), np.float32)
+    a[0, [0, 128, 129]] = 1
+    b[0, [0, 128], :] = 1
+    b[0, 129, 1] = 2.0**-9  # column 1: 1 + 2^-53 + 2^-62, not a tie
+    fp8 = ml_dtypes.float8_e4m3fn
+    lhs = QTensor(a.astype(fp8), np.array([[1, 2.0**-27]], np.float32), (1, 128), "e4m3fn",
+                  "deepgemm")
+    rhs = QTensor(b.astype(fp8), np.array([[[1], [2.0**-26]]], np.float32), (128, 128),
+                  "e4m3fn", "deepgemm")
+    gs = np.array([1])
+    flags = _flags_of_the_pass(monkeypatch)
+    got = fr.gmm_references(lhs, rhs, gs, np.float32, "deepgemm")
+    _check(got, _want(lhs, rhs, gs, np.float32, "deepgemm"))
+    assert got[1][0, 0] == 1 and got[1][0, 1] == 1 + 2.0**-52
+    assert flags[0][0, 0] == 1 and flags[0][0, 1] == 0
+    rng = np.random.default_rng()
+    lhs = quantize(rng.standard_normal((300, 512), dtype=np.float32))
+    rhs = quantize(rng.standard_normal((2, 512, 96), dtype=np.float32), (128, 128))
+    gs = np.array([170, 130])
+    flags.clear()
+    _check(fr.gmm_references(lhs, rhs, gs, np.float32, "deepgemm"),
+           _want(lhs, rhs, gs, np.float32, "deepgemm"))
+    assert sum(f.sum() for f in flags) < 0.01 * 300 * 96
