@@ -35,7 +35,8 @@
    state (the exact products P * sa * sb split by an fma, certified and rounded at the
    last K block; forward_refs.py recomputes what the certificate cannot decide) and
    |A||B|'s float64 sum of Q * |sa| |sb|, Q the exact partial of the magnitudes (the
-   codes with the sign bit cleared, through the same digits and tiles).
+   codes with the sign bit cleared, through the same digits and tiles).  It takes one
+   output tile through all its K blocks at a time (`exact_pass`): its state stays in L1.
 
    Layouts (references/amx.py reads them):
      rhs tiles  [k / 128][3][2][nt][16][64] int8 (nt = ceil(n / 16)): element [k4][4 col
@@ -45,10 +46,11 @@
                 block at a time (plane_rows: the chunk's rows rounded up to 16, the rows
                 past its end zero), made inside.
 
-   Loop order (for cache reuse; any order gives the same bits, each output element's K
-   blocks being consumed in K order): per chunk of rows, K block by K block (its rhs
-   tiles, 6 KiB per column tile, stay in L2 across the chunk), BLOCK_TILES row tiles at a
-   time (their planes stay in L1 across the column tiles).
+   Loop order of the recipe and partials (`chunk`; for cache reuse; any order gives the
+   same bits, each output element's K blocks being consumed in K order): per chunk of
+   rows, K block by K block (its rhs tiles, 6 KiB per column tile, stay in L2 across the
+   chunk), BLOCK_TILES row tiles at a time (their planes stay in L1 across the column
+   tiles).
 */
 #include <immintrin.h>
 #include <stdint.h>
@@ -492,27 +494,27 @@ typedef struct {
 } exact_sink;
 
 /* One output tile's running state across its K blocks, per element: the recipe, the exact
-   value's TwoSum state (`exact_step`) and |A||B|'s float64 sum; 9 KiB, in L1 from the
+   value's TwoSum state (`exact_step`) and |A||B|'s float64 sum; 7 KiB, in L1 from the
    tile's first K block to its last. */
 typedef struct {
     _Alignas(64) float acc[16][16];
     _Alignas(64) double total[16][16], sigma[16][16], mag[16][16];
 } tile_state;
 
-/* Rows [ra, rb) (those below `rows`) of a stashed tile c and its magnitudes' cabs (rows
-   r0.., K block kb, column tile ct) into the tile's state st; the last K block finishes
+/* The rows below `rows` of a stashed tile c and its magnitudes' cabs (rows r0.., K block
+   kb, column tile ct) into the tile's state st; the last K block finishes
    them into the sink instead.  The first K block starts from zeros (the same bits: every
    recipe adds +0 to its first term, as the float64 BLAS path does). */
 static void consume_exact(const exact_sink *s, tile_state *st, int32_t c[5][16][16],
                           int32_t cabs[5][16][16], int64_t rows, int64_t r0, int64_t kb,
-                          int64_t ct, int ra, int rb) {
+                          int64_t ct) {
     const int nr = rows - r0 < 16 ? (int)(rows - r0) : 16;
     const int64_t valid = s->n - 16 * ct < 16 ? s->n - 16 * ct : 16;
     const __mmask16 m = (__mmask16)((1u << valid) - 1);
     const __mmask8 mh[2] = {(__mmask8)m, (__mmask8)(m >> 8)};
     const float s_b = s->sb[kb * s->nb + (16 * ct) / 128];
     const int first = kb == 0, last = kb == s->kbn - 1;
-    for (int r = ra; r < rb && r < nr; r++) {
+    for (int r = 0; r < nr; r++) {
         const float s_a = s->sa[(r0 + r) * s->kbn + kb];
         const int64_t o = (r0 + r) * s->n + 16 * ct; /* the element's place in the sink */
         __m512d v[2], q[2];
@@ -559,15 +561,13 @@ static void exact_pass(const digit_table *t, const int8_t *planes, const int8_t 
     const int64_t nt = (s->n + 15) / 16, plane = (rows + 15) / 16 * 16 * 128;
     const int64_t col_size = s->kbn * 6 * 1024;
     const __m512i interleave = rhs_interleave();
-    /* Two stashes: the tile unit forms one unit's sums while the vector unit consumes
-       the previous one's, half of its rows during each of the two tile_sums. */
-    _Alignas(64) int32_t c[2][5][16][16];
-    _Alignas(64) int32_t cabs[2][5][16][16];
+    /* One stash, consumed right after the unit's tile work: on this CPU (Sapphire Rapids
+       class) vector loads and stores interleaved with tile loads and stores wait on them,
+       so consuming the previous unit's stash during this one's tile work (two stashes)
+       overlapped nothing and measured about 10% slower. */
+    _Alignas(64) int32_t c[5][16][16];
+    _Alignas(64) int32_t cabs[5][16][16];
     tile_state st;
-    int64_t prev[3] = {-1, 0, 0}; /* r0, kb, ct of the stashed unit; r0 < 0: none */
-#define CONSUME_PREV(ra, rb)                                                                  \
-    consume_exact(s, &st, c[buf ^ 1], cabs[buf ^ 1], rows, prev[0], prev[1], prev[2], ra, rb)
-    int buf = 0;
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4);
     for (int64_t ct = 0; ct < nt; ct++) {
         int8_t *tiles = col, *abs_tiles = col + col_size;
@@ -576,20 +576,12 @@ static void exact_pass(const digit_table *t, const int8_t *planes, const int8_t 
             for (int64_t kb = 0; kb < s->kbn; kb++) {
                 const int64_t at = kb * 3 * plane + r0 * 128, bt = kb * 6 * 1024;
                 tile_sums(planes + at, plane, tiles + bt, 1, 0);
-                if (prev[0] >= 0)
-                    CONSUME_PREV(0, 8);
-                store_sums(c[buf]);
+                store_sums(c);
                 tile_sums(abs_planes + at, plane, abs_tiles + bt, 1, 0);
-                if (prev[0] >= 0)
-                    CONSUME_PREV(8, 16);
-                store_sums(cabs[buf]);
-                prev[0] = r0, prev[1] = kb, prev[2] = ct;
-                buf ^= 1;
+                store_sums(cabs);
+                consume_exact(s, &st, c, cabs, rows, r0, kb, ct);
             }
     }
-    if (prev[0] >= 0)
-        CONSUME_PREV(0, 16);
-#undef CONSUME_PREV
 }
 
 /* The recipe `code` (0-2), the exact value and |A||B| of rows [0, rows) of one group in

@@ -5,16 +5,16 @@ production-shape check (`fp8check.measures.totals.gmm_reference_chunks`):
 
 Where AMX runs (`references.amx`) and the operands allow it (e4m3fn, no NaN code, finite
 scales, a recipe on the exact partials: deepgemm, cublas or tokamax), one C pass per row
-share (`fp8check_amx_exact_gmm` in amx_gmm.c) forms each K block's exact partial on the
-int8 tiles and consumes it at once, twice: the recipe's float32 step (the AMX gmm's own
-code: the same bits) and the exact value's TwoSum state (the steps of
-`gmm._accumulate_exact`, with an fma for the exact product split), which the pass rounds
-after the last K block as `certified.round_certified` does (`finish_exact`).  The exact
+share (`fp8check_amx_exact_gmm` in amx_gmm.c, which packs the rhs codes itself) forms
+each K block's exact partial on the int8 tiles and consumes it at once: the recipe's
+float32 step (the AMX gmm's own code: the same bits), the exact value's TwoSum state
+(the exact products split by an fma, `exact_step`), which the pass rounds after the last
+K block as `certified.round_certified` does (`finish_exact`), within an error bound that
+|A||B|'s sum gives, and |A||B| from its magnitude partials on the same tiles
+(`abs_bound`), scaled in the pass too; it writes the three into the outputs.  The exact
 value is therefore the correctly rounded one whatever the path; an element the certified
 bound cannot decide (rare: a near-tie) is recomputed by the superaccumulator
-(`_exact_at`).  |A||B| comes from its magnitude partials on the same tiles (`abs_bound`),
-scaled in the pass too.  Elsewhere: `gmm_and_exact` and
-`abs_product`, the same bits.
+(`_exact_at`).  Elsewhere: `gmm_and_exact` and `abs_product`, the same bits.
 """
 
 from __future__ import annotations
