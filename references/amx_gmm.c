@@ -65,6 +65,7 @@
 #define XFEATURE_XTILEDATA 18
 #define CHUNK_ROWS 256 /* lhs rows whose planes are packed at once (16 row tiles) */
 #define BLOCK_TILES 4   /* row tiles whose K block's planes (24 KiB) stay in L1 */
+#define COL_BLOCK_BYTES (384 << 10) /* rhs tiles of a column block of the exact pass (L2) */
 
 /* Ask Linux for the AMX tile state (once per process, for all its threads); 0 on success. */
 int fp8check_amx_init(void) {
@@ -550,14 +551,18 @@ static void consume_exact(const exact_sink *s, tile_state *st, int32_t c[5][16][
    blocks in order with its state in L1 (`tile_state`: a state per element of the whole
    pass would live in L2 or further and cost a load and a store a K block), into the
    sink: planes and abs_planes the pass's lhs planes and its magnitudes' (`lhs_planes`),
-   b the group's rhs codes [k][n], col scratch for a column tile's rhs tiles and its
-   magnitudes' (`rhs_column`, 12 k bytes).  Column tiles outside the pass's row tiles:
-   the pass's planes (its rows chosen by the caller to fit in L2) are read once a column
-   tile, and a column tile's rhs tiles, made from the codes once a pass (six times
-   smaller than the tiles: less to read from L3 than the tiles packed once a group), stay
-   in L2 across the pass's row tiles. */
+   b the group's rhs codes [k][n], col scratch for `cb` column tiles' rhs tiles and their
+   magnitudes' (`rhs_column`, 12 k bytes each).  Column blocks of cb tiles outside the
+   pass's row tiles: the pass's planes (its rows chosen by the caller to fit in L2) are
+   read once a column tile, and a column tile's rhs tiles, made from the codes once a
+   pass (six times smaller than the tiles: less to read from L3 than the tiles packed once
+   a group), stay in L2 across the pass's row tiles.  Within a block the row tiles go
+   outside its column tiles, so that the finished outputs of a row tile go out as row
+   pieces of cb tiles' width: a column of 16-wide pieces, each row in another page,
+   stored at a fraction of the speed (measured: wo's outputs took most of its time). */
 static void exact_pass(const digit_table *t, const int8_t *planes, const int8_t *abs_planes,
-                       int64_t rows, const uint8_t *b, int8_t *col, const exact_sink *s) {
+                       int64_t rows, const uint8_t *b, int8_t *col, int64_t cb,
+                       const exact_sink *s) {
     const int64_t nt = (s->n + 15) / 16, plane = (rows + 15) / 16 * 16 * 128;
     const int64_t col_size = s->kbn * 6 * 1024;
     const __m512i interleave = rhs_interleave();
@@ -569,17 +574,22 @@ static void exact_pass(const digit_table *t, const int8_t *planes, const int8_t 
     _Alignas(64) int32_t cabs[5][16][16];
     tile_state st;
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4);
-    for (int64_t ct = 0; ct < nt; ct++) {
-        int8_t *tiles = col, *abs_tiles = col + col_size;
-        rhs_column(t, b, s->kbn * 128, s->n, ct, interleave, tiles, abs_tiles);
+    for (int64_t c0 = 0; c0 < nt; c0 += cb) {
+        const int64_t c1 = nt < c0 + cb ? nt : c0 + cb;
+        for (int64_t ct = c0; ct < c1; ct++)
+            rhs_column(t, b, s->kbn * 128, s->n, ct, interleave, col + (ct - c0) * 2 * col_size,
+                       col + ((ct - c0) * 2 + 1) * col_size);
         for (int64_t r0 = 0; r0 < rows; r0 += 16)
-            for (int64_t kb = 0; kb < s->kbn; kb++) {
-                const int64_t at = kb * 3 * plane + r0 * 128, bt = kb * 6 * 1024;
-                tile_sums(planes + at, plane, tiles + bt, 1, 0);
-                store_sums(c);
-                tile_sums(abs_planes + at, plane, abs_tiles + bt, 1, 0);
-                store_sums(cabs);
-                consume_exact(s, &st, c, cabs, rows, r0, kb, ct);
+            for (int64_t ct = c0; ct < c1; ct++) {
+                const int8_t *tiles = col + (ct - c0) * 2 * col_size, *abs_tiles = tiles + col_size;
+                for (int64_t kb = 0; kb < s->kbn; kb++) {
+                    const int64_t at = kb * 3 * plane + r0 * 128, bt = kb * 6 * 1024;
+                    tile_sums(planes + at, plane, tiles + bt, 1, 0);
+                    store_sums(c);
+                    tile_sums(abs_planes + at, plane, abs_tiles + bt, 1, 0);
+                    store_sums(cabs);
+                    consume_exact(s, &st, c, cabs, rows, r0, kb, ct);
+                }
             }
     }
 }
@@ -600,8 +610,11 @@ int fp8check_amx_exact_gmm(uint64_t pa, int64_t lda, int64_t rows, int64_t k, ui
                            uint64_t pundecided, double scale) {
     const uint8_t *a = (const uint8_t *)pa;
     const int64_t kbn = k / 128, planes_size = kbn * 3 * CHUNK_ROWS * 128;
-    /* the lhs planes, their magnitudes', a column tile's rhs tiles and their magnitudes' */
-    int8_t *planes = aligned_alloc(64, 2 * planes_size + kbn * 12 * 1024 + 64);
+    /* column blocks of COL_BLOCK_BYTES of rhs tiles, a column tile at least (`exact_pass`) */
+    const int64_t cb = COL_BLOCK_BYTES / (kbn * 12 * 1024) > 1 ? COL_BLOCK_BYTES / (kbn * 12 * 1024)
+                                                               : 1;
+    /* the lhs planes, their magnitudes', cb column tiles' rhs tiles and their magnitudes' */
+    int8_t *planes = aligned_alloc(64, 2 * planes_size + cb * kbn * 12 * 1024 + 64);
     if (!planes)
         return -1;
     int8_t *abs_planes = planes + planes_size, *col = abs_planes + planes_size;
@@ -617,7 +630,7 @@ int fp8check_amx_exact_gmm(uint64_t pa, int64_t lda, int64_t rows, int64_t k, ui
                               (const float *)psb, (float *)pout + e, (double *)pexact + e,
                               (double *)pmag + e, (uint8_t *)pundecided + e,
                               2.0 * kbn * (kbn + 1) * 0x1p-105, scale};
-        exact_pass(&t, planes, abs_planes, nr, (const uint8_t *)pb, col, &s);
+        exact_pass(&t, planes, abs_planes, nr, (const uint8_t *)pb, col, cb, &s);
     }
     _tile_release();
     _mm_setcsr(csr);
