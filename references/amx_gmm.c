@@ -594,21 +594,25 @@ static void exact_pass(const digit_table *t, const int8_t *planes, const int8_t 
     }
 }
 
-/* The recipe `code` (0-2), the exact value and |A||B| of rows [0, rows) of one group in
-   one pass over their exact partials and those of the magnitudes: a their lhs codes
-   [rows][k] (row stride lda bytes), sa their scales [rows][k / 128], b the group's rhs
-   codes [k][n], sb its scales [k / 128][nb]; no NaN code (the caller checks).  Out, each
-   [rows][n]: the recipe float32, the exact value float64 (`finish_exact`), |A||B|
-   float64 (its sum times `scale`) and undecided
-   uint8 (1 where the exact value must be recomputed, else 0).  The rows go
-   `rows_per_pass` at a time (a multiple of 16, at most CHUNK_ROWS; their planes should
-   fit in L2: `exact_pass`).  Returns 0, or -1 (nothing written) when its scratch cannot
-   be allocated. */
-int fp8check_amx_exact_gmm(uint64_t pa, int64_t lda, int64_t rows, int64_t k, uint64_t psa,
-                           uint64_t pb, int64_t n, uint64_t psb, int64_t nb, int64_t code,
-                           int64_t rows_per_pass, uint64_t pout, uint64_t pexact, uint64_t pmag,
-                           uint64_t pundecided, double scale) {
-    const uint8_t *a = (const uint8_t *)pa;
+/* The recipe `code` (0-2), the exact value and |A||B| of rows [m0, m1) of the output (one
+   thread's share of all the groups: one call for them, not one a group) in one pass over
+   their exact partials and those of the magnitudes:
+     a        lhs codes [M][k];  sa  lhs scales [M][k / 128];
+     b        rhs codes [G][k][n];  sb  rhs scales [G][k / 128][nb];
+     offs     [G + 1] int64, the first row of each group and the end of the last;
+   no NaN code (the caller checks).  Out, each [M][n], the groups' rows in [m0, m1)
+   written, all other rows left alone: the recipe float32, the exact value float64
+   (`finish_exact`), |A||B| float64 (its sum times `scale`) and undecided uint8 (1 where
+   the exact value must be recomputed, else 0).  A group's rows go `rows_per_pass` at a
+   time (a multiple of 16, at most CHUNK_ROWS; their planes should fit in L2:
+   `exact_pass`).  Returns 0, or -1 (nothing written) when its scratch cannot be
+   allocated. */
+int fp8check_amx_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint64_t poffs,
+                           int64_t g, int64_t m0, int64_t m1, uint64_t psa, uint64_t psb,
+                           int64_t nb, int64_t code, int64_t rows_per_pass, uint64_t pout,
+                           uint64_t pexact, uint64_t pmag, uint64_t pundecided, double scale) {
+    const uint8_t *a = (const uint8_t *)pa, *b = (const uint8_t *)pb;
+    const int64_t *offs = (const int64_t *)poffs;
     const int64_t kbn = k / 128, planes_size = kbn * 3 * CHUNK_ROWS * 128;
     /* column blocks of COL_BLOCK_BYTES of rhs tiles, a column tile at least (`exact_pass`) */
     const int64_t cb = COL_BLOCK_BYTES / (kbn * 12 * 1024) > 1 ? COL_BLOCK_BYTES / (kbn * 12 * 1024)
@@ -622,15 +626,20 @@ int fp8check_amx_exact_gmm(uint64_t pa, int64_t lda, int64_t rows, int64_t k, ui
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
     configure_tiles();
-    for (int64_t rb = 0; rb < rows; rb += rows_per_pass) {
-        const int64_t nr = rows - rb < rows_per_pass ? rows - rb : rows_per_pass;
-        const int64_t e = rb * n;
-        lhs_planes(&t, a + rb * lda, lda, nr, (nr + 15) / 16 * 16, k, planes, abs_planes);
-        const exact_sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn,
-                              (const float *)psb, (float *)pout + e, (double *)pexact + e,
-                              (double *)pmag + e, (uint8_t *)pundecided + e,
-                              2.0 * kbn * (kbn + 1) * 0x1p-105, scale};
-        exact_pass(&t, planes, abs_planes, nr, (const uint8_t *)pb, col, cb, &s);
+    for (int64_t gi = 0; gi < g; gi++) {
+        const int64_t r0 = offs[gi] > m0 ? offs[gi] : m0;
+        const int64_t r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
+        for (int64_t rb = r0; rb < r1; rb += rows_per_pass) {
+            const int64_t nr = r1 - rb < rows_per_pass ? r1 - rb : rows_per_pass;
+            const int64_t e = rb * n;
+            lhs_planes(&t, a + rb * k, k, nr, (nr + 15) / 16 * 16, k, planes, abs_planes);
+            const exact_sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn,
+                                  (const float *)psb + gi * kbn * nb, (float *)pout + e,
+                                  (double *)pexact + e, (double *)pmag + e,
+                                  (uint8_t *)pundecided + e, 2.0 * kbn * (kbn + 1) * 0x1p-105,
+                                  scale};
+            exact_pass(&t, planes, abs_planes, nr, b + gi * k * n, col, cb, &s);
+        }
     }
     _tile_release();
     _mm_setcsr(csr);

@@ -4,8 +4,9 @@ production-shape check (`fp8check.measures.totals.gmm_reference_chunks`):
 `gmm(..., np.float64, "exact")` (the exact value) and `abs_product` (|A||B|).
 
 Where AMX runs (`references.amx`) and the operands allow it (e4m3fn, no NaN code, finite
-scales, a recipe on the exact partials: deepgemm, cublas or tokamax), one C pass per row
-share (`fp8check_amx_exact_gmm` in amx_gmm.c, which packs the rhs codes itself) forms
+scales, a recipe on the exact partials: deepgemm, cublas or tokamax), one C pass per
+thread's row share of all the groups (`fp8check_amx_exact_gmm` in amx_gmm.c, which packs
+the rhs codes itself) forms
 each K block's exact partial on the int8 tiles and consumes it at once: the recipe's
 float32 step (the AMX gmm's own code: the same bits), the exact value's TwoSum state
 (the exact products split by an fma, `exact_step`), which the pass rounds after the last
@@ -55,7 +56,7 @@ def _exact_gmm_fn():
     if not amx.AVAILABLE or amx.PATH.lib is None:
         return None
     fn = amx.PATH.lib.fp8check_amx_exact_gmm
-    fn.argtypes = [_P, _I, _I, _I, _P, _P, _I, _P, _I, _I, _I, _P, _P, _P, _P,
+    fn.argtypes = [_P, _I, _P, _I, _P, _I, _I, _I, _P, _P, _I, _I, _I, _P, _P, _P, _P,
                    ctypes.c_double]
     fn.restype = ctypes.c_int
     return fn
@@ -108,29 +109,25 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
             or not (np.isfinite(lhs.scales).all() and np.isfinite(rhs.scales).all())):
         recipe, exact = gmm_and_exact(lhs, rhs, gs, dt, accum, interval=interval)
         return recipe, exact, blockwise_abs_product(lhs, rhs, gs)
-    kb = k // BLOCK
     recipe32, exact, abs_ab = np.zeros((m, n), np.float32), np.zeros((m, n)), np.zeros((m, n))
     a_codes = np.ascontiguousarray(lhs.values.view(np.uint8))
     sa = np.ascontiguousarray(lhs.scales, dtype=np.float32)
     pass_rows = min(_MAX_PASS_ROWS, max(16, _PLANES_BYTES // (6 * k) // 16 * 16))
     offs = group_offsets(gs)
-    flags = np.empty(int(gs.max()) * n, np.uint8)
-    scale = factor(k)
-    for g in np.flatnonzero(gs):
-        r0, rows = int(offs[g]), int(gs[g])
-        b_codes = np.ascontiguousarray(rhs.values[g].view(np.uint8))
-        sb = np.ascontiguousarray(rhs.scales[g], dtype=np.float32)
-        fl = flags[:rows * n].reshape(rows, n)
-        cuts = row_shares(np.array([0, rows]), numba.get_num_threads()).tolist()
-        cbuild.run_parallel([
-            (fn, (a_codes.ctypes.data + (r0 + c0) * k, k, c1 - c0, k,
-                  sa.ctypes.data + (r0 + c0) * kb * 4, b_codes.ctypes.data, n, sb.ctypes.data,
-                  sb.shape[1], RECIPE_CODES[accum], pass_rows,
-                  recipe32.ctypes.data + (r0 + c0) * n * 4,
-                  exact.ctypes.data + (r0 + c0) * n * 8, abs_ab.ctypes.data + (r0 + c0) * n * 8,
-                  fl.ctypes.data + c0 * n, scale))
-            for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True) if c1 > c0])
-        rows_u, cols_u = _undecided(fl)
-        exact[r0 + rows_u, cols_u] = _exact_at(a_codes[r0:r0 + rows], b_codes, _LUT_E4M3,
-                                               sa[r0:r0 + rows], sb, rows_u, cols_u)
+    b_codes = np.ascontiguousarray(rhs.values.view(np.uint8))
+    sb = np.ascontiguousarray(rhs.scales, dtype=np.float32)
+    flags = np.empty((int(offs[-1]), n), np.uint8)  # the groups' rows, all written
+    cuts = row_shares(offs, numba.get_num_threads()).tolist()
+    cbuild.run_parallel([
+        (fn, (a_codes.ctypes.data, k, b_codes.ctypes.data, n, offs.ctypes.data, len(gs), c0, c1,
+              sa.ctypes.data, sb.ctypes.data, sb.shape[2], RECIPE_CODES[accum], pass_rows,
+              recipe32.ctypes.data, exact.ctypes.data, abs_ab.ctypes.data, flags.ctypes.data,
+              factor(k)))
+        for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True) if c1 > c0])
+    rows_u, cols_u = _undecided(flags)
+    groups_u = np.searchsorted(offs, rows_u, side="right") - 1
+    for g in np.unique(groups_u):
+        r0, r1, at = int(offs[g]), int(offs[g + 1]), groups_u == g
+        exact[rows_u[at], cols_u[at]] = _exact_at(a_codes[r0:r1], b_codes[g], _LUT_E4M3,
+                                                  sa[r0:r1], sb[g], rows_u[at] - r0, cols_u[at])
     return recipe32 if dt == recipe32.dtype else recipe32.astype(dt), exact, abs_ab

@@ -106,7 +106,7 @@ def test_other_operands_give_the_same_results(fault, monkeypatch):
 
 
 def _flags_of_the_pass(monkeypatch) -> list[np.ndarray]:
-    """The C pass's undecided flags, one array a group, as the pass hands them over."""
+    """The C pass's undecided flags, one array a call, as the pass hands them over."""
     seen: list[np.ndarray] = []
     real = fr._undecided
     monkeypatch.setattr(fr, "_undecided", lambda flags: seen.append(flags.copy()) or real(flags))
