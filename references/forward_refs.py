@@ -6,16 +6,16 @@ production-shape check (`fp8check.measures.totals.gmm_reference_chunks`):
 Where AMX runs (`references.amx`) and the operands allow it (e4m3fn, no NaN code, finite
 scales, a recipe on the exact partials: deepgemm, cublas or tokamax), one C pass per
 thread's row share of all the groups (`fp8check_amx_exact_gmm` in amx_gmm.c, which packs
-the rhs codes itself) forms
-each K block's exact partial on the int8 tiles and consumes it at once: the recipe's
-float32 step (the AMX gmm's own code: the same bits), the exact value's TwoSum state
-(the exact products split by an fma, `exact_step`), which the pass rounds after the last
-K block as `certified.round_certified` does (`finish_exact`), within an error bound that
-|A||B|'s sum gives, and |A||B| from its magnitude partials on the same tiles
-(`abs_bound`), scaled in the pass too; it writes the three into the outputs.  The exact
-value is therefore the correctly rounded one whatever the path; an element the certified
-bound cannot decide (rare: a near-tie) is recomputed by the superaccumulator
-(`_exact_at`).  Elsewhere: `gmm_and_exact` and `abs_product`, the same bits.
+the rhs codes itself) forms each K block's exact partial on the int8 tiles and consumes
+it at once: the recipe's float32 step (the AMX gmm's own code: the same bits), the exact
+value's TwoSum state (the exact products split by an fma, `exact_step`), which the pass
+rounds after the last K block as `certified.round_certified` does (`finish_exact`),
+within an error bound that |A||B|'s sum gives, and |A||B| from its magnitude partials on
+the same tiles (`abs_bound`), scaled in the pass too; it writes the three into the
+outputs.  The exact value is therefore the correctly rounded one whatever the path; an
+element the certified bound cannot decide (rare: a near-tie) is recomputed by the
+superaccumulator (`_exact_at`).  Elsewhere: `gmm_and_exact` and `abs_product`, the same
+bits.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from fp8check.references.intdot import RECIPE_CODES, row_shares
 from fp8check.references.quant import BLOCK, QTensor
 
 # A pass of the C loop: rows (a multiple of 16, at most its CHUNK_ROWS) whose lhs digit
-# planes and their magnitudes' (6 bytes an element) fit in _PLANES_BYTES of L2 beside the
-# rhs tiles of a column tile.
+# planes and their magnitudes' (6 bytes an element) fit in _PLANES_BYTES of L2 beside a
+# column block's rhs tiles (its COL_BLOCK_BYTES).
 _PLANES_BYTES = 3 << 18
 _MAX_PASS_ROWS = 256
 _P, _I = ctypes.c_void_p, ctypes.c_int64
