@@ -5,6 +5,7 @@ test_metrics.py): every count, maximum and argmax must be equal, the float64 sum
 up to summation order (relative 1e-12: n 2^-53 for n <= 10^6 terms of one sign).
 """
 
+import dataclasses
 import math
 
 import ml_dtypes
@@ -12,8 +13,16 @@ import numpy as np
 import pytest
 
 from fp8check.measures import metrics
-from fp8check.measures.totals import _BLOCK, MetricTotals, gmm_metric_totals, metric_totals
+from fp8check.measures.totals import (
+    _BLOCK,
+    MetricTotals,
+    gmm_metric_totals,
+    gmm_reference_chunks,
+    metric_totals,
+)
 from fp8check.references import abs_product, gmm, quantize
+from fp8check.references.casts import rounded
+from fp8check.references.gmm import TENSOR_CORE_ACCUMS
 
 BF16 = ml_dtypes.bfloat16
 
@@ -174,3 +183,64 @@ def test_gmm_metric_totals_rejects_bad_input():
         gmm_metric_totals(out, lq, rq, np.array([10, 4]))
     with pytest.raises(ValueError, match="QTensors"):
         gmm_metric_totals(out, lq.values, rq, gs)
+
+
+def _bias_oracle(out, lq, rq, gs, accum, rows_per_chunk):
+    """The sign-test sums by `metrics.bias_sums` on each chunk (float64 copies, a separate
+    pass per mode), against RN(exact) or a tensor-core recipe's output, none where the chunk
+    holds a NaN or Inf."""
+    g, n = rq.shape[0], rq.shape[2]
+    bias = {mode: metrics.BiasSums.empty(g, n, 128) for mode in metrics.BIAS_MODES}
+    for c in gmm_reference_chunks(lq, rq, gs, out.dtype, accum=accum,
+                                  rows_per_chunk=rows_per_chunk):
+        o = out[c.start:c.stop]
+        against = c.ref if accum in TENSOR_CORE_ACCUMS else rounded(c.exact, out.dtype)
+        keep = None if np.isfinite(o.astype(np.float64)).all() else np.zeros(o.shape, bool)
+        for mode in bias:
+            bias[mode] = bias[mode] + metrics.bias_sums(
+                o, against, np.full(o.shape[0], c.group), g, mode=mode, block=128, keep=keep)
+    return bias
+
+
+@pytest.mark.parametrize(("sizes", "k", "n", "accum", "dtype", "rows_per_chunk", "nonfinite"), [
+    ([0, 37, 1, 0, 90, 0], 256, 256, "deepgemm", np.float32, 7, False),
+    ([0, 37, 1, 0, 90, 0], 256, 200, "deepgemm", BF16, 2048, True),  # ragged last tile
+    ([300, 0, 5], 128, 300, "cublas", np.float32, 2048, False),  # rows across _BLOCK
+    ([300, 0, 5], 128, 300, None, BF16, 100, False),
+    ([40, 0, 3], 128, 256, "deepgemm-hopper", np.float32, 2048, True),  # against the recipe
+])
+def test_gmm_metric_totals_bias_sums_are_the_chunks_bias_sums(sizes, k, n, accum, dtype,
+                                                              rows_per_chunk, nonfinite):
+    """The sign-test sums summed in the metrics' pass are `metrics.bias_sums`' bit for bit
+    (the dtypes too), with ties (outputs equal to the reference), zeros, one-ulp moves up
+    and down, and a NaN and an Inf emptying their chunks."""
+    rng = np.random.default_rng(n + len(sizes))
+    lq, rq, gs = _problem(5, sizes, k=k, n=n)
+    out = gmm(lq, rq, gs, dtype, accum="cublas")
+    flat = out.reshape(-1)
+    pick = rng.choice(flat.size, flat.size // 5, replace=False)
+    step = rng.choice([-np.inf, np.inf], pick.size).astype(np.float32)
+    flat[pick] = np.nextafter(flat[pick].astype(np.float32), step).astype(dtype)
+    flat[rng.choice(flat.size, 50)] = 0.0
+    if nonfinite:
+        out[2, 1], out[2, 5] = np.nan, np.inf  # the first chunk: the others count
+    got = gmm_metric_totals(out, lq, rq, gs, accum=accum, rows_per_chunk=rows_per_chunk)
+    want = _bias_oracle(out, lq, rq, gs, accum, rows_per_chunk)
+    assert got.bias is not None and got.bias.keys() == want.keys()
+    for mode, w in want.items():
+        s = got.bias[mode]
+        for key in ("row_sums", "row_counts", "col_sums", "col_counts"):
+            a, b = getattr(s, key), getattr(w, key)
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (mode, key)
+        assert s.sq == w.sq and s.sq > 0, mode
+
+
+def test_gmm_metric_totals_bias_needs_a_finite_reference():
+    """RN(exact) past the output format's maximum is inf: the sign test refuses it, as
+    `metrics.bias_sums` does."""
+    lq, rq, gs = _problem(2, [4, 4], k=128, n=128)
+    big = dataclasses.replace(lq, scales=lq.scales * np.float32(2.0**100))
+    rq = dataclasses.replace(rq, scales=rq.scales * np.float32(2.0**100))
+    out = np.zeros((lq.shape[0], 128), np.float32)
+    with pytest.raises(ValueError, match="ref contains NaN or Inf"):
+        gmm_metric_totals(out, big, rq, gs)

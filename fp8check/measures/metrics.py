@@ -478,8 +478,9 @@ def _bound_all(o, ex, ab, gamma, emin, mant, floor):
 
 
 @numba.njit(cache=True, inline="always")
-def _z(r, o, magnitude, signs):
-    """bias_z's normalised error of one element: z = d (o - r) / 2^floor(log2 |p|), p = r
+def z_of(r, o, magnitude, signs):
+    """bias_z's normalised error of one element (a numba scalar core, inlined by the bias
+    kernels here and `fp8check.measures.totals`): z = d (o - r) / 2^floor(log2 |p|), p = r
     (o where r is 0; unit 1 where both are), or z = d sign(o - r) with `signs`; d = sign(p)
     with `magnitude`, else 1."""
     p = r if r != 0 else o
@@ -493,14 +494,14 @@ def _z(r, o, magnitude, signs):
 
 @numba.njit(cache=True)
 def _cluster_sums(r, o, labels, lo, size, magnitude, signs):
-    """bias_z's normalised errors z (`_z`) summed per cluster, in element order: (sums
+    """bias_z's normalised errors z (`z_of`) summed per cluster, in element order: (sums
     [size], counts [size], whether any z is nonzero) for flat float64 r, o and labels in
     lo .. lo + size - 1."""
     sums = np.zeros(size)
     counts = np.zeros(size, np.int64)
     nonzero = False
     for i in range(r.size):
-        z = _z(r[i], o[i], magnitude, signs)
+        z = z_of(r[i], o[i], magnitude, signs)
         nonzero |= z != 0
         sums[labels[i] - lo] += z
         counts[labels[i] - lo] += 1
@@ -509,7 +510,7 @@ def _cluster_sums(r, o, labels, lo, size, magnitude, signs):
 
 @numba.njit(parallel=True, cache=True)
 def _crossed_sums(r, o, keep, groups, n_groups, block, magnitude, threads):
-    """The sign test's z (`_z`, unit "sign") of the kept elements of float64 r, o [rows, N]
+    """The sign test's z (`z_of`, unit "sign") of the kept elements of float64 r, o [rows, N]
     summed per row and per (group of the row, `block`-column tile): (row sums [rows], row
     counts, tile sums [n_groups * tiles], tile counts, sum of z^2).  A row range per
     thread (`threads`), each with its own tile sums (no more: they are zeroed and added per call):
@@ -531,7 +532,7 @@ def _crossed_sums(r, o, keep, groups, n_groups, block, magnitude, threads):
                 for j in range(t * block, min(n, (t + 1) * block)):
                     # z of every element times keep (a sign: finite even where r, o are
                     # not), not a branch per element
-                    z = _z(r[i, j], o[i, j], magnitude, True) * keep[i, j]
+                    z = z_of(r[i, j], o[i, j], magnitude, True) * keep[i, j]
                     zs += z
                     zq += z * z
                     cnt += keep[i, j]

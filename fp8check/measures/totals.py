@@ -46,11 +46,11 @@ from fp8check.measures.metrics import (
     BIAS_MODES,
     ULP_NAN,
     BiasSums,
-    bias_sums,
     gamma_n,
     ratio_of,
     sqnr_db_of_sums,
     underflow_floor,
+    z_of,
 )
 from fp8check.references.gmm import DEFAULT_INTERVAL
 
@@ -165,21 +165,64 @@ def _max(buf, n):
     return max(max(s0, s1), max(s2, s3))
 
 
+@numba.njit(cache=True, inline="always")
+def _tile_signs(ob, ag, c0, ncols, block, start, b, row_z, head, tile_z):
+    """The sign test's z of out's elements ob (flat from c0, rows of `ncols`) against ag,
+    both modes, summed per (row, `block`-column tile) segment into row_z (head[b] for a
+    row that starts before `start`, block b's first element) and tile_z[b]; returns the
+    number of nonzero z and of non-finite ag (a reference must be finite)."""
+    nonzero = bad = 0
+    pos, stop = c0, c0 + ob.shape[0]
+    while pos < stop:
+        i = pos // ncols
+        j = pos - i * ncols
+        tile = j // block
+        seg = min(stop, pos + min(ncols, (tile + 1) * block) - j)
+        zm = zs = 0.0
+        for t in range(pos - c0, seg - c0):
+            a, o = np.float64(ag[t]), np.float64(ob[t])
+            zm += z_of(a, o, True, True)
+            z = z_of(a, o, False, True)
+            zs += z
+            nonzero += z != 0
+            bad += not abs(a) <= F64_MAX
+        acc = row_z[i] if i * ncols >= start else head[b]
+        acc[0] += zm
+        acc[1] += zs
+        tile_z[b, tile, 0] += zm
+        tile_z[b, tile, 1] += zs
+        pos = seg
+    return nonzero, bad
+
+
 # error_model="numpy": no zero-divisor check on the ratio's division (its denominator is
 # at least half the format's smallest subnormal), which costs the loop 2.5x on Zen 4.
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor):
+def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor, against,
+            ncols, block):
     """Per block of _BLOCK elements: ints [nonfinite, ulp max, ulp off, over bound, ref
-    mismatches, invalid exact / abs_ab] and floats [bound max, signal, noise].
-    Elementwise values go through small buffers so that the elementwise loop and each
-    reduction vectorize."""
+    mismatches, invalid exact / abs_ab, nonzero sign-test z, non-finite sign-test
+    reference] and floats [bound max,
+    signal, noise].  Elementwise values go through small buffers so that the elementwise
+    loop and each reduction vectorize.
+
+    With `against` 1 (RN(exact)) or 2 (ref), also the sign test's z (`metrics.z_of`,
+    modes magnitude and signed) of out, rows of `ncols`, against it, summed while the
+    block is in cache: per row (row_z [rows, 2], a row's sums before the block it starts
+    in going to head [block, 2] instead: one writer per element of row_z) and per
+    `block`-column tile (tile_z [blocks, tiles, 2]).  Every z is -1, 0 or 1, so these
+    float64 sums are exact integers in any order."""
     n = out.shape[0]
     nb = (n + _BLOCK - 1) // _BLOCK
-    ints = np.zeros((nb, 6), np.int64)
+    ints = np.zeros((nb, 8), np.int64)
     flt = np.zeros((nb, 3), np.float64)
+    rows = n // ncols if against else 0
+    tiles = (ncols + block - 1) // block if against else 0
+    row_z, head, tile_z = np.zeros((rows, 2)), np.zeros((nb, 2)), np.zeros((nb, tiles, 2))
     for b in numba.prange(nb):
         sq, dd, rr = np.empty(_SUB), np.empty(_SUB), np.empty(_SUB)
         dist = np.empty(_SUB, np.int64)
+        ag = np.empty(_SUB, np.float32)
         flt[b, 0] = -1.0
         end = min(n, (b + 1) * _BLOCK)
         for c0 in range(b * _BLOCK, end, _SUB):
@@ -197,6 +240,7 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor
                 rr[t] = ratio_of(o, ex, ab[t], gamma, emin, mant, floor)
                 sq[t] = ex * ex
                 dd[t] = (o - ex) * (o - ex) if abs(o) <= F64_MAX else 0.0
+                ag[t] = fb[t] if against == 2 else r
             nonfinite = ulp_max = ulp_off = over = mismatch = bad = 0
             for t in range(m):
                 ulp_max = max(ulp_max, dist[t])
@@ -209,6 +253,11 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor
                     a, r = bits_f32(ob[t]), bits_f32(fb[t])
                     # -0 == +0; a NaN never matches (as ulp_distance: NaN is ULP_NAN away)
                     mismatch += ((a != r) & ((a | r) != _NEG_ZERO)) | (dist[t] == ULP_NAN)
+            if against:
+                nonzero, bad_against = _tile_signs(ob, ag, c0, ncols, block, b * _BLOCK, b,
+                                                   row_z, head, tile_z)
+                ints[b, 6] += nonzero
+                ints[b, 7] += bad_against
             ints[b, 0] += nonfinite
             ints[b, 1] = max(ints[b, 1], ulp_max)
             ints[b, 2] += ulp_off
@@ -218,7 +267,10 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor
             flt[b, 0] = max(flt[b, 0], _max(rr, m))
             flt[b, 1] += _sum(sq, m)
             flt[b, 2] += _sum(dd, m)
-    return ints, flt
+    for b in range(nb):  # the rows' sums from the blocks after the one they start in
+        if rows:
+            row_z[b * _BLOCK // ncols] += head[b]
+    return ints, flt, row_z, tile_z
 
 
 @numba.njit(cache=True)
@@ -246,6 +298,25 @@ def metric_totals(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | N
     `metrics.bound_ratio`;
     `ref` (out's dtype and shape) the recipe reference for the bit-exact count.  The ULP
     and bound are taken in out's dtype.  ValueError for bad input, as the metrics."""
+    return _totals(out, exact, abs_ab, k, u=u, n=n, ref=ref, underflow=underflow)[0]
+
+
+@dataclass(frozen=True)
+class _Signs:
+    """The sign test's z of an output's rows against a reference, summed in one pass with
+    the metrics (`_reduce`): per row and per column tile, modes (magnitude, signed) on
+    the last axis, and the count of nonzero z (z^2: the same in both modes)."""
+
+    row_z: np.ndarray  # [rows, 2]
+    tile_z: np.ndarray  # [tiles, 2]
+    nonzero: int
+
+
+def _totals(out, exact, abs_ab, k: int, *, u: float, n: int | None, ref, underflow: float,
+            against: int = 0, block: int = 1) -> tuple[MetricTotals, _Signs | None]:
+    """`metric_totals`, and with `against` 1 (RN(exact)) or 2 (`ref`) the `_Signs` of out
+    [rows, N] against it in `block`-column tiles (ValueError, as `metrics.bias_sums`,
+    where it is not finite)."""
     out = np.asarray(out)
     shift = _ULP_SHIFT.get(out.dtype)
     if shift is None:
@@ -264,12 +335,16 @@ def metric_totals(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | N
     r32 = _f32_view(ref, "ref") if ref is not None else o32
     p = fmt.mantissa_bits + 1
     floor = underflow_floor(underflow, gamma, "metric_totals")
-    ints, flt = _reduce(o32, ex, ab, r32, ref is not None, gamma, p, fmt.min_exponent,
-                        fmt.mantissa_bits, shift, floor)
+    ints, flt, row_z, tile_z = _reduce(
+        o32, ex, ab, r32, ref is not None, gamma, p, fmt.min_exponent, fmt.mantissa_bits,
+        shift, floor, against, max(1, out.shape[-1] if out.ndim else 1), block)
     if ints[:, 5].any():  # checked in the same pass: a separate one would double the cost
         raise ValueError("metric_totals: exact and abs_ab must be finite, abs_ab >= 0")
+    if ints[:, 7].any():
+        raise ValueError("bias_sums: ref contains NaN or Inf; a reference must be finite")
+    signs = _Signs(row_z, tile_z.sum(axis=0), int(ints[:, 6].sum())) if against else None
     if not ints.shape[0]:
-        return MetricTotals.empty(ref is not None)
+        return MetricTotals.empty(ref is not None), signs
     best = int(np.argmax(flt[:, 0]))  # first block holding the max, then its first element
     arg = _first_index_of(o32, ex, ab, flt[best, 0], best * _BLOCK,
                           min(o32.size, (best + 1) * _BLOCK), gamma, fmt.min_exponent,
@@ -280,7 +355,7 @@ def metric_totals(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | N
         bound_ratio_argmax=int(arg), n_over_bound=int(ints[:, 3].sum()),
         signal=float(flt[:, 1].sum()), noise=float(flt[:, 2].sum()),
         n_ref_mismatch=int(ints[:, 4].sum()) if ref is not None else None,
-    )
+    ), signs
 
 
 @dataclass(frozen=True)
@@ -356,7 +431,6 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     The bound's underflow term is the operands' (`underflow.fp8_model`), for a kernel that
     flushes subnormals when `ftz`."""
     from fp8check.measures.underflow import fp8_model
-    from fp8check.references.casts import rounded
     from fp8check.references.gmm import TENSOR_CORE_ACCUMS
     from fp8check.references.quant import QTensor
 
@@ -370,27 +444,35 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     block = rhs.block[-1]  # the columns one rhs scale covers: bias_z's column tiles
     total = dataclasses.replace(MetricTotals.empty(accum is not None),
                                 bias={k: BiasSums.empty(g, n, block) for k in BIAS_MODES})
+    # bias against RN(exact), or against the model a tensor-core kernel declares
+    against = 2 if accum in TENSOR_CORE_ACCUMS else 1
     for c in gmm_reference_chunks(lhs, rhs, group_sizes, out.dtype, accum=accum,
                                   rows_per_chunk=rows_per_chunk, interval=interval):
-        part = metric_totals(out[c.start:c.stop], c.exact, c.abs_ab, lhs.shape[1], u=u,
-                             ref=c.ref, underflow=underflow)
-        # bias against RN(exact), or against the model a tensor-core kernel declares
-        against = (c.ref if accum in TENSOR_CORE_ACCUMS and c.ref is not None
-                   else rounded(c.exact, out.dtype))
-        total = total.merge(_with_bias(part, out[c.start:c.stop], against, c.group, g, block),
-                            c.start * n)
+        part, signs = _totals(out[c.start:c.stop], c.exact, c.abs_ab, lhs.shape[1], u=u,
+                              n=None, ref=c.ref, underflow=underflow, against=against,
+                              block=block)
+        assert signs is not None
+        total = total.merge(_with_bias(part, signs, c.group, g, n, block), c.start * n)
     return total
 
 
-def _with_bias(part: MetricTotals, out: np.ndarray, against: np.ndarray, group: int,
-               n_groups: int, block: int) -> MetricTotals:
-    """`part` (the totals of rows `out` [rows, N] of group `group`, column tiles of
-    `block`) with bias_z's
-    sign-test sums against `against` (RN(exact) in out's dtype, or a declared model's
-    output, as `layers.op.criteria` takes them); a NaN or Inf in out leaves them empty
+def _with_bias(part: MetricTotals, signs: _Signs, group: int, n_groups: int, n: int,
+               block: int) -> MetricTotals:
+    """`part` (the totals of some rows of group `group`, N = `n` columns in tiles of
+    `block`) with bias_z's sign-test sums (`metrics.bias_sums`, clusters: rows and
+    (group, column tile)) from their `signs`; a NaN or Inf in out leaves them empty
     (`finite` fails the output, and the criterion reports inf)."""
-    groups = np.full(out.shape[0], group)
-    keep = None if not part.n_nonfinite else np.zeros(out.shape, np.bool_)
-    return dataclasses.replace(part, bias={
-        mode: bias_sums(out, against, groups, n_groups, mode=mode, block=block, keep=keep)
-        for mode in BIAS_MODES})
+    rows, tiles = signs.row_z.shape[0], signs.tile_z.shape[0]
+    bias = {}
+    for i, mode in enumerate(BIAS_MODES):
+        sums = BiasSums.empty(n_groups, n, block)
+        if part.n_nonfinite:
+            bias[mode] = BiasSums(np.zeros(rows), np.zeros(rows, np.int64), sums.col_sums,
+                                  sums.col_counts, 0.0)
+            continue
+        at = slice(group * tiles, (group + 1) * tiles)
+        sums.col_sums[at] = signs.tile_z[:, i]
+        sums.col_counts[at] = rows * np.minimum(block, n - block * np.arange(tiles))
+        bias[mode] = BiasSums(signs.row_z[:, i].copy(), np.full(rows, n, np.int64),
+                              sums.col_sums, sums.col_counts, float(signs.nonzero))
+    return dataclasses.replace(part, bias=bias)
