@@ -478,18 +478,26 @@ def _bound_all(o, ex, ab, gamma, emin, mant, floor):
 
 
 @numba.njit(cache=True, inline="always")
-def z_of(r, o, magnitude, signs):
-    """bias_z's normalised error of one element (a numba scalar core, inlined by the bias
-    kernels here and `fp8check.measures.totals`): z = d (o - r) / 2^floor(log2 |p|), p = r
-    (o where r is 0; unit 1 where both are), or z = d sign(o - r) with `signs`; d = sign(p)
-    with `magnitude`, else 1."""
+def sign_z(r, o, magnitude):
+    """bias_z's z of one element in unit "sign", as an int32: d sign(o - r), d = sign(p),
+    p = r (o where r is 0) with `magnitude`, else 1; 0 where o or r is NaN.  Integer
+    sums of it vectorize (the fused metrics pass of `fp8check.measures.totals`)."""
     p = r if r != 0 else o
     # signs as differences of comparisons: branch-free (random signs mispredict branches)
-    d = (np.float64(p > 0) - np.float64(p < 0)) if magnitude else 1.0
-    e = o - r
+    s = np.int32(o > r) - np.int32(o < r)
+    return (np.int32(p > 0) - np.int32(p < 0)) * s if magnitude else s
+
+
+@numba.njit(cache=True, inline="always")
+def z_of(r, o, magnitude, signs):
+    """bias_z's normalised error of one element: z = d (o - r) / 2^floor(log2 |p|), p = r
+    (o where r is 0; unit 1 where both are), or z = d sign(o - r) with `signs`
+    (`sign_z`); d = sign(p) with `magnitude`, else 1."""
     if signs:  # no unit: its frexp would cost the sign test's loop most of its time
-        return d * (np.float64(e > 0) - np.float64(e < 0))
-    return d * (e / (math.ldexp(1.0, math.frexp(abs(p))[1] - 1) if p != 0 else 1.0))
+        return np.float64(sign_z(r, o, magnitude))
+    p = r if r != 0 else o
+    d = (np.float64(p > 0) - np.float64(p < 0)) if magnitude else 1.0
+    return d * ((o - r) / (math.ldexp(1.0, math.frexp(abs(p))[1] - 1) if p != 0 else 1.0))
 
 
 @numba.njit(cache=True)

@@ -48,14 +48,15 @@ from fp8check.measures.metrics import (
     BiasSums,
     gamma_n,
     ratio_of,
+    sign_z,
     sqnr_db_of_sums,
     underflow_floor,
-    z_of,
 )
 from fp8check.references.gmm import DEFAULT_INTERVAL
 
 _BLOCK = 1 << 16  # elements per parallel work item; fixes the order of the float64 sums
 _SUB = 1024  # elements per vectorized sub-block (buffers stay in L1)
+_F32_MAX = np.float32(np.finfo(np.float32).max)
 _NEG_ZERO = np.int32(np.float32(-0.0).view(np.int32))
 _ULP_SHIFT = {np.dtype(np.float32): 0, np.dtype(ml_dtypes.bfloat16): 16}  # out dtype -> bits
 
@@ -165,7 +166,7 @@ def _max(buf, n):
     return max(max(s0, s1), max(s2, s3))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _tile_signs(ob, ag, c0, ncols, block, start, b, row_z, head, tile_z):
     """The sign test's z of out's elements ob (flat from c0, rows of `ncols`) against ag,
     both modes, summed per (row, `block`-column tile) segment into row_z (head[b] for a
@@ -178,14 +179,19 @@ def _tile_signs(ob, ag, c0, ncols, block, start, b, row_z, head, tile_z):
         j = pos - i * ncols
         tile = j // block
         seg = min(stop, pos + min(ncols, (tile + 1) * block) - j)
-        zm = zs = 0.0
-        for t in range(pos - c0, seg - c0):
-            a, o = np.float64(ag[t]), np.float64(ob[t])
-            zm += z_of(a, o, True, True)
-            z = z_of(a, o, False, True)
+        # int32 sums within a segment, over views from 0: the loop vectorizes (float64
+        # sums would keep their order; indexing from pos - c0 compiled to a slower loop)
+        zm = zs = nz = nf = np.int32(0)
+        sa, so = ag[pos - c0:seg - c0], ob[pos - c0:seg - c0]
+        for t in range(seg - pos):
+            a, o = sa[t], so[t]
+            zm += sign_z(a, o, True)
+            z = sign_z(a, o, False)
             zs += z
-            nonzero += z != 0
-            bad += not abs(a) <= F64_MAX
+            nz += z * z
+            nf += np.int32(not abs(a) <= _F32_MAX)
+        nonzero += nz
+        bad += nf
         acc = row_z[i] if i * ncols >= start else head[b]
         acc[0] += zm
         acc[1] += zs
@@ -206,7 +212,7 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor
     signal, noise].  Elementwise values go through small buffers so that the elementwise
     loop and each reduction vectorize.
 
-    With `against` 1 (RN(exact)) or 2 (ref), also the sign test's z (`metrics.z_of`,
+    With `against` 1 (RN(exact)) or 2 (ref), also the sign test's z (`metrics.sign_z`,
     modes magnitude and signed) of out, rows of `ncols`, against it, summed while the
     block is in cache: per row (row_z [rows, 2], a row's sums before the block it starts
     in going to head [block, 2] instead: one writer per element of row_z) and per
