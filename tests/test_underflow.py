@@ -451,3 +451,24 @@ def test_finite_peak_streams_chunks_and_skips_non_finite(monkeypatch):
         assert underflow._finite_peak(np.full(10, np.nan).astype(dtype)) == 0.0
         assert underflow._finite_peak(np.zeros((0, 3), dtype)) == 0.0
     assert underflow._finite_peak(np.full(10, np.nan, np.float32)) == 0.0
+
+
+def test_largest_finite_code_stops_at_the_largest_and_reads_every_chunk_otherwise():
+    """The largest finite magnitude code of e4m3fn (limit 127: 0x7F is NaN), over several
+    scan chunks and a ragged tail, equals numpy's: placed in the first chunk (the scan
+    stops there), in the tail, or absent (every chunk read); NaN codes never count."""
+    from fp8check.measures import underflow
+
+    rng = np.random.default_rng(3)
+    n = 3 * underflow._CODE_CHUNK + 5
+    for where in (0, underflow._CODE_CHUNK - 1, n - 1, None):
+        codes = rng.integers(0, 100, n, dtype=np.uint8) | rng.choice([0, 0x80], n).astype(
+            np.uint8)
+        codes[rng.choice(n, 20)] = 0xFF  # NaN codes, above every finite one
+        if where is not None:
+            codes[where] = 0xFE  # -448, the largest finite magnitude
+        low = codes & 0x7F
+        want = int(low[low < 127].max())
+        assert underflow._largest_finite_code(codes, 127) == want == (
+            126 if where is not None else want), where
+    assert underflow._largest_finite_code(np.zeros(0, np.uint8), 127) == 0
