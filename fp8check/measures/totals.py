@@ -95,7 +95,8 @@ class MetricTotals:
         return cls(0, 0, 0, 0, 0.0, -1, 0, 0.0, 0.0, 0 if with_ref else None)
 
     def merge(self, other: MetricTotals, offset: int) -> MetricTotals:
-        """These totals followed by `other`, whose flat indices start at `offset`."""
+        """These totals followed by `other`, whose flat indices start at `offset` (`bias`
+        is not merged: `gmm_metric_totals` sums it over its chunks)."""
         later = other.bound_ratio_max > self.bound_ratio_max or self.bound_ratio_argmax < 0
         mism = (self.n_ref_mismatch + other.n_ref_mismatch
                 if self.n_ref_mismatch is not None and other.n_ref_mismatch is not None
@@ -113,8 +114,6 @@ class MetricTotals:
             signal=self.signal + other.signal,
             noise=self.noise + other.noise,
             n_ref_mismatch=mism,
-            bias=None if self.bias is None or other.bias is None else {
-                k: v + other.bias[k] for k, v in self.bias.items()},
         )
 
 
@@ -448,8 +447,8 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
         raise ValueError(f"gmm_metric_totals: out must be [M, N] = {(m, n)}, got {out.shape}")
     underflow = fp8_model(lhs, rhs, lhs.shape[1]).term(ftz=ftz, u=u)
     block = rhs.block[-1]  # the columns one rhs scale covers: bias_z's column tiles
-    total = dataclasses.replace(MetricTotals.empty(accum is not None),
-                                bias={k: BiasSums.empty(g, n, block) for k in BIAS_MODES})
+    total = MetricTotals.empty(accum is not None)
+    bias = _BiasTotals(g, n, block)
     # bias against RN(exact), or against the model a tensor-core kernel declares
     against = 2 if accum in TENSOR_CORE_ACCUMS else 1
     for c in gmm_reference_chunks(lhs, rhs, group_sizes, out.dtype, accum=accum,
@@ -458,27 +457,44 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
                               n=None, ref=c.ref, underflow=underflow, against=against,
                               block=block)
         assert signs is not None
-        total = total.merge(_with_bias(part, signs, c.group, g, n, block), c.start * n)
-    return total
+        total = total.merge(part, c.start * n)
+        bias.add(signs, c.group, finite=not part.n_nonfinite)
+    return dataclasses.replace(total, bias=bias.sums())
 
 
-def _with_bias(part: MetricTotals, signs: _Signs, group: int, n_groups: int, n: int,
-               block: int) -> MetricTotals:
-    """`part` (the totals of some rows of group `group`, N = `n` columns in tiles of
-    `block`) with bias_z's sign-test sums (`metrics.bias_sums`, clusters: rows and
-    (group, column tile)) from their `signs`; a NaN or Inf in out leaves them empty
-    (`finite` fails the output, and the criterion reports inf)."""
-    rows, tiles = signs.row_z.shape[0], signs.tile_z.shape[0]
-    bias = {}
-    for i, mode in enumerate(BIAS_MODES):
-        sums = BiasSums.empty(n_groups, n, block)
-        if part.n_nonfinite:
-            bias[mode] = BiasSums(np.zeros(rows), np.zeros(rows, np.int64), sums.col_sums,
-                                  sums.col_counts, 0.0)
-            continue
-        at = slice(group * tiles, (group + 1) * tiles)
-        sums.col_sums[at] = signs.tile_z[:, i]
-        sums.col_counts[at] = rows * np.minimum(block, n - block * np.arange(tiles))
-        bias[mode] = BiasSums(signs.row_z[:, i].copy(), np.full(rows, n, np.int64),
-                              sums.col_sums, sums.col_counts, float(signs.nonzero))
-    return dataclasses.replace(part, bias=bias)
+class _BiasTotals:
+    """bias_z's sign-test sums (`metrics.BiasSums`, both modes) of a gmm output's row
+    chunks in row order, for `n_groups` groups of `n` columns in tiles of `block`: the
+    rows' sums kept to be joined once, the (group, tile) sums added in place."""
+
+    def __init__(self, n_groups: int, n: int, block: int):
+        self.n, self.block, self.tiles = n, block, -(-n // block)
+        self.row_z: list[np.ndarray] = [np.zeros((0, 2))]
+        self.row_counts: list[np.ndarray] = [np.zeros(0, np.int64)]
+        self.col_z = np.zeros((n_groups * self.tiles, 2))
+        self.col_counts = np.zeros(n_groups * self.tiles, np.int64)
+        self.nonzero = 0
+
+    def add(self, signs: _Signs, group: int, *, finite: bool) -> None:
+        """The next rows' `signs` (of group `group`); none where out is not `finite` there
+        (`finite` fails the output, and the criterion reports inf)."""
+        rows = signs.row_z.shape[0]
+        if not finite:
+            self.row_z.append(np.zeros((rows, 2)))
+            self.row_counts.append(np.zeros(rows, np.int64))
+            return
+        at = slice(group * self.tiles, (group + 1) * self.tiles)
+        self.row_z.append(signs.row_z)
+        self.row_counts.append(np.full(rows, self.n, np.int64))
+        self.col_z[at] += signs.tile_z
+        self.col_counts[at] += rows * np.minimum(self.block,
+                                                 self.n - self.block * np.arange(self.tiles))
+        self.nonzero += signs.nonzero
+
+    def sums(self) -> dict[str, BiasSums]:
+        """The `BiasSums` of each mode (`BIAS_MODES`) of the rows added."""
+        row_z, counts = np.concatenate(self.row_z), np.concatenate(self.row_counts)
+        return {mode: BiasSums(np.ascontiguousarray(row_z[:, i]), counts.copy(),
+                               np.ascontiguousarray(self.col_z[:, i]), self.col_counts.copy(),
+                               float(self.nonzero))
+                for i, mode in enumerate(BIAS_MODES)}
