@@ -109,11 +109,15 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
             or not (np.isfinite(lhs.scales).all() and np.isfinite(rhs.scales).all())):
         recipe, exact = gmm_and_exact(lhs, rhs, gs, dt, accum, interval=interval)
         return recipe, exact, blockwise_abs_product(lhs, rhs, gs)
-    recipe32, exact, abs_ab = np.zeros((m, n), np.float32), np.zeros((m, n)), np.zeros((m, n))
+    offs = group_offsets(gs)
+    # the pass writes every row of the groups: only the rows past them are zeroed (np.zeros
+    # of memory the allocator recycles clears all of it, a pass over every element)
+    recipe32, exact, abs_ab = np.empty((m, n), np.float32), np.empty((m, n)), np.empty((m, n))
+    for out in (recipe32, exact, abs_ab):
+        out[offs[-1]:] = 0
     a_codes = np.ascontiguousarray(lhs.values.view(np.uint8))
     sa = np.ascontiguousarray(lhs.scales, dtype=np.float32)
     pass_rows = min(_MAX_PASS_ROWS, max(16, _PLANES_BYTES // (6 * k) // 16 * 16))
-    offs = group_offsets(gs)
     b_codes = np.ascontiguousarray(rhs.values.view(np.uint8))
     sb = np.ascontiguousarray(rhs.scales, dtype=np.float32)
     flags = np.empty((int(offs[-1]), n), np.uint8)  # the groups' rows, all written

@@ -80,6 +80,34 @@ def test_undecided_elements_take_the_exact_fallback(shape, monkeypatch):
     _check(fr.gmm_references(lhs, rhs, gs, np.float32, "deepgemm"), want)
 
 
+class _PoisonedEmpty:
+    """numpy with `empty` filled with 0xFF bytes (NaN in every float dtype): an element
+    the pass leaves unwritten shows."""
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def empty(shape, dtype=float):
+        a = np.empty(shape, dtype)
+        a.view(np.uint8).fill(0xFF)
+        return a
+
+
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[3], SHAPES[5]])
+def test_every_element_is_written(shape, monkeypatch):
+    """The outputs and the pass's buffers are allocated unset (`np.empty`, not zeros that
+    would cost a pass): with them filled with NaN bytes, the same bits, the rows past the
+    last group zero."""
+    _needs_amx()
+    lhs, rhs, gs = _adversarial(np.random.default_rng(), *shape)
+    want = _want(lhs, rhs, gs, ml_dtypes.bfloat16, "cublas")
+    monkeypatch.setattr(fr, "np", _PoisonedEmpty())
+    got = fr.gmm_references(lhs, rhs, gs, ml_dtypes.bfloat16, "cublas")
+    _check(got, want)
+    assert gs.sum() < lhs.shape[0] and not any(a[gs.sum():].any() for a in got)
+
+
 @pytest.mark.parametrize("fault", ["nan-code", "inf-scale", "hopper", "blackwell", "e5m2",
                                    "no-amx"])
 def test_other_operands_give_the_same_results(fault, monkeypatch):
