@@ -207,14 +207,13 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor
             ncols, block):
     """Per block of _BLOCK elements: ints [nonfinite, ulp max, ulp off, over bound, ref
     mismatches, invalid exact / abs_ab, nonzero sign-test z, non-finite sign-test
-    reference] and floats [bound max,
-    signal, noise].  Elementwise values go through small buffers so that the elementwise
-    loop and each reduction vectorize.
+    reference] and floats [bound max, signal, noise].  Elementwise values go through
+    small buffers so that the elementwise loop and each reduction vectorize.
 
     With `against` 1 (RN(exact)) or 2 (ref), also the sign test's z (`metrics.sign_z`,
     modes magnitude and signed) of out, rows of `ncols`, against it, summed while the
     block is in cache: per row (row_z [rows, 2], a row's sums before the block it starts
-    in going to head [block, 2] instead: one writer per element of row_z) and per
+    in going to head [blocks, 2] instead: one writer per element of row_z) and per
     `block`-column tile (tile_z [blocks, tiles, 2]).  Every z is -1, 0 or 1, so these
     float64 sums are exact integers in any order."""
     n = out.shape[0]
@@ -333,6 +332,8 @@ def _totals(out, exact, abs_ab, k: int, *, u: float, n: int | None, ref, underfl
                              f"got {arr.dtype} {arr.shape}")
     if ref is not None and (np.asarray(ref).dtype != out.dtype or np.shape(ref) != out.shape):
         raise ValueError(f"metric_totals: ref must match out ({out.dtype} {out.shape})")
+    if against == 2 and ref is None:
+        raise ValueError("metric_totals: the sign test against ref needs a ref")
     gamma = gamma_n(k, u, n, "metric_totals")
     ex, ab = np.ascontiguousarray(ex).ravel(), np.ascontiguousarray(ab).ravel()
     fmt = get_format(out.dtype)
