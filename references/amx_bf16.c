@@ -124,86 +124,115 @@ static __m512i interleave_perm(void) {
     return _mm512_loadu_si512(perm);
 }
 
-/* Lines [l0, l1) of bf16 x (line l, position t at x[l s_line + t s_t], t < len): E of
-   each (header) into E[l], the number of its residuals (nonzero values more than D
-   binades below E) into res[l].  Returns the number of non-finite values read. */
+#define LINE_BLOCK 256 /* lines side by side scanned at once: 8 vectors of 32 */
+
+/* The largest and the smallest of 32 uint16 lanes. */
+static inline void lane_range(__m512i mx, __m512i mn, int32_t *hi, int32_t *lo) {
+    uint16_t a[32], b[32];
+    _mm512_storeu_si512(a, mx);
+    _mm512_storeu_si512(b, mn);
+    int32_t h = 0, l = 0xFF;
+    for (int q = 0; q < 32; q++) {
+        h = a[q] > h ? a[q] : h;
+        l = b[q] < l ? b[q] : l;
+    }
+    *hi = h, *lo = l;
+}
+
+/* Whether a line whose nonzero values have exponent fields up to E and down to lo (255
+   for none) can hold a residual: only then are its values compared one by one. */
+static inline int spans_window(int32_t E, int32_t lo, int64_t D) {
+    return E - (lo > 1 ? lo : 1) > D;
+}
+
+/* Lines [l0, l1) of bf16 x (line l, position t at x[l s_line + t s_t], t < len, one of
+   s_line, s_t 1): E of each (header) into E[l], the number of its residuals (nonzero
+   values more than D binades below E) into res[l].  Returns the number of lines holding a
+   non-finite value (exponent field 255: their E is 255).  One pass finds each line's
+   largest and smallest exponent; a second pass counts residuals only in the lines that
+   span more than the window, the few in real data. */
 int64_t fp8check_bf16_lines(uint64_t px, int64_t s_line, int64_t s_t, int64_t l0,
                             int64_t l1, int64_t len, int64_t D, uint64_t pE, uint64_t pres) {
     const uint16_t *x = (const uint16_t *)px;
     int32_t *E = (int32_t *)pE;
     int64_t *res = (int64_t *)pres, bad = 0;
-    for (int64_t l = l0; l < l1; l++)
-        E[l] = 1, res[l] = 0;
-    if (s_line == 1) { /* the lines side by side in memory: position by position */
-        for (int64_t t = 0; t < len; t++) {
-            const uint16_t *row = x + t * s_t;
-            for (int64_t l = l0; l < l1; l++) {
-                const uint16_t h = row[l];
-                const int32_t e = (h & 0x7FFF) ? expo(h) : 1;
-                bad += e == 255;
-                E[l] = e > E[l] ? e : E[l];
+    const __m512i mag = _mm512_set1_epi16(0x7FFF), ff = _mm512_set1_epi16(0xFF);
+    const __m512i one = _mm512_set1_epi16(1);
+    if (s_line == 1) { /* the lines side by side: a block of them position by position,
+                          reading LINE_BLOCK consecutive values of each position */
+        for (int64_t b0 = l0; b0 < l1; b0 += LINE_BLOCK) {
+            const int64_t nb = l1 - b0 < LINE_BLOCK ? l1 - b0 : LINE_BLOCK;
+            __m512i mx[LINE_BLOCK / 32], mn[LINE_BLOCK / 32];
+            __mmask32 k[LINE_BLOCK / 32];
+            for (int v = 0; v < LINE_BLOCK / 32; v++) {
+                const int64_t left = nb - 32 * v;
+                k[v] = left >= 32 ? ~(__mmask32)0
+                       : left > 0 ? (__mmask32)((1u << left) - 1) : 0;
+                mx[v] = one, mn[v] = ff;
+            }
+            for (int64_t t = 0; t < len; t++) {
+                const uint16_t *row = x + t * s_t + b0;
+                for (int v = 0; v < LINE_BLOCK / 32; v++) {
+                    const __m512i h = _mm512_maskz_loadu_epi16(k[v], row + 32 * v);
+                    const __m512i e = _mm512_and_si512(_mm512_srli_epi16(h, 7), ff);
+                    const __mmask32 nz = _mm512_test_epi16_mask(h, mag);
+                    mx[v] = _mm512_mask_max_epu16(mx[v], nz, mx[v], e);
+                    mn[v] = _mm512_mask_min_epu16(mn[v], nz, mn[v], e);
+                }
+            }
+            uint16_t hi[LINE_BLOCK], lo[LINE_BLOCK];
+            for (int v = 0; v < LINE_BLOCK / 32; v++) {
+                _mm512_storeu_si512(hi + 32 * v, mx[v]);
+                _mm512_storeu_si512(lo + 32 * v, mn[v]);
+            }
+            int64_t wide[LINE_BLOCK], nw = 0; /* the block's lines spanning the window */
+            for (int64_t q = 0; q < nb; q++) {
+                E[b0 + q] = hi[q], res[b0 + q] = 0;
+                if (spans_window(hi[q], lo[q], D))
+                    wide[nw++] = b0 + q;
+            }
+            for (int64_t t = 0; nw && t < len; t++) {
+                const uint16_t *row = x + t * s_t;
+                for (int64_t z = 0; z < nw; z++) {
+                    const uint16_t h = row[wide[z]];
+                    res[wide[z]] += (h & 0x7FFF) && E[wide[z]] - expo(h) > D;
+                }
             }
         }
-        for (int64_t t = 0; t < len; t++) {
-            const uint16_t *row = x + t * s_t;
-            for (int64_t l = l0; l < l1; l++) {
-                const uint16_t h = row[l];
-                res[l] += (h & 0x7FFF) && E[l] - expo(h) > D;
-            }
-        }
-        return bad;
-    }
-    if (s_t == 1) { /* each line contiguous: 32 values an instruction */
-        const __m512i mag = _mm512_set1_epi16(0x7FFF), ff = _mm512_set1_epi16(0xFF);
-        const __m512i one = _mm512_set1_epi16(1), top = _mm512_set1_epi16(255);
+    } else { /* each line contiguous: 32 values an instruction */
         for (int64_t l = l0; l < l1; l++) {
             const uint16_t *line = x + l * s_line;
-            __m512i mx = one;
+            __m512i mx = one, mn = ff;
             for (int64_t t = 0; t < len; t += 32) {
                 const __mmask32 k = len - t >= 32 ? ~(__mmask32)0
                                                   : (__mmask32)((1u << (len - t)) - 1);
                 const __m512i h = _mm512_maskz_loadu_epi16(k, line + t);
                 const __m512i e = _mm512_and_si512(_mm512_srli_epi16(h, 7), ff);
-                bad += __builtin_popcount(_mm512_cmpeq_epi16_mask(e, top));
-                mx = _mm512_mask_max_epu16(mx, _mm512_test_epi16_mask(h, mag), mx, e);
+                const __mmask32 nz = _mm512_test_epi16_mask(h, mag);
+                mx = _mm512_mask_max_epu16(mx, nz, mx, e);
+                mn = _mm512_mask_min_epu16(mn, nz, mn, e);
             }
-            /* the largest lane: the 32 lanes folded pairwise */
-            uint16_t lanes[32];
-            _mm512_storeu_si512(lanes, mx);
-            int32_t m = 1;
-            for (int q = 0; q < 32; q++)
-                m = lanes[q] > m ? lanes[q] : m;
-            const __m512i lim = _mm512_set1_epi16((int16_t)(m - D)); /* residual: x < E - D */
+            int32_t m, lo;
+            lane_range(mx, mn, &m, &lo);
             int64_t r = 0;
-            for (int64_t t = 0; t < len; t += 32) {
-                const __mmask32 k = len - t >= 32 ? ~(__mmask32)0
-                                                  : (__mmask32)((1u << (len - t)) - 1);
-                const __m512i h = _mm512_maskz_loadu_epi16(k, line + t);
-                const __m512i e = _mm512_max_epu16(
-                    _mm512_and_si512(_mm512_srli_epi16(h, 7), ff), one);
-                r += __builtin_popcount(_mm512_mask_cmplt_epi16_mask(
-                    _mm512_test_epi16_mask(h, mag), e, lim));
+            if (spans_window(m, lo, D)) {
+                /* a residual: x < E - D */
+                const __m512i lim = _mm512_set1_epi16((int16_t)(m - D));
+                for (int64_t t = 0; t < len; t += 32) {
+                    const __mmask32 k = len - t >= 32 ? ~(__mmask32)0
+                                                      : (__mmask32)((1u << (len - t)) - 1);
+                    const __m512i h = _mm512_maskz_loadu_epi16(k, line + t);
+                    const __m512i e = _mm512_max_epu16(
+                        _mm512_and_si512(_mm512_srli_epi16(h, 7), ff), one);
+                    r += __builtin_popcount(_mm512_mask_cmplt_epi16_mask(
+                        _mm512_test_epi16_mask(h, mag), e, lim));
+                }
             }
             E[l] = m, res[l] = r;
         }
-        return bad;
     }
-    for (int64_t l = l0; l < l1; l++) {
-        const uint16_t *line = x + l * s_line;
-        int32_t m = 1;
-        for (int64_t t = 0; t < len; t++) {
-            const uint16_t h = line[t * s_t];
-            const int32_t e = (h & 0x7FFF) ? expo(h) : 1;
-            bad += e == 255;
-            m = e > m ? e : m;
-        }
-        int64_t r = 0;
-        for (int64_t t = 0; t < len; t++) {
-            const uint16_t h = line[t * s_t];
-            r += (h & 0x7FFF) && m - expo(h) > D;
-        }
-        E[l] = m, res[l] = r;
-    }
+    for (int64_t l = l0; l < l1; l++)
+        bad += E[l] == 255;
     return bad;
 }
 
