@@ -32,7 +32,9 @@
    residual reaches.
 
    Where one reaches (a row of a or a column of b with residuals), the correction
-   a2 b1 + a b2 has few terms, each a product of two bf16 values, Sa Sb 2^(xa + xb - 268):
+   a2 b1 + a b2 has few terms, each a product of two bf16 values, Sa Sb 2^(xa + xb - 268).
+   Where each is an integer in t1's unit (nearly always) they are added to v in int64
+   (`row_terms`, `col_terms`) and that integer takes t1's rounding above.  Otherwise
    `corrected` adds v and them exactly in an __int128 fixed point whose unit is 2^-64
    t1's (`add_term`), and rounds that integer once (`round_int`: round to nearest even
    at the format's precision, subnormals, overflow to inf by the cast).  A term more than
@@ -446,22 +448,31 @@ typedef struct {
     int64_t *flagged;                 /* [m]: elements left as NaN for the caller */
 } sink;
 
-/* Adds the exact product of bf16 ha (a's at row exponent Ea) and hb (b's, Eb) to acc, in
-   units of 2^-FRACTION_BITS of t1's unit 2^(Ea + Eb - 268 - 2D): the product is
-   Sa Sb 2^(xa + xb - 268), i.e. Sa Sb shifted by (xa - Ea + D) + (xb - Eb + D) + F
-   places, an integer below 2^(16 + 2 D + F) = 2^110.  Returns 0 (acc unchanged) when the
-   shift is negative: a term so far below that the fixed point misses it. */
-static inline int add_term(__int128 *acc, uint16_t ha, uint16_t hb, int32_t Ea, int32_t Eb,
-                           int32_t D) {
+/* The exact product of bf16 ha (a's, at row exponent Ea) and hb (b's, Eb) as
+   *prod 2^sh in t1's unit 2^(Ea + Eb - 268 - 2D): the product is Sa Sb 2^(xa + xb - 268),
+   so *prod = +-Sa Sb (|.| < 2^16) and sh = (xa - Ea + D) + (xb - Eb + D) <= 2D.  *prod
+   is 0 where a factor is zero. */
+static inline int32_t term_of(uint16_t ha, uint16_t hb, int32_t Ea, int32_t Eb, int32_t D,
+                              int64_t *prod) {
     const int32_t ea = (ha >> 7) & 0xFF, eb = (hb >> 7) & 0xFF;
     const int64_t sa = (ha & 0x7F) | (ea ? 0x80 : 0), sb = (hb & 0x7F) | (eb ? 0x80 : 0);
-    if (!sa || !sb)
+    *prod = ((ha ^ hb) & 0x8000) ? -(sa * sb) : sa * sb;
+    return (expo(ha) - Ea + D) + (expo(hb) - Eb + D);
+}
+
+/* Adds the exact product of bf16 ha and hb (`term_of`) to acc, in units of
+   2^-FRACTION_BITS of t1's unit: an integer below 2^(16 + 2 D + F) = 2^110.  Returns 0
+   (acc unchanged) when it is not one there: a term so far below that the fixed point
+   misses it. */
+static inline int add_term(__int128 *acc, uint16_t ha, uint16_t hb, int32_t Ea, int32_t Eb,
+                           int32_t D) {
+    int64_t prod;
+    const int32_t sh = term_of(ha, hb, Ea, Eb, D, &prod) + FRACTION_BITS;
+    if (!prod)
         return 1;
-    const int sh = (expo(ha) - Ea + D) + (expo(hb) - Eb + D) + FRACTION_BITS;
     if (sh < 0)
         return 0;
-    const __int128 t = (__int128)(sa * sb) << sh;
-    *acc += ((ha ^ hb) & 0x8000) ? -t : t;
+    *acc += (__int128)prod * ((__int128)1 << sh);
     return 1;
 }
 
@@ -547,10 +558,43 @@ static inline __mmask16 row_terms(const sink *s, int64_t i, int64_t j0, __mmask1
     return low & m;
 }
 
+/* The terms a b2 of row i in the columns `cols` (a bit per column from j0) with
+   residuals (b's at t = ctt[cptr[j] .. cptr[j + 1]) in column j) added into the 16 values
+   v (as in `row_terms`) where each is an integer in t1's unit: b's factor being a residual,
+   `term_of`'s shift is at most 2D - 1 - D = 14, the term below 2^30 (|v| stays below
+   2^62).  Scalar: a column holds a residual or two.  Returns the lanes where a term falls
+   below the unit (`corrected` takes them). */
+static inline __mmask16 col_terms(const sink *s, int64_t i, int64_t j0, unsigned cols,
+                                  __m512i v[2]) {
+    const uint16_t *arow = s->a + i * s->a_si;
+    const int32_t Ea = s->Ea[i], D = (int32_t)s->D;
+    int64_t w[16];
+    _mm512_storeu_si512(w, v[0]);
+    _mm512_storeu_si512(w + 8, v[1]);
+    __mmask16 low = 0;
+    for (; cols; cols &= cols - 1) {
+        const int q = __builtin_ctz(cols);
+        const int64_t j = j0 + q;
+        for (int64_t z = s->cptr[j]; z < s->cptr[j + 1]; z++) {
+            const int64_t t = s->ctt[z];
+            int64_t prod;
+            const int32_t sh = term_of(arow[t * s->a_st], s->b[t * s->b_st + j * s->b_sj], Ea,
+                                       s->Eb[j], D, &prod);
+            if (sh < 0)
+                low |= (__mmask16)(prod != 0) << q;
+            else
+                w[q] += prod * ((int64_t)1 << sh);
+        }
+    }
+    v[0] = _mm512_loadu_si512(w), v[1] = _mm512_loadu_si512(w + 8);
+    return low;
+}
+
 /* Rows i0 .. i0 + nr of a stashed tile of column tile ct into the sink: t1 (plus, in a
-   row with residuals, its a2 b1 terms where they are integers in t1's unit: `row_terms`)
-   rounded once by the vector unit where that integer is below 2^53; `corrected` for the
-   other elements (columns with residuals, terms below the unit, integers past 2^53). */
+   row with residuals, its a2 b1 terms, and in a column with residuals its a b2 terms,
+   where they are integers in t1's unit: `row_terms`, `col_terms`) rounded once by the
+   vector unit where that integer is below 2^53; `corrected` for the other elements
+   (terms below the unit, integers past 2^53). */
 static void consume(const sink *s, int32_t c[5][16][16], int64_t i0, int nr, int64_t ct) {
     const int64_t j0 = 16 * ct, valid = s->n - j0 < 16 ? s->n - j0 : 16;
     const __mmask16 m = (__mmask16)((1u << valid) - 1);
@@ -563,11 +607,14 @@ static void consume(const sink *s, int32_t c[5][16][16], int64_t i0, int nr, int
         __m512d v[2];
         row_value(c, r, t1, v);
         vi[0] = t1[0], vi[1] = t1[1];
-        unsigned todo = s->ct_res[ct];
-        if (s->rptr[i + 1] > s->rptr[i]) {
+        unsigned todo = 0;
+        const int row_res = s->rptr[i + 1] > s->rptr[i];
+        if (row_res)
             todo |= row_terms(s, i, j0, m, vi);
+        if (s->ct_res[ct])
+            todo |= col_terms(s, i, j0, s->ct_res[ct], vi);
+        if (row_res || s->ct_res[ct])
             v[0] = _mm512_cvtepi64_pd(vi[0]), v[1] = _mm512_cvtepi64_pd(vi[1]);
-        }
         /* |v| >= 2^53: its float64 was rounded (rare: the bound is 2^61) */
         todo |= (_mm512_cmpge_epi64_mask(_mm512_abs_epi64(vi[0]), big)
                  | (_mm512_cmpge_epi64_mask(_mm512_abs_epi64(vi[1]), big) << 8));

@@ -125,6 +125,34 @@ def test_amx_bf16_declines_what_it_cannot_carry(monkeypatch, amx_calls):
     assert not amx_calls
 
 
+def test_amx_bf16_residual_terms_on_both_sides_of_the_unit(amx_calls):
+    """Residual columns and rows whose terms fall on t1's unit, just above and far below
+    it (the kernel's int64 terms and its fixed point): b's residuals 2^-16 .. 2^-31 below
+    their columns' largest, a's values at those positions from their row's largest down
+    to residuals of their own (a2 b2 products), subnormals, zeros, values near bf16's max
+    (float32 and bfloat16 outputs overflow); against the term-by-term superaccumulator."""
+    rng = np.random.default_rng(31)
+    m, k, n = 45, 150, 40
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    b[:, ::2] /= np.abs(b[:, ::2]).max(axis=0)  # columns' largest near 1: shifts known
+    for j in range(0, n, 2):
+        t = rng.integers(0, k, 2)
+        b[t, j] = rng.choice([-1, 1], 2) * np.exp2(-16 - rng.integers(0, 16, 2))
+        a[rng.integers(0, m, 6), t[0]] = rng.choice([-1, 1], 6) * np.exp2(
+            rng.integers(-40, 2, 6))
+    a[1, :] = np.exp2(rng.integers(-133, -126, k))  # subnormals
+    a[2, :] = 0.0
+    a[3, :] *= 2.0**125  # near bf16's max: sums past float32's
+    b[:, 5] = 0.0
+    a, b = a.astype(BF16), b.astype(BF16)
+    for dt in OUT_DTYPES:
+        with np.errstate(over="ignore"):
+            want = matmul.exact_matmul_terms(_f32(a), _f32(b), *precision_of(dt)).astype(dt)
+        _same_bits(matmul.exact_matmul(a, b, dt), want)
+        _same_bits(matmul.exact_matmul(np.asfortranarray(a), np.asfortranarray(b), dt), want)
+    assert len(amx_calls) == 2 * len(OUT_DTYPES)
+
+
 def test_amx_bf16_sums_past_2_to_53_units(amx_calls):
     """Values in [1.9, 2) of one sign: every digit integer near 2^23, t1 near 2^57 units,
     beyond float64's integers (the kernel takes those elements through its exact fixed
