@@ -568,9 +568,6 @@ static inline __mmask16 col_terms(const sink *s, int64_t i, int64_t j0, unsigned
                                   __m512i v[2]) {
     const uint16_t *arow = s->a + i * s->a_si;
     const int32_t Ea = s->Ea[i], D = (int32_t)s->D;
-    int64_t w[16];
-    _mm512_storeu_si512(w, v[0]);
-    _mm512_storeu_si512(w + 8, v[1]);
     __mmask16 low = 0;
     for (; cols; cols &= cols - 1) {
         const int q = __builtin_ctz(cols);
@@ -580,13 +577,15 @@ static inline __mmask16 col_terms(const sink *s, int64_t i, int64_t j0, unsigned
             int64_t prod;
             const int32_t sh = term_of(arow[t * s->a_st], s->b[t * s->b_st + j * s->b_sj], Ea,
                                        s->Eb[j], D, &prod);
-            if (sh < 0)
+            if (sh < 0) {
                 low |= (__mmask16)(prod != 0) << q;
-            else
-                w[q] += prod * ((int64_t)1 << sh);
+            } else { /* into lane q in registers (a store and reload of v would stall) */
+                const __m512i term = _mm512_set1_epi64(prod * ((int64_t)1 << sh));
+                v[q >> 3] = _mm512_mask_add_epi64(v[q >> 3], (__mmask8)(1u << (q & 7)),
+                                                  v[q >> 3], term);
+            }
         }
     }
-    v[0] = _mm512_loadu_si512(w), v[1] = _mm512_loadu_si512(w + 8);
     return low;
 }
 
