@@ -126,6 +126,36 @@ static __m512i interleave_perm(void) {
     return _mm512_loadu_si512(perm);
 }
 
+/* The 16 x 16 dwords r[k] (dword l of row k) transposed in place: r[l] gets dword l of
+   each r[k], k in order.  A digit dword of 4 positions of one line goes from the line-major
+   order the digits are formed in to the position-major order of a tile row (and back);
+   in registers, 64 shuffles where scattering the dwords took 16 scatters of 16. */
+static inline void transpose16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int k = 0; k < 16; k += 2) {
+        t[k] = _mm512_unpacklo_epi32(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_epi32(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 16; k += 4) {
+        u[k] = _mm512_unpacklo_epi64(t[k], t[k + 2]);
+        u[k + 1] = _mm512_unpackhi_epi64(t[k], t[k + 2]);
+        u[k + 2] = _mm512_unpacklo_epi64(t[k + 1], t[k + 3]);
+        u[k + 3] = _mm512_unpackhi_epi64(t[k + 1], t[k + 3]);
+    }
+    /* u[4 g + c] holds in its 128-bit lane L the dwords (rows 4 g .. 4 g + 3, column
+       4 L + c): the lanes regrouped */
+    for (int c = 0; c < 4; c++) {
+        const __m512i lo01 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+        const __m512i lo23 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+        const __m512i hi01 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+        const __m512i hi23 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_i32x4(lo01, hi01, 0x88);
+        r[4 + c] = _mm512_shuffle_i32x4(lo01, hi01, 0xDD);
+        r[8 + c] = _mm512_shuffle_i32x4(lo23, hi23, 0x88);
+        r[12 + c] = _mm512_shuffle_i32x4(lo23, hi23, 0xDD);
+    }
+}
+
 #define LINE_BLOCK 256 /* lines side by side scanned at once: 8 vectors of 32 */
 
 /* The largest and the smallest of 32 uint16 lanes. */
@@ -244,9 +274,6 @@ static void pack_b(const uint16_t *x, int64_t s_t, int64_t s_j, int64_t len, int
                    int64_t ct0, int64_t ct1, const int32_t *E, int32_t D, int8_t *tiles) {
     const int64_t l64 = (len + 63) / 64;
     const __m512i Dv = _mm512_set1_epi32(D), interleave = interleave_perm();
-    const __m512i rows64 = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
-                                                               7, 6, 5, 4, 3, 2, 1, 0),
-                                              _mm512_set1_epi32(64));
     for (int64_t ct = ct0; ct < ct1; ct++) {
         int8_t *base = tiles + (ct - ct0) * l64 * 3 * 1024;
         const int64_t valid = n - 16 * ct < 16 ? n - 16 * ct : 16;
@@ -264,17 +291,21 @@ static void pack_b(const uint16_t *x, int64_t s_t, int64_t s_j, int64_t len, int
             continue;
         }
         /* s_t == 1: a column of b is contiguous along t; its 16 t-quads of a K chunk go
-           to the 16 rows of the tiles, at dword `col` */
-        if (valid < 16)
-            memset(base, 0, l64 * 3 * 1024);
-        for (int64_t col = 0; col < valid; col++) {
-            const int64_t j = 16 * ct + col;
-            for (int64_t kc = 0; kc < l64; kc++) {
-                __m512i dig[3];
-                digits_along(x + j * s_j + 64 * kc, len - 64 * kc, E[j], Dv, dig);
-                int8_t *o = base + kc * 3 * 1024 + 4 * col;
+           to the 16 rows of the tiles, at dword `col`: the 16 columns' digits transposed */
+        for (int64_t kc = 0; kc < l64; kc++) {
+            __m512i dig[3][16];
+            for (int64_t col = 0; col < 16; col++) {
+                __m512i one[3];
+                if (col < valid)
+                    digits_along(x + (16 * ct + col) * s_j + 64 * kc, len - 64 * kc,
+                                 E[16 * ct + col], Dv, one);
                 for (int d = 0; d < 3; d++)
-                    _mm512_i32scatter_epi32(o + d * 1024, rows64, dig[d], 1);
+                    dig[d][col] = col < valid ? one[d] : _mm512_setzero_si512();
+            }
+            for (int d = 0; d < 3; d++) {
+                transpose16(dig[d]);
+                for (int k4 = 0; k4 < 16; k4++)
+                    _mm512_storeu_si512(base + kc * 3 * 1024 + d * 1024 + 64 * k4, dig[d][k4]);
             }
         }
     }
@@ -301,20 +332,28 @@ static void a_planes(const uint16_t *a, int64_t s_i, int64_t s_t, int64_t i0, in
         return;
     }
     /* s_i == 1: 16 rows side by side; each row's 4 positions t are one dword of the
-       interleaved digits, scattered to the 16 plane rows */
+       interleaved digits, 16 such quads (a K chunk) transposed to the 16 plane rows */
     const __m512i interleave = interleave_perm();
-    const __m512i rowsv = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
-                                                              7, 6, 5, 4, 3, 2, 1, 0),
-                                             _mm512_set1_epi32((int32_t)lp));
     for (int64_t r0 = 0; r0 < rows; r0 += 16) {
         const int64_t nl = rows - r0 < 16 ? rows - r0 : 16;
         const __m512i Ev = _mm512_maskz_loadu_epi32((__mmask16)((1u << nl) - 1), E + i0 + r0);
-        for (int64_t t = 0; t < lp; t += 4) {
-            __m512i dig[3];
-            const int64_t ts = len - t >= 4 ? 4 : len - t > 0 ? len - t : 0;
-            digits_across(a + t * s_t + (i0 + r0) * s_i, s_t, nl, ts, Ev, Dv, interleave, dig);
-            for (int d = 0; d < 3; d++)
-                _mm512_i32scatter_epi32(planes + d * plane + r0 * lp + t, rowsv, dig[d], 1);
+        for (int64_t kc = 0; kc < lp / 64; kc++) {
+            __m512i dig[3][16];
+            for (int k4 = 0; k4 < 16; k4++) {
+                const int64_t t = 64 * kc + 4 * k4;
+                const int64_t ts = len - t >= 4 ? 4 : len - t > 0 ? len - t : 0;
+                __m512i quad[3];
+                digits_across(a + t * s_t + (i0 + r0) * s_i, s_t, nl, ts, Ev, Dv, interleave,
+                              quad);
+                for (int d = 0; d < 3; d++)
+                    dig[d][k4] = quad[d];
+            }
+            for (int d = 0; d < 3; d++) {
+                transpose16(dig[d]);
+                for (int l = 0; l < 16; l++)
+                    _mm512_storeu_si512(planes + d * plane + (r0 + l) * lp + 64 * kc,
+                                        dig[d][l]);
+            }
         }
     }
 }
