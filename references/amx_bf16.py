@@ -8,9 +8,9 @@ within `WINDOW` binades of their line's largest (8-bit significands shifted into
 int8 tile products and rounds it once to the output format; where residuals reach, it
 adds their terms a2 b1 + a b2 to t1 exactly in an integer fixed point and rounds that
 once; the elements with a term below that fixed point it leaves NaN and counts, for the
-caller's exact fallback.  `lines` finds each line's exponent, its residual count and the
-non-finite values (which the digits cannot carry), `residual_lists` the residuals,
-`matmul` does the rest.
+caller's exact fallback.  `operand_lines` finds each line's exponent, its residual
+count and the non-finite values (which the digits cannot carry), `residual_lists` the
+residuals, `matmul` does the rest.
 
 `STATUS` is "amx-int8" where this path runs, else "off (<reason>)": `references.amx` is
 off (no AMX on this CPU, FP8CHECK_AMX=0, ...), or this kernel does not build.
@@ -78,27 +78,40 @@ def _shares(count: int, unit: int = 16) -> list[tuple[int, int]]:
     return [(s, min(count, s + step)) for s in range(0, count, step)]
 
 
-def lines(x: np.ndarray, axis: int, d: int) -> tuple[np.ndarray, np.ndarray, bool]:
-    """For bf16 x [m, k]: the rows (axis=1; the columns with axis=0) as lines -> (E int32,
-    the largest exponent field of each (at least 1), residuals int64, the values more than
-    d binades below it, per line; whether every value is finite)."""
-    x, s0, s1 = _strides(x)
+def _line_calls(x: np.ndarray, s0: int, s1: int, axis: int,
+                d: int) -> tuple[list, np.ndarray, np.ndarray]:
+    """The kernel calls that find `operand_lines`' results for the rows (axis=1; the
+    columns with axis=0) of x with element strides s0, s1 (`_strides`; the caller holds x
+    until the calls are done), and the arrays they fill."""
     s_line, s_t = (s0, s1) if axis == 1 else (s1, s0)
     count, length = x.shape[1 - axis], x.shape[axis]
     e = np.empty(count, np.int32)
     res = np.empty(count, np.int64)
     fn = _lib().fp8check_bf16_lines
-    bad = cbuild.run_parallel([(fn, (x.ctypes.data, s_line, s_t, l0, l1, length, d,
-                                     e.ctypes.data, res.ctypes.data))
-                               for l0, l1 in _shares(count)])
-    return e, res, sum(bad) == 0
+    return ([(fn, (x.ctypes.data, s_line, s_t, l0, l1, length, d, e.ctypes.data,
+                   res.ctypes.data)) for l0, l1 in _shares(count)], e, res)
+
+
+Lines = tuple[np.ndarray, np.ndarray, bool]
+
+
+def operand_lines(a: np.ndarray, b: np.ndarray, d: int) -> tuple[Lines, Lines]:
+    """For bf16 a [m, k] and b [k, n]: the rows of a and the columns of b as lines ->
+    per operand (E int32, the largest exponent field of each line (at least 1), residuals
+    int64, the values more than d binades below it, per line; whether every value is
+    finite), both in one round of the thread pool (a round costs tens of microseconds:
+    tgmm makes one per group)."""
+    (a, a0, a1), (b, b0, b1) = _strides(a), _strides(b)
+    (ca, ea, ra), (cb, eb, rb) = _line_calls(a, a0, a1, 1, d), _line_calls(b, b0, b1, 0, d)
+    bad = cbuild.run_parallel(ca + cb)
+    return (ea, ra, sum(bad[:len(ca)]) == 0), (eb, rb, sum(bad[len(ca):]) == 0)
 
 
 def residual_lists(x: np.ndarray, axis: int, e: np.ndarray, res: np.ndarray,
                    d: int) -> tuple[np.ndarray, np.ndarray]:
     """The residuals of bf16 x [m, k] per row (axis=1; per column with axis=0), whose
-    exponents e and counts res `lines` gave -> (ptr, t) int64: line l's at positions
-    t[ptr[l]:ptr[l + 1]], in order."""
+    exponents e and counts res `operand_lines` gave -> (ptr, t) int64: line l's at
+    positions t[ptr[l]:ptr[l + 1]], in order."""
     ptr = np.zeros(res.size + 1, np.int64)
     np.cumsum(res, out=ptr[1:])
     at = np.flatnonzero(res)
@@ -113,7 +126,7 @@ def matmul(a: np.ndarray, ea: np.ndarray, b: np.ndarray, eb: np.ndarray, d: int,
            out: np.ndarray) -> np.ndarray:
     """a @ b exactly rounded into out (C-contiguous [m, n], float64, float32 or bfloat16)
     for finite bf16 a [m, k], b [k, n] (k <= MAX_K) with row exponents ea and column
-    exponents eb (`lines`) at window d, and their residuals by row and by column
+    exponents eb (`operand_lines`) at window d, and their residuals by row and by column
     (`residual_lists`) -> the count per row [m] of the elements left NaN (a term below
     the kernel's fixed point), for the caller to sum exactly.  The larger of m and n is
     cut among numba's threads."""

@@ -344,8 +344,7 @@ def _amx_bf16_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     m, k = a.shape
     n = b.shape[1]
     d = amx_bf16.WINDOW
-    ea, res_a, finite_a = amx_bf16.lines(a, 1, d)
-    eb, res_b, finite_b = amx_bf16.lines(b, 0, d)
+    (ea, res_a, finite_a), (eb, res_b, finite_b) = amx_bf16.operand_lines(a, b, d)
     if not (finite_a and finite_b) or (res_a.sum() * n + res_b.sum() * m
                                        > _SPARSE_FRACTION * m * n * k):
         return False

@@ -75,8 +75,7 @@ def test_amx_bf16_matches_the_superaccumulator_and_the_split_path(monkeypatch, a
     runs (no fallback) and corrects residuals."""
     rng = np.random.default_rng(m * k + n)
     a, b = _adversarial(rng, m, k, n)
-    ea, res_a, _ = amx_bf16.lines(a, 1, amx_bf16.WINDOW)
-    eb, res_b, _ = amx_bf16.lines(b, 0, amx_bf16.WINDOW)
+    (_, res_a, _), (_, res_b, _) = amx_bf16.operand_lines(a, b, amx_bf16.WINDOW)
     assert res_a.any() and res_b.any()  # the correction runs
     layouts = [(a, b), (np.asfortranarray(a), np.asfortranarray(b)),
                (np.repeat(a, 2, axis=1)[:, ::2], np.repeat(b, 3, axis=0)[::3])]
@@ -226,7 +225,7 @@ def _switch_problem():
 
 @pytest.mark.parametrize("layout", ["C", "F"])
 @pytest.mark.parametrize("axis", [0, 1])
-def test_lines_against_their_definition(axis, layout):
+def test_operand_lines_against_their_definition(axis, layout):
     """Each line's largest exponent field (at least 1; zeros skipped) and its residual
     count, against numpy on the bits, with lines contiguous or side by side, lengths off
     the vector width and line counts off the kernel's blocks of lines; values spread over
@@ -244,7 +243,7 @@ def test_lines_against_their_definition(axis, layout):
         x[1] = 0.0
         x[2, :2] = [2.0**-133, -(2.0**-126)]
         xs = x if layout == "C" else np.asfortranarray(x)
-        e, res, finite = amx_bf16.lines(xs, axis, amx_bf16.WINDOW)
+        e, res, finite = _lines(xs, axis)
         bits = (x if axis == 1 else x.T).view(np.uint16).astype(np.int64)
         ex, nz = np.maximum((bits >> 7) & 0xFF, 1), (bits & 0x7FFF) != 0
         want_e = np.where(nz, ex, 1).max(axis=1)
@@ -256,4 +255,12 @@ def test_lines_against_their_definition(axis, layout):
         for value in (np.nan, -np.inf):
             y = xs.copy(order="K")
             y[2, 1] = value
-            assert not amx_bf16.lines(y, axis, amx_bf16.WINDOW)[2]
+            assert not _lines(y, axis)[2]
+
+
+def _lines(x, axis):
+    """`amx_bf16.operand_lines`' result for x's rows (axis=1) or columns (axis=0), the
+    other operand a matching all-zero one."""
+    other = np.zeros(x.shape[::-1], BF16)
+    a, b = (x, other) if axis == 1 else (other, x)
+    return amx_bf16.operand_lines(a, b, amx_bf16.WINDOW)[axis == 0]
