@@ -599,10 +599,10 @@ static inline __mmask16 row_terms(const sink *s, int64_t i, int64_t j0, __mmask1
 
 /* The terms a b2 of row i in the columns `cols` (a bit per column from j0) with
    residuals (b's at t = ctt[cptr[j] .. cptr[j + 1]) in column j) added into the 16 values
-   v (as in `row_terms`) where each is an integer in t1's unit: b's factor being a residual,
-   `term_of`'s shift is at most 2D - 1 - D = 14, the term below 2^30 (|v| stays below
-   2^62).  Scalar: a column holds a residual or two.  Returns the lanes where a term falls
-   below the unit (`corrected` takes them). */
+   v (as in `row_terms`) where each is an integer in t1's unit: b's factor being a residual
+   (xb - Eb + D < 0), `term_of`'s shift is at most D - 1 = 14, the term below 2^30 (|v|
+   stays below 2^62).  Scalar: a column holds a residual or two.  Returns the lanes where
+   a term falls below the unit (`corrected` takes them). */
 static inline __mmask16 col_terms(const sink *s, int64_t i, int64_t j0, unsigned cols,
                                   __m512i v[2]) {
     const uint16_t *arow = s->a + i * s->a_si;
