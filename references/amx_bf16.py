@@ -19,6 +19,8 @@ off (no AMX on this CPU, FP8CHECK_AMX=0, ...), or this kernel does not build.
 from __future__ import annotations
 
 import ctypes
+import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import numba
@@ -92,19 +94,27 @@ def _line_calls(x: np.ndarray, s0: int, s1: int, axis: int,
                    res.ctypes.data)) for l0, l1 in _shares(count)], e, res)
 
 
-Lines = tuple[np.ndarray, np.ndarray, bool]
+def _in_turn(*calls: tuple[Callable[..., int], tuple]) -> int:
+    """C calls (function, arguments) one after another -> the sum of their results."""
+    return sum(fn(*args) for fn, args in calls)
 
 
-def operand_lines(a: np.ndarray, b: np.ndarray, d: int) -> tuple[Lines, Lines]:
+Lines = tuple[np.ndarray, np.ndarray]
+"""One operand's lines: their exponents E and residual counts (`operand_lines`)."""
+
+
+def operand_lines(a: np.ndarray, b: np.ndarray, d: int) -> tuple[Lines, Lines, bool]:
     """For bf16 a [m, k] and b [k, n]: the rows of a and the columns of b as lines ->
-    per operand (E int32, the largest exponent field of each line (at least 1), residuals
-    int64, the values more than d binades below it, per line; whether every value is
-    finite), both in one round of the thread pool (a round costs tens of microseconds:
-    tgmm makes one per group)."""
+    (per operand (E int32, the largest exponent field of each line (at least 1),
+    residuals int64, the values more than d binades below it, per line), whether every
+    value of both is finite).  One round of the thread pool, a thread's share of a's
+    lines and of b's in one job: a round costs tens of microseconds, more on a loaded
+    machine, and tgmm makes one per group."""
     (a, a0, a1), (b, b0, b1) = _strides(a), _strides(b)
     (ca, ea, ra), (cb, eb, rb) = _line_calls(a, a0, a1, 1, d), _line_calls(b, b0, b1, 0, d)
-    bad = cbuild.run_parallel(ca + cb)
-    return (ea, ra, sum(bad[:len(ca)]) == 0), (eb, rb, sum(bad[len(ca):]) == 0)
+    jobs = [(_in_turn, tuple(c for c in pair if c is not None))
+            for pair in itertools.zip_longest(ca, cb)]
+    return (ea, ra), (eb, rb), sum(cbuild.run_parallel(jobs)) == 0
 
 
 def residual_lists(x: np.ndarray, axis: int, e: np.ndarray, res: np.ndarray,

@@ -344,9 +344,8 @@ def _amx_bf16_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     m, k = a.shape
     n = b.shape[1]
     d = amx_bf16.WINDOW
-    (ea, res_a, finite_a), (eb, res_b, finite_b) = amx_bf16.operand_lines(a, b, d)
-    if not (finite_a and finite_b) or (res_a.sum() * n + res_b.sum() * m
-                                       > _SPARSE_FRACTION * m * n * k):
+    (ea, res_a), (eb, res_b), finite = amx_bf16.operand_lines(a, b, d)
+    if not finite or (res_a.sum() * n + res_b.sum() * m > _SPARSE_FRACTION * m * n * k):
         return False
     flagged = amx_bf16.matmul(a, ea, b, eb, d, amx_bf16.residual_lists(a, 1, ea, res_a, d),
                               amx_bf16.residual_lists(b, 0, eb, res_b, d), out)

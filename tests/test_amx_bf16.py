@@ -75,7 +75,7 @@ def test_amx_bf16_matches_the_superaccumulator_and_the_split_path(monkeypatch, a
     runs (no fallback) and corrects residuals."""
     rng = np.random.default_rng(m * k + n)
     a, b = _adversarial(rng, m, k, n)
-    (_, res_a, _), (_, res_b, _) = amx_bf16.operand_lines(a, b, amx_bf16.WINDOW)
+    (_, res_a), (_, res_b), _ = amx_bf16.operand_lines(a, b, amx_bf16.WINDOW)
     assert res_a.any() and res_b.any()  # the correction runs
     layouts = [(a, b), (np.asfortranarray(a), np.asfortranarray(b)),
                (np.repeat(a, 2, axis=1)[:, ::2], np.repeat(b, 3, axis=0)[::3])]
@@ -260,7 +260,8 @@ def test_operand_lines_against_their_definition(axis, layout):
 
 def _lines(x, axis):
     """`amx_bf16.operand_lines`' result for x's rows (axis=1) or columns (axis=0), the
-    other operand a matching all-zero one."""
+    other operand a matching all-zero one: (E, residuals, finite)."""
     other = np.zeros(x.shape[::-1], BF16)
     a, b = (x, other) if axis == 1 else (other, x)
-    return amx_bf16.operand_lines(a, b, amx_bf16.WINDOW)[axis == 0]
+    *lines, finite = amx_bf16.operand_lines(a, b, amx_bf16.WINDOW)
+    return (*lines[axis == 0], finite)
