@@ -4,6 +4,7 @@ case too), exit 1; SIGINT / SIGTERM write the results so far marked incomplete, 
 130 / 143 with one line; `--no-isolate` says isolation is off; the exit codes are in
 `--help`.  Every gate here is a real `fp8check gate` process on one smoke case."""
 
+import ast
 import json
 import os
 import signal
@@ -231,6 +232,7 @@ def test_workers_of_a_parallel_gate_get_their_share_of_the_cores(monkeypatch):
 def test_workers_share_a_jax_compilation_cache_of_the_process(monkeypatch):
     """The workers get a compilation cache folder of the gate's process, every compile
     kept; a cache the user names is theirs, left as it is."""
+    from fp8check.gate import isolation
     from fp8check.gate.isolation import shared_compile_cache
 
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
@@ -238,6 +240,13 @@ def test_workers_share_a_jax_compilation_cache_of_the_process(monkeypatch):
     assert os.path.isdir(env["JAX_COMPILATION_CACHE_DIR"])
     assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
     assert shared_compile_cache() == env  # one folder for the process
+    # A worker's jax reads each variable as the setting the parent gives its own config.
+    settings = isolation._shared_cache_settings()
+    read = subprocess.run(
+        [sys.executable, "-c",
+         f"import jax; print([getattr(jax.config, n) for n, _ in {settings}])"],
+        env={**os.environ, **env}, capture_output=True, text=True, check=True)
+    assert ast.literal_eval(read.stdout) == [v for _, v in settings]
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/theirs")
     assert shared_compile_cache() == {}
 

@@ -57,20 +57,31 @@ def _compile_cache_folder() -> str:
     return folder
 
 
+# The shared cache's settings besides its folder, as jax config names and values: every
+# compile is kept (no minimum compile time or size), the programs are small and most take
+# about a second.  The parent (jax loaded) updates its config with them; a worker gets them
+# as environment variables, which jax reads when it loads, each named as its flag in capitals.
+_CACHE_SETTINGS = (("jax_persistent_cache_min_compile_time_secs", 0),
+                   ("jax_persistent_cache_min_entry_size_bytes", -1))
+
+
+def _shared_cache_settings() -> tuple[tuple[str, Any], ...]:
+    """(jax config name, value) of each setting of the workers' shared compilation cache;
+    none when the user names a cache of their own (`_CACHE_DIR_VAR`)."""
+    if os.environ.get(_CACHE_DIR_VAR):
+        return ()
+    return (("jax_compilation_cache_dir", _compile_cache_folder()), *_CACHE_SETTINGS)
+
+
 def shared_compile_cache() -> dict[str, str]:
     """The environment that has the gate's workers share jax's compilation cache in a
     temporary folder of this process (empty when the user names a cache of their own).
     Each worker compiles what its batches need; without a shared cache the second worker
     to need a program (an interpret-mode kernel at a case's shape, the Pallas fidelity
     probe) compiles it again, with one it loads the first one's executable: the same
-    program, so the same results.  Every compile is kept (no minimum compile time or
-    size): the programs are small and most take about a second.  Nothing outlives the
-    process: a fresh run compiles everything again."""
-    if os.environ.get(_CACHE_DIR_VAR):
-        return {}
-    return {_CACHE_DIR_VAR: _compile_cache_folder(),
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
+    program, so the same results.  Nothing outlives the process: a fresh run compiles
+    everything again."""
+    return {name.upper(): str(value) for name, value in _shared_cache_settings()}
 
 
 def use_shared_compile_cache() -> None:
@@ -80,11 +91,8 @@ def use_shared_compile_cache() -> None:
     in a process that compiled before, this does nothing."""
     import jax
 
-    env = shared_compile_cache()
-    if env:
-        jax.config.update("jax_compilation_cache_dir", env[_CACHE_DIR_VAR])
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    for name, value in _shared_cache_settings():
+        jax.config.update(name, value)
 
 
 class WorkerError(RuntimeError):
