@@ -17,8 +17,11 @@ environment (versions, backends, interpreter fixes, seed).
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,6 @@ import jinja2
 from fp8check.inputs import cases as cases_mod
 from fp8check.inputs.coverage import Coverage, suite_coverage
 from fp8check.reports import plots
-from fp8check.reports.figures import FigurePool, figures
 from fp8check.results.compare import Comparison, Move
 from fp8check.targets.chips import TARGETS, Target
 
@@ -43,6 +45,7 @@ LAYER0_KEY_METRICS = ("target", "vmem_bytes", "mxu_formats", "llo_vmatmul", "llo
                       "shared_bytes", "registers", "spill_stores_bytes", "mma_shapes", "tma",
                       "tmem_columns", "max_num_imprecise_acc")
 LAYER_ORDER = (0, 1, 2, 3, 4)
+FIGURES_PER_WORKER = 24
 LAYER_NAMES = {0: "0 · native compile", 1: "1 · single op", 2: "2 · MoE layer",
                3: "3 · training", 4: "4 · logs"}
 
@@ -126,6 +129,30 @@ def summary_matrix(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"layers": layers, "rows": rows}
 
 
+def _figure(r: dict[str, Any]) -> str | None:
+    """The inline PNG of a result's figure (by layer), None when it has no plot data."""
+    builder = {1: plots.case_figure, 2: plots.layer2_figure, 3: plots.layer3_figure}
+    fig = builder.get(r["layer"], plots.layer3_figure)(r)
+    return None if fig is None else plots.to_data_uri(fig)
+
+
+def figures(results: Sequence[dict[str, Any]], workers: int | None = 1) -> list[str | None]:
+    """`_figure` of every result, in order.  Rendering is the report's expensive part
+    (~0.3 s a figure, most of it matplotlib's Agg), so it can run in `workers` spawned
+    processes; None picks one per CPU, at most one per FIGURES_PER_WORKER figures (a small
+    report stays in this process).  The PNGs are the same bytes either way.  Spawned
+    workers re-import the caller's __main__ module, so only entry points with a
+    `__name__ == "__main__"` guard (the fp8check commands) ask for more than 1."""
+    if workers is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        workers = min(cpus, -(-len(results) // FIGURES_PER_WORKER))
+    if workers <= 1:
+        return [_figure(r) for r in results]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        return list(pool.map(_figure, results, chunksize=4))
+
+
 def _key_metrics(r: dict[str, Any]) -> list[tuple[str, Any]]:
     keys = {1: KEY_METRICS, 2: LAYER2_KEY_METRICS, 0: LAYER0_KEY_METRICS}.get(r["layer"], ())
     m = r.get("metrics", {})
@@ -171,17 +198,15 @@ def moves_by_kernel(comparison: Comparison) -> list[tuple[str, list[Move]]]:
 
 
 def build_context(doc: dict[str, Any], workers: int | None = 1,
-                  comparison: Comparison | None = None,
-                  pool: FigurePool | None = None) -> dict[str, Any]:
-    """Everything the template shows, figures rendered (the expensive part; `workers` and
-    `pool`, the figures rendered while the run ran, as in `figures`); with `comparison` (of
-    this run against a baseline) the regression view after the verdict."""
+                  comparison: Comparison | None = None) -> dict[str, Any]:
+    """Everything the template shows, figures rendered (the expensive part; `workers` as
+    in `figures`); with `comparison` (of this run against a baseline) the regression
+    view after the verdict."""
     results = doc["results"]
     views = [_view(r, f"case-{i}") for i, r in enumerate(results)]
     failures = [v for v in views if v["status"] in ("fail", "error")]
     drawn = [v for v in views if v["status"] != "skipped"]
-    for v, fig in zip(drawn, figures([v["r"] for v in drawn], workers, pool),
-                      strict=True):
+    for v, fig in zip(drawn, figures([v["r"] for v in drawn], workers), strict=True):
         v["figure"] = fig
     sections = []
     matrix = summary_matrix(results)
@@ -211,22 +236,20 @@ def build_context(doc: dict[str, Any], workers: int | None = 1,
 
 
 def render_html(doc: dict[str, Any], workers: int | None = 1,
-                comparison: Comparison | None = None, pool: FigurePool | None = None) -> str:
-    """The report as one HTML string (`workers`, `comparison` and `pool` as in
-    `build_context`)."""
+                comparison: Comparison | None = None) -> str:
+    """The report as one HTML string (`workers` and `comparison` as in `build_context`)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
     env.filters["fmt"] = _fmt
     env.filters["layer_name"] = layer_name
-    return env.get_template("report.html").render(**build_context(doc, workers, comparison,
-                                                                      pool))
+    return env.get_template("report.html").render(**build_context(doc, workers, comparison))
 
 
 def write_html(path: str | Path, doc: dict[str, Any], workers: int | None = 1,
-               comparison: Comparison | None = None, pool: FigurePool | None = None) -> None:
+               comparison: Comparison | None = None) -> None:
     """`render_html` into `path` (parent folders created)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(doc, workers, comparison, pool))
+    path.write_text(render_html(doc, workers, comparison))

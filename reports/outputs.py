@@ -5,24 +5,19 @@ summary, each only when its path is given."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fp8check.results import documents
 from fp8check.results.compare import Comparison
-
-if TYPE_CHECKING:  # matplotlib loads with it: only a run with a report needs it
-    from fp8check.reports.figures import FigurePool
 
 
 def write_outputs(doc: dict[str, Any], *, json: str | Path | None = None,
                   junit: str | Path | None = None, report: str | Path | None = None,
                   summary_md: str | Path | None = None, report_url: str | None = None,
-                  comparison: Comparison | None = None,
-                  figure_pool: FigurePool | None = None) -> None:
+                  comparison: Comparison | None = None) -> None:
     """Write `doc` to each path given; the report and the summary show `comparison` (of
     `doc` against a baseline) when there is one, and the summary links the report at
-    `report_url` (default: the `report` path).  The report takes the figures that
-    `figure_pool` rendered while the run ran."""
+    `report_url` (default: the `report` path)."""
     if json:
         documents.write_json(json, doc)
     if junit:
@@ -30,8 +25,7 @@ def write_outputs(doc: dict[str, Any], *, json: str | Path | None = None,
     if report:
         from fp8check.reports.html import write_html
 
-        write_html(report, doc, workers=None, comparison=comparison,  # commands: main guard
-                   pool=figure_pool)
+        write_html(report, doc, workers=None, comparison=comparison)  # commands: main guard
     if summary_md:
         from fp8check.reports.markdown import write_summary_markdown
 

@@ -299,30 +299,6 @@ def test_gate_writes_the_report(tmp_path, monkeypatch):
     assert "PASS" in page and CASE.id in page and "data:image/png;base64" in page
 
 
-def test_the_gate_renders_its_figures_while_it_runs_into_the_same_report(tmp_path,
-                                                                           monkeypatch):
-    """A gate with a report renders the figures of its results as they are made (a
-    `FigurePool`, here for a handful of results): the report is the one its JSON document
-    renders into afterwards."""
-    from fp8check.reports import figures as figures_mod
-
-    monkeypatch.chdir(tmp_path)  # away from the repository's [tool.fp8check] outputs
-    monkeypatch.setattr(figures_mod, "FIGURES_PER_WORKER", 1)
-    monkeypatch.setattr(figures_mod.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    made = []
-    monkeypatch.setattr(figures_mod.FigurePool, "add",
-                        lambda self, r, add=figures_mod.FigurePool.add: made.append(r)
-                        or add(self, r))
-    kernels = Path(__file__).parent / "seeded_bugs" / "kernels.py"
-    rc = main(["gate", "--kernel", f"{kernels}:naive_dequantized",
-               "--contract", "gmm-fp8", "--framework", "numpy", "--out-dtypes", "f32,bf16",
-               "--suite", "smoke", "--no-progress", "--report", str(tmp_path / "gate.html"),
-               "--json", str(tmp_path / "gate.json"), "--jsonl", str(tmp_path / "g.jsonl")])
-    doc = json.loads((tmp_path / "gate.json").read_text())
-    assert rc == 0 and made == doc["results"] and len(made) > 1
-    assert (tmp_path / "gate.html").read_text() == report_html.render_html(doc)
-
-
 def test_figures_rendered_in_worker_processes_are_the_same_pngs():
     """The report renders its figures in a process pool when it has many: the PNGs are
     byte for byte those of a serial rendering, in the results' order."""
@@ -330,22 +306,6 @@ def test_figures_rendered_in_worker_processes_are_the_same_pngs():
     serial = report_html.figures(rs, workers=1)
     assert sum(f is not None for f in serial) == len(rs)
     assert report_html.figures(rs, workers=2) == serial
-
-
-def test_figures_rendered_while_the_run_runs_are_the_same_pngs():
-    """A `FigurePool` renders the figures of the results it is given as they come (the
-    gate's results, during the run); `figures` takes those and renders the others, the
-    same PNGs in the results' order as a serial rendering, whichever it saw."""
-    from fp8check.reports.figures import FigurePool
-
-    rs = [r for r in report_document(1)["results"] if not r.get("skipped")]
-    serial = report_html.figures(rs, workers=1)
-    with FigurePool(2) as pool:
-        for r in rs[::2]:
-            pool.add(json.loads(json.dumps(r)))  # an equal dict, as the document's is
-        assert all(pool.started(r) is not None for r in rs[::2])
-        assert all(pool.started(r) is None for r in rs[1::2])
-        assert report_html.figures(rs, workers=1, pool=pool) == serial
 
 
 def test_layer3_grad_snr_is_drawn_at_the_steps_it_was_sampled(tmp_path, capsys):

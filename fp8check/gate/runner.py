@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fp8check import registry
 from fp8check.contracts import contract_of
@@ -29,9 +29,6 @@ from fp8check.layers.op import LAYER as OP_LAYER
 from fp8check.layers.op import ProblemCache, skipped_result, validate_case
 from fp8check.profiles import Profile, get_profile
 from fp8check.results import CaseResult, JsonlStream
-
-if TYPE_CHECKING:
-    from fp8check.reports.figures import FigurePool
 
 
 @dataclass(frozen=True)
@@ -79,12 +76,11 @@ def _from_first(make: Callable[[], Iterator[CaseResult]]) -> Callable[[int], Ite
 
 class Sink:
     """Where every result goes as it completes: the JSONL stream, the progress bar, the
-    list for the final documents, the report's figures (`figures`, a `FigurePool`, when
-    given) and on stderr a FAIL line saying why (`failure_line`) with its repro on the
-    next."""
+    list for the final documents, and on stderr a FAIL line saying why (`failure_line`)
+    with its repro on the next."""
 
-    def __init__(self, stream: JsonlStream, bar: Any, figures: FigurePool | None = None) -> None:
-        self.stream, self.bar, self.figures = stream, bar, figures
+    def __init__(self, stream: JsonlStream, bar: Any) -> None:
+        self.stream, self.bar = stream, bar
         self.done: list[CaseResult] = []
 
     def __call__(self, res: CaseResult, repro: str) -> None:
@@ -95,10 +91,7 @@ class Sink:
                            file=sys.stderr)
         elif res.passed is None and res.layer == 0:  # one per kernel: say why
             self.bar.write(f"SKIP {res.kernel} {res.case}: {res.skipped}", file=sys.stderr)
-        record = res.to_dict()
-        self.stream.write(record)
-        if self.figures is not None:
-            self.figures.add(record)
+        self.stream.write(res.to_dict())
         self.done.append(res)
         self.bar.update(1)
 

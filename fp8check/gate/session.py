@@ -4,9 +4,8 @@ the final documents.  `fp8check.commands.gate` is its command line."""
 from __future__ import annotations
 
 import sys
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fp8check import exitcodes
 from fp8check.config import load_config
@@ -18,9 +17,6 @@ from fp8check.gate.runner import Batch, Sink, plan_batches, run_batches
 from fp8check.results import CaseResult, JsonlStream, documents
 from fp8check.results.compare import Comparison, compare
 from fp8check.targets.toolchains import ToolchainMissing
-
-if TYPE_CHECKING:  # matplotlib loads with it: only a run with a report loads it
-    from fp8check.reports.figures import FigurePool
 
 
 def _environment(plan: GatePlan, specs: list, load_errors: dict[str, str]) -> dict[str, Any]:
@@ -46,11 +42,10 @@ def _progress(total: int, enabled: bool) -> Any:
 
 
 def _finish(plan: GatePlan, done: list[CaseResult], summary: dict[str, Any],
-            env: dict[str, Any], figure_pool: FigurePool | None) -> Comparison | None:
-    """Write the run's documents (the report with the figures `figure_pool` rendered
-    during the run); with `--baseline`, compare the run with it first (a complete run
-    only: an incomplete one fails anyway, and its missing results are not regressions of
-    the kernels) and show the comparison in the report and the summary."""
+            env: dict[str, Any]) -> Comparison | None:
+    """Write the run's documents; with `--baseline`, compare the run with it first (a
+    complete run only: an incomplete one fails anyway, and its missing results are not
+    regressions of the kernels) and show the comparison in the report and the summary."""
     from fp8check.reports.outputs import write_outputs
 
     c, o = plan.config, plan.options
@@ -63,20 +58,8 @@ def _finish(plan: GatePlan, done: list[CaseResult], summary: dict[str, Any],
             print(f"fp8check gate: not compared with {o.baseline}: this run is incomplete",
                   file=sys.stderr)
     write_outputs(doc, json=c.json, junit=c.junit, report=c.report, summary_md=o.summary_md,
-                  report_url=o.report_url, comparison=cmp, figure_pool=figure_pool)
+                  report_url=o.report_url, comparison=cmp)
     return cmp
-
-
-def _figure_pool(plan: GatePlan, planned: int) -> AbstractContextManager[FigurePool | None]:
-    """Where the report's figures are rendered while the run goes on: a `FigurePool` when
-    there is a report with figures for more than one process (`figure_workers`), else
-    nothing (they are rendered at the end)."""
-    if not plan.config.report:
-        return nullcontext()
-    from fp8check.reports.figures import FigurePool, figure_workers
-
-    processes = figure_workers(planned)
-    return FigurePool(processes) if processes > 1 else nullcontext()
 
 
 ISOLATION_OFF = ("fp8check: isolation is off: kernels run in this process; one that exits or "
@@ -135,18 +118,17 @@ def run_gate(opts: GateOptions, cwd: str | Path = ".") -> int:
     if not plan.config.isolate:
         print(ISOLATION_OFF, file=sys.stderr)
     planned = sum(b.size for b in batches)
-    with _figure_pool(plan, planned) as figure_pool:
-        with JsonlStream(plan.jsonl) as stream, _progress(planned, opts.progress) as bar:
-            stream.start(env, planned=planned)
-            sink = Sink(stream, bar, figure_pool)
-            stop = _run(plan, batches, sink)
-            if stop is None:
-                stream.end()
-        # A result that is missing counts as failed: a run that made fewer than it planned
-        # is incomplete, and an incomplete run never passes.
-        made_all = stop is None and len(sink.done) == planned
-        summary = documents.tally(sink.done, kernels.errors, complete=made_all)
-        cmp = _finish(plan, sink.done, summary, env, figure_pool)
+    with JsonlStream(plan.jsonl) as stream, _progress(planned, opts.progress) as bar:
+        stream.start(env, planned=planned)
+        sink = Sink(stream, bar)
+        stop = _run(plan, batches, sink)
+        if stop is None:
+            stream.end()
+    # A result that is missing counts as failed: a run that made fewer than it planned is
+    # incomplete, and an incomplete run never passes.
+    made_all = stop is None and len(sink.done) == planned
+    summary = documents.tally(sink.done, kernels.errors, complete=made_all)
+    cmp = _finish(plan, sink.done, summary, env)
     if stop is not None:
         print(_interrupted_line(plan, stop, len(sink.done), planned), file=sys.stderr)
         return exitcodes.interrupted(stop.signum)
