@@ -271,22 +271,10 @@ def start_order(batches: list[Batch], jobs: int) -> list[int]:
     plan's with one worker; with more, the batches of layers 0, 2 and 3 first (each a
     kernel family's whole compile, MoE layer or training run, up to minutes), then layer
     1's (one case each, seconds), so that the short ones fill in around the long ones
-    instead of one long batch running alone at the end.  Except the first layer-1 batch
-    of each kind (`Batch.compiles`), which start one after another beside the first long
-    ones, in one worker while the others compile: each fills numba's cache on disk with
-    what its kind needs (half a minute for the first, in a fresh clone), and every later
-    batch loads it from there, rather than each worker compiling the same functions when
-    they all reach layer 1 at about the same time."""
+    instead of one long batch running alone at the end."""
     if jobs == 1:
         return list(range(len(batches)))
-    long = [i for i, b in enumerate(batches) if b.layer != 1]
-    short = [i for i, b in enumerate(batches) if b.layer == 1]
-    kinds: dict[str, int] = {}  # the first layer-1 batch of each kind
-    for i in short:
-        kinds.setdefault(batches[i].compiles, i)
-    first = list(kinds.values())
-    rest = [i for i in short if i not in first]
-    return long[:jobs - 1] + first + long[jobs - 1:] + rest
+    return sorted(range(len(batches)), key=lambda i: batches[i].layer == 1)
 
 
 def run_isolated(plan: GatePlan, batches: list[Batch], sink: Sink, *, jobs: int,

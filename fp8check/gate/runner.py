@@ -50,11 +50,6 @@ class Batch:
     # fp8check's own work before the first result (layer 1: the case's references), run
     # apart so that a result's timeout measures the kernel, not the references
     prepare: Callable[[], None] | None = None
-    # Batches alike in what they compile into numba's cache on disk in a fresh clone, its
-    # first process to run one (layer 1: the references' and the metrics' numba functions,
-    # by the case's output dtype and whether its operands are finite); the parallel gate starts
-    # the first of each early (`fp8check.gate.isolation.start_order`)
-    compiles: str = ""
 
     @property
     def resumable(self) -> bool:
@@ -176,12 +171,6 @@ def _layer1_cases(plan: GatePlan) -> list[Case]:
     return plan.in_shard(cases_mod.build_suite(c.suite, c.seed))
 
 
-def _finite(case: Case) -> str:
-    """Whether `case`'s operands are finite, in words: the references take other paths
-    (numba's where C computes finite ones) for NaN and Inf."""
-    return "nonfinite" if case.distribution == cases_mod.NONFINITE else "finite"
-
-
 def _layer1(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
     """One batch per case: each kernel on it, in the plan's kernel order."""
     by_name = kernels.by_name()
@@ -204,8 +193,7 @@ def _layer1(plan: GatePlan, kernels: LoadedKernels) -> list[Batch]:
                     problems.prepare(k.spec.contract, case)
 
         return Batch(len(ks), case.id[:60], OP_LAYER, results, repro,
-                     slots=tuple((k.spec.name, case.id) for k in ks), prepare=prepare,
-                     compiles=f"{case.out_dtype} {_finite(case)}")
+                     slots=tuple((k.spec.name, case.id) for k in ks), prepare=prepare)
 
     # A case runs the kernels of the contracts it is for (a quantizer-only case, the
     # quantizers); a suite case no kernel of the run is for has no batch, and a `--case`
