@@ -133,39 +133,35 @@ static __m512i rhs_interleave(void) {
     return _mm512_loadu_si512(perm);
 }
 
-/* One expert's rhs codes [k][n] -> its digit tiles (layout above).  Returns 1 if a code
-   is a NaN (its digits are then zeros), else 0. */
-int fp8check_amx_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t ptiles) {
-    const uint8_t *codes = (const uint8_t *)pcodes;
-    int8_t *tiles = (int8_t *)ptiles;
-    const digit_table t = make_table();
+/* Column tiles [ct0, ct1) of one expert's rhs codes [k][n] -> their digit tiles in the
+   layout above with nt = ct1 - ct0 (tile [kb][d][kk][ct - ct0]), and where abs_tiles is
+   not NULL the same of their magnitudes.  Returns 1 if a code is a NaN (its digits are
+   then zeros), else 0. */
+static int rhs_tiles(const digit_table *t, const uint8_t *codes, int64_t k, int64_t n,
+                     int64_t ct0, int64_t ct1, int8_t *tiles, int8_t *abs_tiles) {
     const __m512i interleave = rhs_interleave();
-    const int64_t nt = (n + 15) / 16, plane = 2 * nt * 1024; /* bytes of one digit's tiles */
+    const int64_t nt = ct1 - ct0, plane = 2 * nt * 1024; /* bytes of one digit's tiles */
     int nan = 0;
     for (int64_t kb = 0; kb < k / 128; kb++)
         for (int kk = 0; kk < 2; kk++)
             for (int k4 = 0; k4 < 16; k4++) {
                 const uint8_t *row = codes + (128 * kb + 64 * kk + 4 * k4) * n;
-                for (int64_t ct = 0; ct < nt; ct++) {
-                    int8_t *o = tiles + kb * 3 * plane + ((int64_t)kk * nt + ct) * 1024 + 64 * k4;
-                    nan |= digits64(&t, rhs_row(row, n, ct, interleave), o, plane, NULL);
+                for (int64_t ct = ct0; ct < ct1; ct++) {
+                    const int64_t o = kb * 3 * plane + ((int64_t)kk * nt + ct - ct0) * 1024 +
+                                      64 * k4;
+                    nan |= digits64(t, rhs_row(row, n, ct, interleave), tiles + o, plane,
+                                    abs_tiles ? abs_tiles + o : NULL);
                 }
             }
     return nan;
 }
 
-/* Column tile ct of one expert's rhs codes [k][n] -> its digit tiles and its magnitudes'
-   (the layout above with nt = 1: [k / 128][3][2][16][64] each), the codes free of NaNs
-   (the caller checks). */
-static void rhs_column(const digit_table *t, const uint8_t *codes, int64_t k, int64_t n,
-                       int64_t ct, __m512i interleave, int8_t *tiles, int8_t *abs_tiles) {
-    for (int64_t kb = 0; kb < k / 128; kb++)
-        for (int kk = 0; kk < 2; kk++)
-            for (int k4 = 0; k4 < 16; k4++) {
-                const int64_t o = kb * 3 * 2048 + kk * 1024 + 64 * k4;
-                digits64(t, rhs_row(codes + (128 * kb + 64 * kk + 4 * k4) * n, n, ct, interleave),
-                         tiles + o, 2048, abs_tiles + o);
-            }
+/* One expert's rhs codes [k][n] -> its digit tiles (layout above).  Returns 1 if a code
+   is a NaN (its digits are then zeros), else 0. */
+int fp8check_amx_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t ptiles) {
+    const digit_table t = make_table();
+    return rhs_tiles(&t, (const uint8_t *)pcodes, k, n, 0, (n + 15) / 16, (int8_t *)ptiles,
+                     NULL);
 }
 
 /* Planes of rows [0, rows) of lhs codes (row stride lda bytes, k columns), and where
@@ -552,7 +548,7 @@ static void consume_exact(const exact_sink *s, tile_state *st, int32_t c[5][16][
    pass would live in L2 or further and cost a load and a store a K block), into the
    sink: planes and abs_planes the pass's lhs planes and its magnitudes' (`lhs_planes`),
    b the group's rhs codes [k][n], col scratch for `cb` column tiles' rhs tiles and their
-   magnitudes' (`rhs_column`, 12 k bytes each).  Column blocks of cb tiles outside the
+   magnitudes' (`rhs_tiles`, 12 k bytes each).  Column blocks of cb tiles outside the
    pass's row tiles: the pass's planes (its rows chosen by the caller to fit in L2) are
    read once a column tile, and a column tile's rhs tiles, made from the codes once a
    pass (six times smaller than the tiles: less to read from L3 than the tiles packed once
@@ -565,7 +561,6 @@ static void exact_pass(const digit_table *t, const int8_t *planes, const int8_t 
                        const exact_sink *s) {
     const int64_t nt = (s->n + 15) / 16, plane = (rows + 15) / 16 * 16 * 128;
     const int64_t col_size = s->kbn * 6 * 1024;
-    const __m512i interleave = rhs_interleave();
     /* One stash, consumed right after the unit's tile work: on this CPU (Sapphire Rapids
        class) vector loads and stores interleaved with tile loads and stores wait on them,
        so consuming the previous unit's stash during this one's tile work (two stashes)
@@ -577,8 +572,8 @@ static void exact_pass(const digit_table *t, const int8_t *planes, const int8_t 
     for (int64_t c0 = 0; c0 < nt; c0 += cb) {
         const int64_t c1 = nt < c0 + cb ? nt : c0 + cb;
         for (int64_t ct = c0; ct < c1; ct++)
-            rhs_column(t, b, s->kbn * 128, s->n, ct, interleave, col + (ct - c0) * 2 * col_size,
-                       col + ((ct - c0) * 2 + 1) * col_size);
+            rhs_tiles(t, b, s->kbn * 128, s->n, ct, ct + 1, col + (ct - c0) * 2 * col_size,
+                      col + ((ct - c0) * 2 + 1) * col_size);
         for (int64_t r0 = 0; r0 < rows; r0 += 16)
             for (int64_t ct = c0; ct < c1; ct++) {
                 const int8_t *tiles = col + (ct - c0) * 2 * col_size, *abs_tiles = tiles + col_size;
