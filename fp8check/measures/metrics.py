@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -659,7 +660,7 @@ class BiasSums:
     and per (group, column tile) the sums of z and the element counts, and the sum of
     z^2.  The elements of one row share the lhs's roundings, and the rows of one group in
     one column tile the rhs's (one column, or the N width of the rhs's scale blocks), so
-    both are clusters.  Row chunks combine with `+` (rows concatenate, tiles add)."""
+    both are clusters.  Row chunks combine with `join` (rows concatenate, tiles add)."""
 
     row_sums: np.ndarray
     row_counts: np.ndarray
@@ -667,11 +668,18 @@ class BiasSums:
     col_counts: np.ndarray
     sq: float
 
-    def __add__(self, other: BiasSums) -> BiasSums:
-        return BiasSums(np.concatenate([self.row_sums, other.row_sums]),
-                        np.concatenate([self.row_counts, other.row_counts]),
-                        self.col_sums + other.col_sums, self.col_counts + other.col_counts,
-                        self.sq + other.sq)
+    @classmethod
+    def join(cls, parts: Sequence[BiasSums]) -> BiasSums:
+        """The sums of row chunks `parts` (in row order, at least one, all of the same
+        groups and tiles): their rows concatenated once (joining chunk by chunk would copy
+        the rows so far each time: quadratic in the chunks), their tiles added."""
+        if not parts:
+            raise ValueError("BiasSums.join: no parts to join")
+        return cls(np.concatenate([p.row_sums for p in parts]),
+                   np.concatenate([p.row_counts for p in parts]),
+                   np.sum([p.col_sums for p in parts], axis=0),
+                   np.sum([p.col_counts for p in parts], axis=0),
+                   float(sum(p.sq for p in parts)))
 
     @classmethod
     def empty(cls, n_groups: int, n: int, block: int) -> BiasSums:

@@ -465,37 +465,31 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
 
 class _BiasTotals:
     """bias_z's sign-test sums (`metrics.BiasSums`, both modes) of a gmm output's row
-    chunks in row order, for `n_groups` groups of `n` columns in tiles of `block`: the
-    rows' sums kept to be joined once, the (group, tile) sums added in place."""
+    chunks in row order, for `n_groups` groups of `n` columns in tiles of `block`, joined
+    once (`BiasSums.join`)."""
 
     def __init__(self, n_groups: int, n: int, block: int):
-        self.n, self.block, self.tiles = n, block, -(-n // block)
-        self.row_z: list[np.ndarray] = [np.zeros((0, 2))]
-        self.row_counts: list[np.ndarray] = [np.zeros(0, np.int64)]
-        self.col_z = np.zeros((n_groups * self.tiles, 2))
-        self.col_counts = np.zeros(n_groups * self.tiles, np.int64)
-        self.nonzero = 0
+        self.n, self.tiles = n, -(-n // block)
+        self.size = n_groups * self.tiles
+        self.tile_width = np.minimum(block, n - block * np.arange(self.tiles))
+        self.parts: dict[str, list[BiasSums]] = {
+            mode: [BiasSums.empty(n_groups, n, block)] for mode in BIAS_MODES}
 
     def add(self, signs: _Signs, group: int, *, finite: bool) -> None:
         """The next rows' `signs` (of group `group`); none where out is not `finite` there
         (`finite` fails the output, and the criterion reports inf)."""
         rows = signs.row_z.shape[0]
-        if not finite:
-            self.row_z.append(np.zeros((rows, 2)))
-            self.row_counts.append(np.zeros(rows, np.int64))
-            return
-        at = slice(group * self.tiles, (group + 1) * self.tiles)
-        self.row_z.append(signs.row_z)
-        self.row_counts.append(np.full(rows, self.n, np.int64))
-        self.col_z[at] += signs.tile_z
-        self.col_counts[at] += rows * np.minimum(self.block,
-                                                 self.n - self.block * np.arange(self.tiles))
-        self.nonzero += signs.nonzero
+        col_z, col_counts = np.zeros((self.size, 2)), np.zeros(self.size, np.int64)
+        if finite:
+            at = slice(group * self.tiles, (group + 1) * self.tiles)
+            col_z[at], col_counts[at] = signs.tile_z, rows * self.tile_width
+        row_z = signs.row_z if finite else np.zeros((rows, 2))
+        row_counts = np.full(rows, self.n if finite else 0, np.int64)
+        for i, mode in enumerate(BIAS_MODES):
+            self.parts[mode].append(BiasSums(
+                np.ascontiguousarray(row_z[:, i]), row_counts, np.ascontiguousarray(col_z[:, i]),
+                col_counts, float(signs.nonzero if finite else 0)))
 
     def sums(self) -> dict[str, BiasSums]:
         """The `BiasSums` of each mode (`BIAS_MODES`) of the rows added."""
-        row_z, counts = np.concatenate(self.row_z), np.concatenate(self.row_counts)
-        return {mode: BiasSums(np.ascontiguousarray(row_z[:, i]), counts.copy(),
-                               np.ascontiguousarray(self.col_z[:, i]), self.col_counts.copy(),
-                               float(self.nonzero))
-                for i, mode in enumerate(BIAS_MODES)}
+        return {mode: BiasSums.join(parts) for mode, parts in self.parts.items()}

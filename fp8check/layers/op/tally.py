@@ -8,7 +8,7 @@ gives the values one chunk covering all of it gives, bit for bit:
 * the float64 sums (error_ratio's, the SQNRs', calc_diff's) are kept per output row, each
   summed whole inside its chunk (numpy's sum of a row does not depend on the rows around
   it), and added at the end with `math.fsum` (correctly rounded, whatever the order);
-* bias_z's cluster sums are `metrics.BiasSums`, exact integer counts that `+` combines.
+* bias_z's cluster sums are `metrics.BiasSums`, exact integer counts that `join` combines.
 
 Units: ULPs of the output's dtype; ratios are dimensionless; sums are in the output's
 units squared, unscaled (a float32 or bfloat16 value squared, or its error to a float64
@@ -185,8 +185,9 @@ class OutputTally:
         self.ulp_counts = np.zeros(len(ULP_BINS), np.int64)
         self.out_finite = True
         self.err, self.base_finite = Sums(), True
-        self.bias: dict[str, BiasSums] | None = {
-            mode: BiasSums.empty(s.n_groups, s.n_cols, s.block) for mode in BIAS_MODES}
+        # bias_z's sums of each chunk, per mode, joined when read (`bias`)
+        self._bias: dict[str, list[BiasSums]] | None = {
+            mode: [BiasSums.empty(s.n_groups, s.n_cols, s.block)] for mode in BIAS_MODES}
         self.ref_close_fail = 0
         self.bit_mismatches, self.bit = 0, Worst()
         self.impact_nonfinite_ref = 0
@@ -269,16 +270,25 @@ class OutputTally:
         """bias_z's sign-test sums of the chunk against `expected` (RN(exact) or the
         model); a chunk whose sums cannot be taken (a non-finite expected value) leaves the
         test untestable (`bias` None)."""
-        if self.bias is None:
+        if self._bias is None:
             return
         try:
             parts = {mode: metrics.bias_sums(o, expected, c.groups, self.setting.n_groups,
                                              mode=mode, block=self.setting.block, keep=kept)
                      for mode in BIAS_MODES}
         except ValueError:
-            self.bias = None
+            self._bias = None
             return
-        self.bias = {mode: self.bias[mode] + parts[mode] for mode in BIAS_MODES}
+        for mode in BIAS_MODES:
+            self._bias[mode].append(parts[mode])
+
+    @property
+    def bias(self) -> dict[str, BiasSums] | None:
+        """bias_z's sums of each mode over the chunks added; None once a chunk's sums could
+        not be taken."""
+        if self._bias is None:
+            return None
+        return {mode: BiasSums.join(parts) for mode, parts in self._bias.items()}
 
     def _add_impact(self, c: RowChunk, at: Callable[[tuple[Any, ...]], list[int]]) -> None:
         """The impact's measures of the chunk against the unquantized product: its
