@@ -555,8 +555,10 @@ static void consume_exact(const exact_sink *s, tile_state *st, int32_t c[5][16][
    a group), stay in L2 across the pass's row tiles.  Within a block the row tiles go
    outside its column tiles, so that the finished outputs of a row tile go out as row
    pieces of cb tiles' width: a column of 16-wide pieces, each row in another page,
-   stored at a fraction of the speed (measured: wo's outputs took most of its time). */
-static void exact_pass(const digit_table *t, const int8_t *planes, const int8_t *abs_planes,
+   stored at a fraction of the speed (measured: wo's outputs took most of its time).
+   Returns 1 (at once, the sink's rows then meaning nothing) when one of the group's rhs
+   codes is a NaN, else 0. */
+static int exact_pass(const digit_table *t, const int8_t *planes, const int8_t *abs_planes,
                        int64_t rows, const uint8_t *b, int8_t *col, int64_t cb,
                        const exact_sink *s) {
     const int64_t nt = (s->n + 15) / 16, plane = (rows + 15) / 16 * 16 * 128;
@@ -571,9 +573,12 @@ static void exact_pass(const digit_table *t, const int8_t *planes, const int8_t 
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3); _tile_zero(4);
     for (int64_t c0 = 0; c0 < nt; c0 += cb) {
         const int64_t c1 = nt < c0 + cb ? nt : c0 + cb;
+        int nan = 0;
         for (int64_t ct = c0; ct < c1; ct++)
-            rhs_tiles(t, b, s->kbn * 128, s->n, ct, ct + 1, col + (ct - c0) * 2 * col_size,
-                      col + ((ct - c0) * 2 + 1) * col_size);
+            nan |= rhs_tiles(t, b, s->kbn * 128, s->n, ct, ct + 1,
+                             col + (ct - c0) * 2 * col_size, col + ((ct - c0) * 2 + 1) * col_size);
+        if (nan)
+            return 1;
         for (int64_t r0 = 0; r0 < rows; r0 += 16)
             for (int64_t ct = c0; ct < c1; ct++) {
                 const int8_t *tiles = col + (ct - c0) * 2 * col_size, *abs_tiles = tiles + col_size;
@@ -587,6 +592,7 @@ static void exact_pass(const digit_table *t, const int8_t *planes, const int8_t 
                 }
             }
     }
+    return 0;
 }
 
 /* The recipe `code` (0-2), the exact value and |A||B| of rows [m0, m1) of the output (one
@@ -594,14 +600,17 @@ static void exact_pass(const digit_table *t, const int8_t *planes, const int8_t 
    their exact partials and those of the magnitudes:
      a        lhs codes [M][k];  sa  lhs scales [M][k / 128];
      b        rhs codes [G][k][n];  sb  rhs scales [G][k / 128][nb];
-     offs     [G + 1] int64, the first row of each group and the end of the last;
-   no NaN code (the caller checks).  Out, each [M][n], the groups' rows in [m0, m1)
+     offs     [G + 1] int64, the first row of each group and the end of the last.
+   Out, each [M][n], the groups' rows in [m0, m1)
    written, all other rows left alone: the recipe float32, the exact value float64
    (`finish_exact`), |A||B| float64 (its sum times `scale`) and undecided uint8 (1 where
    the exact value must be recomputed, else 0).  A group's rows go `rows_per_pass` at a
    time (a multiple of 16, at most CHUNK_ROWS; their planes should fit in L2:
-   `exact_pass`).  Returns 0, or -1 (nothing written) when its scratch cannot be
-   allocated. */
+   `exact_pass`).  Returns 0; 1 when a code it reads (the share's lhs rows, the rhs of
+   their groups) is a NaN, which the digits cannot carry: it stops there, its outputs
+   meaning nothing (the caller takes another path; checking the codes beforehand cost a
+   pass over them that this one makes anyway); -1 (nothing written) when its scratch
+   cannot be allocated. */
 int fp8check_amx_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint64_t poffs,
                            int64_t g, int64_t m0, int64_t m1, uint64_t psa, uint64_t psb,
                            int64_t nb, int64_t code, int64_t rows_per_pass, uint64_t pout,
@@ -621,23 +630,26 @@ int fp8check_amx_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint6
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
     configure_tiles();
-    for (int64_t gi = 0; gi < g; gi++) {
+    int nan = 0;
+    for (int64_t gi = 0; gi < g && !nan; gi++) {
         const int64_t r0 = offs[gi] > m0 ? offs[gi] : m0;
         const int64_t r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
-        for (int64_t rb = r0; rb < r1; rb += rows_per_pass) {
+        for (int64_t rb = r0; rb < r1 && !nan; rb += rows_per_pass) {
             const int64_t nr = r1 - rb < rows_per_pass ? r1 - rb : rows_per_pass;
             const int64_t e = rb * n;
-            lhs_planes(&t, a + rb * k, k, nr, (nr + 15) / 16 * 16, k, planes, abs_planes);
+            nan = lhs_planes(&t, a + rb * k, k, nr, (nr + 15) / 16 * 16, k, planes, abs_planes);
+            if (nan)
+                break;
             const exact_sink s = {code, kbn, n, nb, (const float *)psa + rb * kbn,
                                   (const float *)psb + gi * kbn * nb, (float *)pout + e,
                                   (double *)pexact + e, (double *)pmag + e,
                                   (uint8_t *)pundecided + e, 2.0 * kbn * (kbn + 1) * 0x1p-105,
                                   scale};
-            exact_pass(&t, planes, abs_planes, nr, b + gi * k * n, col, cb, &s);
+            nan = exact_pass(&t, planes, abs_planes, nr, b + gi * k * n, col, cb, &s);
         }
     }
     _tile_release();
     _mm_setcsr(csr);
     free(planes);
-    return 0;
+    return nan;
 }

@@ -3,8 +3,9 @@ production-shape check (`fp8check.measures.totals.gmm_reference_chunks`):
 `gmm_references` gives, bit for bit, `gmm(..., out_dtype, accum)` (the recipe's output),
 `gmm(..., np.float64, "exact")` (the exact value) and `abs_product` (|A||B|).
 
-Where AMX runs (`references.amx`) and the operands allow it (e4m3fn, no NaN code, finite
-scales, a recipe on the exact partials: deepgemm, cublas or tokamax), one C pass per
+Where AMX runs (`references.amx`) and the operands allow it (e4m3fn, finite scales, a
+recipe on the exact partials: deepgemm, cublas or tokamax; no NaN code among the codes
+the pass reads, which it checks itself as it makes their digits), one C pass per
 thread's row share of all the groups (`fp8check_amx_exact_gmm` in amx_gmm.c, which packs
 the rhs codes itself) forms each K block's exact partial on the int8 tiles and consumes
 it at once: the recipe's float32 step (the AMX gmm's own code: the same bits), the exact
@@ -14,13 +15,14 @@ within an error bound that |A||B|'s sum gives, and |A||B| from its magnitude par
 the same tiles (`abs_bound`), scaled in the pass too; it writes the three into the
 outputs.  The exact value is therefore the correctly rounded one whatever the path; an
 element the certified bound cannot decide (rare: a near-tie) is recomputed by the
-superaccumulator (`_exact_at`).  Elsewhere: `gmm_and_exact` and `abs_product`, the same
-bits.
+superaccumulator (`_exact_at`).  Elsewhere, and where the pass meets a NaN code:
+`gmm_and_exact` and `abs_product`, the same bits.
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 import ml_dtypes
 import numba
@@ -34,7 +36,6 @@ from fp8check.references.gmm import (
     _LUT,
     DEFAULT_INTERVAL,
     _checked_gmm_args,
-    _no_nan_codes,
     gmm_and_exact,
     group_offsets,
 )
@@ -105,10 +106,20 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
     fn = _exact_gmm_fn()
     k = lhs.values.shape[1]
     if (fn is None or accum not in RECIPE_CODES or lhs.fmt != "e4m3fn" or k == 0
-            or not _no_nan_codes(lhs, rhs, gs)
-            or not (np.isfinite(lhs.scales).all() and np.isfinite(rhs.scales).all())):
+            or not (np.isfinite(lhs.scales).all() and np.isfinite(rhs.scales).all())
+            or (refs := _exact_pass(fn, lhs, rhs, gs, accum, m, n, k)) is None):
         recipe, exact = gmm_and_exact(lhs, rhs, gs, dt, accum, interval=interval)
         return recipe, exact, blockwise_abs_product(lhs, rhs, gs)
+    recipe32, exact, abs_ab = refs
+    return recipe32 if dt == recipe32.dtype else recipe32.astype(dt), exact, abs_ab
+
+
+def _exact_pass(fn: Callable[..., int], lhs: QTensor, rhs: QTensor, gs: np.ndarray,
+                accum: str, m: int, n: int, k: int,
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(recipe in float32, exact value, |A||B|) [m, n] of e4m3fn operands with finite
+    scales from the C pass `fn` (`fp8check_amx_exact_gmm`) on the threads' row shares,
+    the undecided elements recomputed; None where the pass met a NaN code."""
     offs = group_offsets(gs)
     # the pass writes every row of the groups: only the rows past them are zeroed (np.zeros
     # of memory the allocator recycles clears all of it, a pass over every element)
@@ -122,16 +133,18 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
     sb = np.ascontiguousarray(rhs.scales, dtype=np.float32)
     flags = np.empty((int(offs[-1]), n), np.uint8)  # the groups' rows, all written
     cuts = row_shares(offs, numba.get_num_threads()).tolist()
-    cbuild.run_parallel([
+    done = cbuild.run_parallel([
         (fn, (a_codes.ctypes.data, k, b_codes.ctypes.data, n, offs.ctypes.data, len(gs), c0, c1,
               sa.ctypes.data, sb.ctypes.data, sb.shape[2], RECIPE_CODES[accum], pass_rows,
               recipe32.ctypes.data, exact.ctypes.data, abs_ab.ctypes.data, flags.ctypes.data,
               factor(k)))
         for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True) if c1 > c0])
+    if 1 in done:
+        return None
     rows_u, cols_u = _undecided(flags)
     groups_u = np.searchsorted(offs, rows_u, side="right") - 1
     for g in np.unique(groups_u):
         r0, r1, at = int(offs[g]), int(offs[g + 1]), groups_u == g
         exact[rows_u[at], cols_u[at]] = _exact_at(a_codes[r0:r1], b_codes[g], _LUT_E4M3,
                                                   sa[r0:r1], sb[g], rows_u[at] - r0, cols_u[at])
-    return recipe32 if dt == recipe32.dtype else recipe32.astype(dt), exact, abs_ab
+    return recipe32, exact, abs_ab

@@ -133,6 +133,33 @@ def test_other_operands_give_the_same_results(fault, monkeypatch):
     _check(fr.gmm_references(lhs, rhs, gs, ml_dtypes.bfloat16, accum), want)
 
 
+@pytest.mark.parametrize("place", ["lhs-in-a-group", "rhs-late-columns", "rhs-unused-expert",
+                                   "lhs-past-the-groups"])
+def test_the_pass_finds_nan_codes_itself(place, monkeypatch):
+    """The C pass checks the codes it reads for NaN as it makes their digits: one in a
+    group's lhs rows or in its rhs (here in the second column block of the pass) gives
+    gmm_and_exact's bits, NaN included; one in codes no output depends on (an empty
+    group's expert, rows past the last group) leaves the pass's own results, the same
+    bits as the references."""
+    _needs_amx()
+    lhs, rhs, gs = _adversarial(np.random.default_rng(), 37, 256, 300, 4)
+    assert gs[1] == gs[3] == 0 and gs[2] > 1 and gs.sum() < 37
+    a, b = lhs.values.view(np.uint8), rhs.values.view(np.uint8)
+    if place == "lhs-in-a-group":
+        a[gs[0] + 1, 200] = 0xFF
+    if place == "rhs-late-columns":
+        b[2, 130, 290] = 0x7F
+    if place == "rhs-unused-expert":
+        b[1, 5, 7] = 0x7F
+    if place == "lhs-past-the-groups":
+        a[-1, 3] = 0xFF
+    want = _want(lhs, rhs, gs, np.float32, "deepgemm")
+    seen = _flags_of_the_pass(monkeypatch)
+    _check(fr.gmm_references(lhs, rhs, gs, np.float32, "deepgemm"), want)
+    nan_read = place in ("lhs-in-a-group", "rhs-late-columns")
+    assert bool(seen) != nan_read and np.isnan(want[0]).any() == nan_read
+
+
 def _flags_of_the_pass(monkeypatch) -> list[np.ndarray]:
     """The C pass's undecided flags, one array a call, as the pass hands them over."""
     seen: list[np.ndarray] = []
