@@ -15,6 +15,7 @@ import pytest
 from fp8check.measures import metrics
 from fp8check.measures.totals import (
     _BLOCK,
+    _SUB,
     MetricTotals,
     gmm_metric_totals,
     gmm_reference_chunks,
@@ -100,6 +101,22 @@ def test_metric_totals_finite_data_and_argmax_in_a_late_block(dtype):
     _assert_same(s, _elementwise(out, ex, ab, 128, dtype))
     assert s.bound_ratio_argmax == 3 * _BLOCK + 5 and s.n_over_bound == 2
     assert s.sqnr_db == pytest.approx(metrics.sqnr_db(ex, out), rel=1e-12)
+
+
+def test_metric_totals_argmax_is_the_first_of_equal_maxima_across_sub_blocks():
+    """The bound max three times: in the second and fourth sub-blocks of a block (not its
+    first) and in a later block; the argmax is the first of them."""
+    rng = np.random.default_rng(8)
+    n = 3 * _BLOCK
+    ex = rng.standard_normal(n)
+    out = ex.astype(np.float32)
+    at = [_BLOCK + _SUB + 17, _BLOCK + 3 * _SUB + 2, 2 * _BLOCK + 40]
+    ex[at] = ex[at[0]]
+    out[at] = np.float32(ex[at[0]] + 1.0)
+    ab = np.abs(ex) * 3
+    s = metric_totals(out, ex, ab, 128)
+    _assert_same(s, _elementwise(out, ex, ab, 128, np.float32))
+    assert s.bound_ratio_argmax == at[0] and s.n_over_bound == 3
 
 
 def test_metric_totals_correct_rounding_is_zero_ulps_and_empty_input():

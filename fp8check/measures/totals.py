@@ -207,7 +207,8 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor
             ncols, block):
     """Per block of _BLOCK elements: ints [nonfinite, ulp max, ulp off, over bound, ref
     mismatches, invalid exact / abs_ab, nonzero sign-test z, non-finite sign-test
-    reference] and floats [bound max, signal, noise].  Elementwise values go through
+    reference, first flat index of the bound max (-1 if none)] and floats [bound max,
+    signal, noise].  Elementwise values go through
     small buffers so that the elementwise loop and each reduction vectorize.
 
     With `against` 1 (RN(exact)) or 2 (ref), also the sign test's z (`metrics.sign_z`,
@@ -218,7 +219,7 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor
     float64 sums are exact integers in any order."""
     n = out.shape[0]
     nb = (n + _BLOCK - 1) // _BLOCK
-    ints = np.zeros((nb, 8), np.int64)
+    ints = np.zeros((nb, 9), np.int64)
     flt = np.zeros((nb, 3), np.float64)
     rows = n // ncols if against else 0
     tiles = (ncols + block - 1) // block if against else 0
@@ -228,6 +229,7 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor
         dist = np.empty(_SUB, np.int64)
         ag = np.empty(_SUB, np.float32)
         flt[b, 0] = -1.0
+        ints[b, 8] = -1
         end = min(n, (b + 1) * _BLOCK)
         for c0 in range(b * _BLOCK, end, _SUB):
             m = min(_SUB, end - c0)
@@ -268,23 +270,19 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor
             ints[b, 3] += over
             ints[b, 4] += mismatch
             ints[b, 5] += bad
-            flt[b, 0] = max(flt[b, 0], _max(rr, m))
+            top = _max(rr, m)
+            if top > flt[b, 0]:  # its first element: an earlier sub-block's equal max stays
+                flt[b, 0] = top
+                t = 0
+                while t < m - 1 and rr[t] != top:
+                    t += 1
+                ints[b, 8] = c0 + t
             flt[b, 1] += _sum(sq, m)
             flt[b, 2] += _sum(dd, m)
     for b in range(nb):  # the rows' sums from the blocks after the one they start in
         if rows:
             row_z[b * _BLOCK // ncols] += head[b]
     return ints, flt, row_z, tile_z
-
-
-@numba.njit(cache=True)
-def _first_index_of(out, exact, abs_ab, value, start, stop, gamma, emin, mant, floor):
-    """First i in [start, stop) whose bound ratio equals `value` (-1 if none)."""
-    for i in range(start, stop):
-        if ratio_of(np.float64(out[i]), exact[i], abs_ab[i], gamma, emin, mant,
-                    floor) == value:
-            return i
-    return -1
 
 
 def _f32_view(x: np.ndarray, name: str) -> np.ndarray:
@@ -352,9 +350,7 @@ def _totals(out, exact, abs_ab, k: int, *, u: float, n: int | None, ref, underfl
     if not ints.shape[0]:
         return MetricTotals.empty(ref is not None), signs
     best = int(np.argmax(flt[:, 0]))  # first block holding the max, then its first element
-    arg = _first_index_of(o32, ex, ab, flt[best, 0], best * _BLOCK,
-                          min(o32.size, (best + 1) * _BLOCK), gamma, fmt.min_exponent,
-                          fmt.mantissa_bits, floor)
+    arg = ints[best, 8]
     return MetricTotals(
         n=int(o32.size), n_nonfinite=int(ints[:, 0].sum()), ulp_max=int(ints[:, 1].max()),
         n_ulp_off=int(ints[:, 2].sum()), bound_ratio_max=float(flt[best, 0]),
