@@ -207,16 +207,16 @@ def _bias_oracle(out, lq, rq, gs, accum, rows_per_chunk):
     pass per mode), against RN(exact) or a tensor-core recipe's output, none where the chunk
     holds a NaN or Inf."""
     g, n = rq.shape[0], rq.shape[2]
-    bias = {mode: [metrics.BiasSums.empty(g, n, 128)] for mode in metrics.BIAS_MODES}
+    bias = {mode: metrics.BiasChunks(g, n, 128) for mode in metrics.BIAS_MODES}
     for c in gmm_reference_chunks(lq, rq, gs, out.dtype, accum=accum,
                                   rows_per_chunk=rows_per_chunk):
         o = out[c.start:c.stop]
         against = c.ref if accum in TENSOR_CORE_ACCUMS else rounded(c.exact, out.dtype)
         keep = None if np.isfinite(o.astype(np.float64)).all() else np.zeros(o.shape, bool)
         for mode in bias:
-            bias[mode].append(metrics.bias_sums(
+            bias[mode].add_sums(metrics.bias_sums(
                 o, against, np.full(o.shape[0], c.group), g, mode=mode, block=128, keep=keep))
-    return {mode: metrics.BiasSums.join(parts) for mode, parts in bias.items()}
+    return {mode: chunks.sums() for mode, chunks in bias.items()}
 
 
 @pytest.mark.parametrize(("sizes", "k", "n", "accum", "dtype", "rows_per_chunk", "nonfinite"), [

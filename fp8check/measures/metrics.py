@@ -23,7 +23,6 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -660,7 +659,7 @@ class BiasSums:
     and per (group, column tile) the sums of z and the element counts, and the sum of
     z^2.  The elements of one row share the lhs's roundings, and the rows of one group in
     one column tile the rhs's (one column, or the N width of the rhs's scale blocks), so
-    both are clusters.  Row chunks combine with `join` (rows concatenate, tiles add)."""
+    both are clusters.  Row chunks combine in `BiasChunks` (rows concatenate, tiles add)."""
 
     row_sums: np.ndarray
     row_counts: np.ndarray
@@ -669,24 +668,42 @@ class BiasSums:
     sq: float
 
     @classmethod
-    def join(cls, parts: Sequence[BiasSums]) -> BiasSums:
-        """The sums of row chunks `parts` (in row order, at least one, all of the same
-        groups and tiles): their rows concatenated once (joining chunk by chunk would copy
-        the rows so far each time: quadratic in the chunks), their tiles added."""
-        if not parts:
-            raise ValueError("BiasSums.join: no parts to join")
-        return cls(np.concatenate([p.row_sums for p in parts]),
-                   np.concatenate([p.row_counts for p in parts]),
-                   np.sum([p.col_sums for p in parts], axis=0),
-                   np.sum([p.col_counts for p in parts], axis=0),
-                   float(sum(p.sq for p in parts)))
-
-    @classmethod
     def empty(cls, n_groups: int, n: int, block: int) -> BiasSums:
         """The sums of no rows, for `n_groups` groups of `n` columns in tiles of `block`."""
         size = n_groups * -(-n // block)
         return cls(np.zeros(0), np.zeros(0, np.int64), np.zeros(size),
                    np.zeros(size, np.int64), 0.0)
+
+
+class BiasChunks:
+    """The `BiasSums` of an output's row chunks, added in row order (`add`), for `n_groups`
+    groups of `n` columns in tiles of `block`: the chunks' row sums kept to be
+    concatenated once (concatenating chunk by chunk would copy the rows so far each time:
+    quadratic in the chunks), their (group, tile) sums added in place."""
+
+    def __init__(self, n_groups: int, n: int, block: int):
+        empty = BiasSums.empty(n_groups, n, block)
+        self._rows, self._row_counts = [empty.row_sums], [empty.row_counts]
+        self._col_sums, self._col_counts, self._sq = empty.col_sums, empty.col_counts, 0.0
+
+    def add(self, row_sums: np.ndarray, row_counts: np.ndarray, col_sums: ArrayLike,
+            col_counts: ArrayLike, sq: float, at: slice = slice(None)) -> None:
+        """The next rows' sums (`BiasSums`' fields), their (group, tile) sums `col_sums`
+        and `col_counts` those of the tiles `at` (default: all)."""
+        self._rows.append(row_sums)
+        self._row_counts.append(row_counts)
+        self._col_sums[at] += col_sums
+        self._col_counts[at] += col_counts
+        self._sq += sq
+
+    def add_sums(self, part: BiasSums) -> None:
+        """The next rows' `BiasSums` (of every tile)."""
+        self.add(part.row_sums, part.row_counts, part.col_sums, part.col_counts, part.sq)
+
+    def sums(self) -> BiasSums:
+        """The `BiasSums` of the rows added."""
+        return BiasSums(np.concatenate(self._rows), np.concatenate(self._row_counts),
+                        self._col_sums.copy(), self._col_counts.copy(), self._sq)
 
 
 def bias_sums(out: ArrayLike, ref: ArrayLike, row_groups: ArrayLike, n_groups: int, *,

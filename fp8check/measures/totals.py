@@ -45,6 +45,7 @@ from fp8check.formats import get_format
 from fp8check.measures.metrics import (
     BIAS_MODES,
     ULP_NAN,
+    BiasChunks,
     BiasSums,
     gamma_n,
     ratio_of,
@@ -460,32 +461,27 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
 
 
 class _BiasTotals:
-    """bias_z's sign-test sums (`metrics.BiasSums`, both modes) of a gmm output's row
-    chunks in row order, for `n_groups` groups of `n` columns in tiles of `block`, joined
-    once (`BiasSums.join`)."""
+    """bias_z's sign-test sums (`metrics.BiasChunks`, both modes) of a gmm output's row
+    chunks in row order, for `n_groups` groups of `n` columns in tiles of `block`."""
 
     def __init__(self, n_groups: int, n: int, block: int):
         self.n, self.tiles = n, -(-n // block)
-        self.size = n_groups * self.tiles
         self.tile_width = np.minimum(block, n - block * np.arange(self.tiles))
-        self.parts: dict[str, list[BiasSums]] = {
-            mode: [BiasSums.empty(n_groups, n, block)] for mode in BIAS_MODES}
+        self.chunks = {mode: BiasChunks(n_groups, n, block) for mode in BIAS_MODES}
 
     def add(self, signs: _Signs, group: int, *, finite: bool) -> None:
         """The next rows' `signs` (of group `group`); none where out is not `finite` there
         (`finite` fails the output, and the criterion reports inf)."""
         rows = signs.row_z.shape[0]
-        col_z, col_counts = np.zeros((self.size, 2)), np.zeros(self.size, np.int64)
-        if finite:
-            at = slice(group * self.tiles, (group + 1) * self.tiles)
-            col_z[at], col_counts[at] = signs.tile_z, rows * self.tile_width
+        at = slice(group * self.tiles, (group + 1) * self.tiles)
         row_z = signs.row_z if finite else np.zeros((rows, 2))
+        tile_z = signs.tile_z if finite else np.zeros((self.tiles, 2))
         row_counts = np.full(rows, self.n if finite else 0, np.int64)
+        tile_counts = rows * self.tile_width if finite else 0
         for i, mode in enumerate(BIAS_MODES):
-            self.parts[mode].append(BiasSums(
-                np.ascontiguousarray(row_z[:, i]), row_counts, np.ascontiguousarray(col_z[:, i]),
-                col_counts, float(signs.nonzero if finite else 0)))
+            self.chunks[mode].add(np.ascontiguousarray(row_z[:, i]), row_counts, tile_z[:, i],
+                                  tile_counts, float(signs.nonzero if finite else 0), at)
 
     def sums(self) -> dict[str, BiasSums]:
         """The `BiasSums` of each mode (`BIAS_MODES`) of the rows added."""
-        return {mode: BiasSums.join(parts) for mode, parts in self.parts.items()}
+        return {mode: c.sums() for mode, c in self.chunks.items()}

@@ -231,10 +231,11 @@ def _bias(t: OutputTally, profile: Profile, m: dict[str, Any]) -> list[Criterion
 def _bias_z(t: OutputTally, mode: str) -> float | None:
     """The bias statistic of `mode`, None where it is not testable (a t-statistic needs
     two rows and two clusters; a non-finite expected value gives no sums)."""
-    if t.bias is None:
+    sums = t.bias(mode)
+    if sums is None:
         return None
     try:
-        return metrics.bias_z_crossed(t.bias[mode])
+        return metrics.bias_z_crossed(sums)
     except ValueError:
         return None
 

@@ -8,7 +8,8 @@ gives the values one chunk covering all of it gives, bit for bit:
 * the float64 sums (error_ratio's, the SQNRs', calc_diff's) are kept per output row, each
   summed whole inside its chunk (numpy's sum of a row does not depend on the rows around
   it), and added at the end with `math.fsum` (correctly rounded, whatever the order);
-* bias_z's cluster sums are `metrics.BiasSums`, exact integer counts that `join` combines.
+* bias_z's cluster sums are `metrics.BiasSums`, exact integer counts, combined in
+  `metrics.BiasChunks`.
 
 Units: ULPs of the output's dtype; ratios are dimensionless; sums are in the output's
 units squared, unscaled (a float32 or bfloat16 value squared, or its error to a float64
@@ -27,7 +28,7 @@ import numpy as np
 from fp8check.layers.op.chunks import RowChunk
 from fp8check.layers.op.verdict import element, one_ulp
 from fp8check.measures import metrics
-from fp8check.measures.metrics import BIAS_MODES, BiasSums
+from fp8check.measures.metrics import BIAS_MODES, BiasChunks, BiasSums
 from fp8check.profiles import REF_ATOL, REF_RTOL
 from fp8check.references.casts import rounded, to_float64
 
@@ -168,7 +169,7 @@ class OutputTally:
     distance to RN(exact)), `ulp_counts` (`ulp_histogram`), `n_off`; `out_finite`; the
     error sums `err` ("out": (out - exact)^2, "exact": exact^2, "base": (baseline -
     exact)^2, the baseline the naive kernel's or, against a model, the recipe's output)
-    and `base_finite`; `bias` (None once a chunk's sums could not be taken);
+    and `base_finite`; `bias(mode)` (None once a chunk's sums could not be taken);
     `ref_close_fail` (outside allclose(REF_ATOL, REF_RTOL)); `bit_mismatches` and `bit`
     (the worst ULP distance to the recipe) where the recipe is given; the impact's
     (`impact_*`) where the unquantized product is given.
@@ -185,9 +186,8 @@ class OutputTally:
         self.ulp_counts = np.zeros(len(ULP_BINS), np.int64)
         self.out_finite = True
         self.err, self.base_finite = Sums(), True
-        # bias_z's sums of each chunk, per mode, joined when read (`bias`)
-        self._bias: dict[str, list[BiasSums]] | None = {
-            mode: [BiasSums.empty(s.n_groups, s.n_cols, s.block)] for mode in BIAS_MODES}
+        self._bias: dict[str, BiasChunks] | None = {
+            mode: BiasChunks(s.n_groups, s.n_cols, s.block) for mode in BIAS_MODES}
         self.ref_close_fail = 0
         self.bit_mismatches, self.bit = 0, Worst()
         self.impact_nonfinite_ref = 0
@@ -280,15 +280,12 @@ class OutputTally:
             self._bias = None
             return
         for mode in BIAS_MODES:
-            self._bias[mode].append(parts[mode])
+            self._bias[mode].add_sums(parts[mode])
 
-    @property
-    def bias(self) -> dict[str, BiasSums] | None:
-        """bias_z's sums of each mode over the chunks added; None once a chunk's sums could
+    def bias(self, mode: str) -> BiasSums | None:
+        """bias_z's sums of `mode` over the chunks added; None once a chunk's sums could
         not be taken."""
-        if self._bias is None:
-            return None
-        return {mode: BiasSums.join(parts) for mode, parts in self._bias.items()}
+        return None if self._bias is None else self._bias[mode].sums()
 
     def _add_impact(self, c: RowChunk, at: Callable[[tuple[Any, ...]], list[int]]) -> None:
         """The impact's measures of the chunk against the unquantized product: its
