@@ -145,11 +145,13 @@ def dev_table():
 
 def backward_table(a, gs, f32):
     """The exact tgmm and dgrad (bf16 operands) per output dtype, through the exact matmul
-    (`references.matmul`): on AMX int8 tiles where the CPU has them (`amx_bf16`: the
-    windowed product in int8 digits, the residuals' exact correction and one rounding
-    fused in C), else float64 BLAS on split operands with certified rounding; and, where
-    AMX ran, the default output (float32) on the BLAS path for comparison."""
-    from fp8check.references import amx_bf16, dgrad, tgmm
+    (`references.matmul`): on the CPU's integer dot products where it has them
+    (`bf16_matmul`: AMX int8 tiles, else AVX512-VNNI int16 dot products; the windowed
+    product in integer digits, the residuals' exact correction and one rounding fused in
+    C), else float64 BLAS on split operands with certified rounding; and the default
+    output (float32) on each slower path this CPU runs, as on CPUs without the faster
+    ones (the same bits)."""
+    from fp8check.references import bf16_matmul, dgrad, tgmm
 
     rng = np.random.default_rng(3)
     x = a.astype(ml_dtypes.bfloat16)
@@ -157,18 +159,26 @@ def backward_table(a, gs, f32):
     w = rng.standard_normal((DEV["g"], DEV["k"], DEV["n"]), dtype=np.float32)
     w = w.astype(ml_dtypes.bfloat16)
     blas = "exact_matmul: float64 BLAS splits"
-    path = (f"exact_matmul: {amx_bf16.STATUS} tiles, fused exact correction" if amx_bf16.AVAILABLE
-            else f"{blas} (AMX bf16 {amx_bf16.STATUS})")
+
+    def path(status):
+        return (f"exact_matmul: {status} kernel, fused exact correction"
+                if status in bf16_matmul.KERNELS else f"{blas} (integer bf16 {status})")
+
     for out in (np.float64, np.float32, ml_dtypes.bfloat16):
         name = np.dtype(out).name
-        row(f"tgmm {name}", lambda out=out: tgmm(x, dy, gs, out_dtype=out), f32, 2.0, path)
-        row(f"dgrad {name}", lambda out=out: dgrad(dy, w, gs, out_dtype=out), f32, 2.0, path)
-    if amx_bf16.AVAILABLE:  # as on a CPU without AMX (the same bits)
-        amx_bf16.AVAILABLE = False
-        note = f"{blas} (as on a CPU without AMX)"
-        row("tgmm float32", lambda: tgmm(x, dy, gs), f32, 2.0, note)
-        row("dgrad float32", lambda: dgrad(dy, w, gs), f32, 2.0, note)
-        amx_bf16.AVAILABLE = True
+        row(f"tgmm {name}", lambda out=out: tgmm(x, dy, gs, out_dtype=out), f32, 2.0,
+            path(bf16_matmul.STATUS))
+        row(f"dgrad {name}", lambda out=out: dgrad(dy, w, gs, out_dtype=out), f32, 2.0,
+            path(bf16_matmul.STATUS))
+    slower = [k for k, (lib, _) in bf16_matmul.KERNELS.items()
+              if lib is not None and k != bf16_matmul.STATUS]
+    if bf16_matmul.AVAILABLE:
+        slower.append(None)
+    for kernel in slower:
+        with bf16_matmul.kernel(kernel):
+            note = f"{path(bf16_matmul.STATUS)} (as on a CPU without the faster ones)"
+            row("tgmm float32", lambda: tgmm(x, dy, gs), f32, 2.0, note)
+            row("dgrad float32", lambda: dgrad(dy, w, gs), f32, 2.0, note)
 
 
 def metrics_table(n=10**8):

@@ -34,10 +34,11 @@ slice products added exactly in the superaccumulator and rounded once.
 Term path (data spanning so many binades per row that slices would be too many): every
 product into the superaccumulator.
 
-AMX path (bf16 operands, a CPU with AMX int8 tiles, k <= `amx_bf16.MAX_K`; tried first):
-the fast path's scheme with the top parts' product on int8 tiles (`references.amx_bf16`:
-its own split at each line's largest exponent, t1 exact from the tiles, the residuals'
-terms added exactly in an integer fixed point and one rounding, fused in C), the rare
+Integer path (bf16 operands, a CPU with AMX int8 tiles or AVX512-VNNI, k <=
+`bf16_matmul.MAX_K`; tried first): the fast path's scheme with the top parts' product on
+integer dot products (`references.bf16_matmul`: its own split at each line's largest
+exponent, t1 exact from AMX int8 tiles or VNNI int16 dot products, the residuals' terms
+added exactly in an integer fixed point and one rounding, fused in C), the rare
 elements with a term below that fixed point through `certified.exact_dots`; operands with
 a non-finite value or too many residuals take the paths above.
 
@@ -57,7 +58,7 @@ import numba
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from fp8check.references import amx_bf16
+from fp8check.references import bf16_matmul
 from fp8check.references.casts import BF16, rounded, to_float64
 from fp8check.references.certified import exact_dots, round_certified
 from fp8check.references.exact import exact_sum_rows, precision_of, two_sum
@@ -335,20 +336,22 @@ def _fast(a, b, a1, b1, rows_c, cols_c, out: np.ndarray) -> None:
                                         dt)
 
 
-def _amx_bf16_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
-    """Into out: a @ b exactly rounded for bf16 a, b on AMX tiles (`amx_bf16`), the
-    elements it leaves (NaN) through `certified.exact_dots`.  False, nothing written, for
+def _integer_bf16_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """Into out: a @ b exactly rounded for bf16 a, b on integer dot products
+    (`bf16_matmul`), the elements it leaves (NaN) through `certified.exact_dots`.  False,
+    nothing written, for
     operands with a non-finite value or more residuals than the correction handles
     cheaply (the same rule as the fast path's: the split paths take them, the same
     bits)."""
     m, k = a.shape
     n = b.shape[1]
-    d = amx_bf16.WINDOW
-    (ea, res_a), (eb, res_b), finite = amx_bf16.operand_lines(a, b, d)
+    d = bf16_matmul.WINDOW
+    (ea, res_a), (eb, res_b), finite = bf16_matmul.operand_lines(a, b, d)
     if not finite or (res_a.sum() * n + res_b.sum() * m > _SPARSE_FRACTION * m * n * k):
         return False
-    flagged = amx_bf16.matmul(a, ea, b, eb, d, amx_bf16.residual_lists(a, 1, ea, res_a, d),
-                              amx_bf16.residual_lists(b, 0, eb, res_b, d), out)
+    flagged = bf16_matmul.matmul(a, ea, b, eb, d,
+                                 bf16_matmul.residual_lists(a, 1, ea, res_a, d),
+                                 bf16_matmul.residual_lists(b, 0, eb, res_b, d), out)
     rows = np.flatnonzero(flagged)
     if rows.size:  # the elements left NaN: finite operands give no NaN of their own
         fr, fc = np.nonzero(np.isnan(out[rows]))
@@ -407,8 +410,8 @@ def exact_matmul(a: np.ndarray, b: np.ndarray, out_dtype: DTypeLike,
     # Casts past the output's range give inf (the IEEE rounding), and the non-finite
     # elements' NaNs are the values asked for: neither is worth a warning.
     with np.errstate(over="ignore", invalid="ignore"):
-        if (amx_bf16.AVAILABLE and a.dtype == b.dtype == BF16 and k <= amx_bf16.MAX_K
-                and _amx_bf16_matmul(a, b, out)):
+        if (bf16_matmul.AVAILABLE and a.dtype == b.dtype == BF16 and k <= bf16_matmul.MAX_K
+                and _integer_bf16_matmul(a, b, out)):
             return out
         beta = slice_bits(k)
         split_a, split_b = split_top(a, beta, axis=1), split_top(b, beta, axis=0)

@@ -8,29 +8,29 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fp8check.references import amx_bf16, certified, dgrad, gmm, matmul, quantize, tgmm
+from fp8check.references import bf16_matmul, certified, dgrad, gmm, matmul, quantize, tgmm
 from fp8check.references.exact import precision_of
 from tests.oracle import round_fraction
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FMT = {np.dtype(np.float32): "f32", BF16: "bf16", np.dtype(np.float64): "f64"}
 OUT_DTYPES = [np.dtype(np.float32), BF16, np.dtype(np.float64)]
-# matmul._SPARSE_FRACTION forcing each path, and whether bf16 operands may take the AMX
-# one (`amx_bf16`, where this CPU has it)
-PATHS = {"fast": (np.inf, False), "dense": (0.0, False), "amx": (np.inf, True)}
+# matmul._SPARSE_FRACTION forcing each path, and whether bf16 operands may take the
+# integer one (`bf16_matmul`, where this CPU has it)
+PATHS = {"fast": (np.inf, False), "dense": (0.0, False), "integer": (np.inf, True)}
 # (path, operand dtype) pairs: every path with bf16 operands, the split paths with float32
-# ones too (the AMX path takes bf16 operands only)
+# ones too (the integer path takes bf16 operands only)
 PATH_DTYPES = [pytest.param(p, d, id=f"{p}-{FMT[np.dtype(d)]}") for p in sorted(PATHS)
                for d in (np.float32, BF16) if not PATHS[p][1] or np.dtype(d) == BF16]
 
 
 def use_path(monkeypatch, path: str) -> None:
-    """Send exact_matmul down `path` (PATHS); skip "amx" where this CPU lacks it."""
-    fraction, amx_on = PATHS[path]
-    if amx_on and not amx_bf16.AVAILABLE:
-        pytest.skip(f"the AMX bf16 path is {amx_bf16.STATUS} on this machine")
+    """Send exact_matmul down `path` (PATHS); skip "integer" where this CPU lacks it."""
+    fraction, integer_on = PATHS[path]
+    if integer_on and not bf16_matmul.AVAILABLE:
+        pytest.skip(f"the integer bf16 path is {bf16_matmul.STATUS} on this machine")
     monkeypatch.setattr(matmul, "_SPARSE_FRACTION", fraction)
-    monkeypatch.setattr(amx_bf16, "AVAILABLE", amx_on)
+    monkeypatch.setattr(bf16_matmul, "AVAILABLE", integer_on)
 
 
 def _wide(rng, shape, spread, dtype):
@@ -266,7 +266,7 @@ def test_tgmm_dgrad_and_plain_gmm_take_the_fast_path_exactly(monkeypatch):
     """Gaussian bf16 operands with a few tiny values (so remainders are sparse but not
     empty), groups of realistic size with an empty one: each result equals the
     term-by-term superaccumulator per group, and the fast path's corrections ran (the
-    AMX path off: tests/test_amx_bf16.py has its own)."""
+    integer path off: tests/test_bf16_matmul.py has its own)."""
     use_path(monkeypatch, "fast")
     calls = []
     real = matmul._round_block

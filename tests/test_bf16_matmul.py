@@ -1,8 +1,11 @@
-"""The exact bf16 matmul on AMX int8 tiles (`references.amx_bf16`, behind tgmm, dgrad and
-plain gmm where the CPU has AMX): bit for bit the value that exact rationals, the
-term-by-term superaccumulator and the split path (the AMX path off) give, on data built
-against its window, its residual corrections, its fixed point and its fallback."""
+"""The exact bf16 matmul on integer dot products (`references.bf16_matmul`, behind tgmm,
+dgrad and plain gmm where the CPU has AMX or AVX512-VNNI), each of its kernels (AMX int8
+tiles, VNNI int16 dot products) where this CPU runs it: bit for bit the value that exact
+rationals, the term-by-term superaccumulator and the split path (the integer path off)
+give, on data built against its window, its residual corrections, its fixed point and
+its fallback."""
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -12,7 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fp8check.references import amx_bf16, dgrad, matmul, tgmm
+from fp8check.references import bf16_matmul, cbuild, dgrad, matmul, tgmm
 from fp8check.references.exact import precision_of
 from tests.test_exact_matmul import (
     BF16,
@@ -24,30 +27,60 @@ from tests.test_exact_matmul import (
     _same_bits,
 )
 
-pytestmark = pytest.mark.skipif(not amx_bf16.AVAILABLE,
-                                reason=f"the AMX bf16 path is {amx_bf16.STATUS}")
+EMULATED = "amx-int8-emulated"
+"""amx_bf16.c with software tiles (tests/amx_emulation.c): its logic tested without AMX."""
+
+
+@pytest.fixture(scope="session")
+def amx_emulated(tmp_path_factory):
+    """The AMX kernel built with software tiles, its functions bound; skipped where the CPU
+    lacks the AVX-512 it uses beside the tiles."""
+    missing = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512vbmi"} - cbuild.cpu_flags()
+    if missing:
+        pytest.skip(f"no {', '.join(sorted(missing))} on this CPU")
+    lib = tmp_path_factory.mktemp("amx") / "amx_emulation.so"
+    subprocess.run([os.environ.get("CC", "cc"), *bf16_matmul.COMMON_FLAGS, "-mavx512vbmi",
+                    "-I", str(Path(bf16_matmul.__file__).parent), "-shared", "-fPIC",
+                    str(Path(__file__).with_name("amx_emulation.c")), "-o", str(lib)],
+                   check=True)
+    return bf16_matmul.bind(ctypes.CDLL(str(lib)))
+
+
+@pytest.fixture(params=[*bf16_matmul.KERNELS, EMULATED])
+def kernel(request, monkeypatch):
+    """Each kernel in turn as the one exact_matmul runs (skipped where this CPU lacks it),
+    and the AMX kernel on software tiles as "amx-int8"."""
+    name = request.param
+    if name == EMULATED:
+        name = "amx-int8"
+        monkeypatch.setitem(bf16_matmul.KERNELS, name,
+                            (request.getfixturevalue("amx_emulated"), ""))
+    lib, why = bf16_matmul.KERNELS[name]
+    if lib is None:
+        pytest.skip(f"the {name} kernel is off here: {why}")
+    with bf16_matmul.kernel(name):
+        yield request.param
 
 
 @pytest.fixture
-def amx_calls(monkeypatch):
-    """The rows flagged by each call of the AMX kernel, appended as it runs."""
+def kernel_calls(monkeypatch, kernel):
+    """The rows flagged by each call of the kernel, appended as it runs."""
     calls: list[np.ndarray] = []
-    real = amx_bf16.matmul
-    monkeypatch.setattr(amx_bf16, "matmul",
+    real = bf16_matmul.matmul
+    monkeypatch.setattr(bf16_matmul, "matmul",
                         lambda *args: calls.append(real(*args)) or calls[-1])
     return calls
 
 
-def _split_path(a, b, dt, monkeypatch):
-    """exact_matmul with the AMX path off: the split (or dense, or term) path."""
-    with monkeypatch.context() as mp:
-        mp.setattr(amx_bf16, "AVAILABLE", False)
+def _split_path(a, b, dt):
+    """exact_matmul with the integer path off: the split (or dense, or term) path."""
+    with bf16_matmul.kernel(None):
         return matmul.exact_matmul(a, b, dt)
 
 
 def _adversarial(rng, m, k, n):
     """bf16 a [m, k], b [k, n] (m, n >= 7): Gaussian values, a few scaled by 2^-15 ..
-    2^-40 (residuals below their line's window, few enough for the AMX path), a line of
+    2^-40 (residuals below their line's window, few enough for the integer path), a line of
     subnormals (2^-133 ..) and a few subnormals among normal values (residuals), an
     all-zero row and column, a row and a column near bf16's largest value (float32
     outputs overflow), exact cancellations, signed zeros."""
@@ -68,27 +101,26 @@ def _adversarial(rng, m, k, n):
 
 @pytest.mark.parametrize("m, k, n", [(37, 70, 29), (16, 64, 16), (50, 300, 33),
                                      (7, 1030, 40)])
-def test_amx_bf16_matches_the_superaccumulator_and_the_split_path(monkeypatch, amx_calls,
-                                                                  m, k, n):
-    """Sizes off the tiles' multiples of 16 rows / columns and 64 positions (residual
-    rows, padded K chunks), C, Fortran and strided layouts of each operand; the kernel
-    runs (no fallback) and corrects residuals."""
+def test_kernel_matches_the_superaccumulator_and_the_split_path(kernel_calls, m, k, n):
+    """Sizes off the kernels' units (AMX: 16 rows and columns, 64 positions; VNNI: 8 rows,
+    16 columns, 128 positions, and a half pair at odd lengths), C, Fortran and strided
+    layouts of each operand; the kernel runs (no fallback) and corrects residuals."""
     rng = np.random.default_rng(m * k + n)
     a, b = _adversarial(rng, m, k, n)
-    (_, res_a), (_, res_b), _ = amx_bf16.operand_lines(a, b, amx_bf16.WINDOW)
+    (_, res_a), (_, res_b), _ = bf16_matmul.operand_lines(a, b, bf16_matmul.WINDOW)
     assert res_a.any() and res_b.any()  # the correction runs
     layouts = [(a, b), (np.asfortranarray(a), np.asfortranarray(b)),
                (np.repeat(a, 2, axis=1)[:, ::2], np.repeat(b, 3, axis=0)[::3])]
     for dt in OUT_DTYPES:
         with np.errstate(over="ignore"):  # past float32's range: inf, as asked
             want = matmul.exact_matmul_terms(_f32(a), _f32(b), *precision_of(dt)).astype(dt)
-        _same_bits(_split_path(a, b, dt, monkeypatch), want)
+        _same_bits(_split_path(a, b, dt), want)
         for x, y in layouts:
             _same_bits(matmul.exact_matmul(x, y, dt), want)
-    assert len(amx_calls) == 3 * len(OUT_DTYPES)
+    assert len(kernel_calls) == 3 * len(OUT_DTYPES)
 
 
-def test_amx_bf16_on_rounding_boundaries_matches_rationals(amx_calls):
+def test_kernel_on_rounding_boundaries_matches_rationals(kernel_calls):
     """Ties, near-ties broken far down, cancellation to subnormals, overflow (the rows of
     tests/test_exact_matmul.py's boundary problem): the elements the kernel leaves NaN (a
     term 2^-130 below its row's largest, past its fixed point) take the exact fallback and
@@ -96,35 +128,35 @@ def test_amx_bf16_on_rounding_boundaries_matches_rationals(amx_calls):
     a, b = _boundary_problem(np.random.default_rng(7), BF16)
     for dt in OUT_DTYPES:
         _same_bits(matmul.exact_matmul(a, b, dt), _oracle(a, b, FMT[dt]))
-    assert len(amx_calls) == len(OUT_DTYPES)
-    assert sum(int(f.sum()) for f in amx_calls) > 0  # some elements were left to it
+    assert len(kernel_calls) == len(OUT_DTYPES)
+    assert sum(int(f.sum()) for f in kernel_calls) > 0  # some elements were left to it
 
 
-def test_amx_bf16_small_adversarial_cases_match_rationals(amx_calls):
+def test_kernel_small_adversarial_cases_match_rationals(kernel_calls):
     """Wide spreads, subnormals, zeros, values near bf16's max: against exact rationals."""
     rng = np.random.default_rng(21)
     a, b = _adversarial(rng, 9, 40, 7)
     for dt in OUT_DTYPES:
         _same_bits(matmul.exact_matmul(a, b, dt), _oracle(a, b, FMT[dt]))
-    assert amx_calls
+    assert kernel_calls
 
 
-def test_amx_bf16_declines_what_it_cannot_carry(monkeypatch, amx_calls):
+def test_kernel_declines_what_it_cannot_carry(kernel_calls):
     """A non-finite value, or residuals too many for the correction, send exact_matmul to
     the paths below it (the same bits, tested there); a contraction past MAX_K too."""
     rng = np.random.default_rng(2)
     a = rng.standard_normal((20, 50)).astype(BF16)
     b = rng.standard_normal((50, 10)).astype(BF16)
     a[3, 4] = np.inf
-    want = _split_path(a, b, np.float32, monkeypatch)
+    want = _split_path(a, b, np.float32)
     _same_bits(matmul.exact_matmul(a, b, np.float32), want)
     wide = (rng.standard_normal((20, 50)) * np.exp2(rng.integers(-60, 60, (20, 50))))
     _same_bits(matmul.exact_matmul(wide.astype(BF16), b, np.float32),
-               _split_path(wide.astype(BF16), b, np.float32, monkeypatch))
-    assert not amx_calls
+               _split_path(wide.astype(BF16), b, np.float32))
+    assert not kernel_calls
 
 
-def test_amx_bf16_residual_terms_on_both_sides_of_the_unit(amx_calls):
+def test_kernel_residual_terms_on_both_sides_of_the_unit(kernel_calls):
     """Residual columns and rows whose terms fall on t1's unit, just above and far below
     it (the kernel's int64 terms and its fixed point): b's residuals 2^-16 .. 2^-31 below
     their columns' largest, a's values at those positions from their row's largest down
@@ -149,10 +181,10 @@ def test_amx_bf16_residual_terms_on_both_sides_of_the_unit(amx_calls):
             want = matmul.exact_matmul_terms(_f32(a), _f32(b), *precision_of(dt)).astype(dt)
         _same_bits(matmul.exact_matmul(a, b, dt), want)
         _same_bits(matmul.exact_matmul(np.asfortranarray(a), np.asfortranarray(b), dt), want)
-    assert len(amx_calls) == 2 * len(OUT_DTYPES)
+    assert len(kernel_calls) == 2 * len(OUT_DTYPES)
 
 
-def test_amx_bf16_sums_past_2_to_53_units(amx_calls):
+def test_kernel_sums_past_2_to_53_units(kernel_calls):
     """Values in [1.9, 2) of one sign: every digit integer near 2^23, t1 near 2^57 units,
     beyond float64's integers (the kernel takes those elements through its exact fixed
     point); one residual row too."""
@@ -163,10 +195,10 @@ def test_amx_bf16_sums_past_2_to_53_units(amx_calls):
     for dt in OUT_DTYPES:
         want = matmul.exact_matmul_terms(_f32(a), _f32(b), *precision_of(dt)).astype(dt)
         _same_bits(matmul.exact_matmul(a, b, dt), want)
-    assert len(amx_calls) == len(OUT_DTYPES)
+    assert len(kernel_calls) == len(OUT_DTYPES)
 
 
-def test_tgmm_and_dgrad_on_amx_equal_the_split_path(monkeypatch, amx_calls):
+def test_tgmm_and_dgrad_on_the_kernel_equal_the_split_path(kernel_calls):
     """Groups of realistic size with an empty one and a residual row past the last group;
     Gaussian values with a few far below their lines (residuals)."""
     rng = np.random.default_rng(13)
@@ -179,33 +211,35 @@ def test_tgmm_and_dgrad_on_amx_equal_the_split_path(monkeypatch, amx_calls):
     gs = np.array([250, 0, 333], np.int32)
     for dt in OUT_DTYPES:
         got = tgmm(x, dy, gs, out_dtype=dt), dgrad(dy, w, gs, out_dtype=dt)
-        with monkeypatch.context() as mp:
-            mp.setattr(amx_bf16, "AVAILABLE", False)
+        with bf16_matmul.kernel(None):
             want = tgmm(x, dy, gs, out_dtype=dt), dgrad(dy, w, gs, out_dtype=dt)
         for g, v in zip(got, want, strict=True):
             _same_bits(g, v)
         assert (got[0][1] == 0).all() and (got[1][583:] == 0).all()
-    assert len(amx_calls) == 4 * len(OUT_DTYPES)
+    assert len(kernel_calls) == 4 * len(OUT_DTYPES)
 
 
-def test_amx_switch_gives_the_same_bits(tmp_path):
-    """FP8CHECK_AMX=0 in a fresh process: the path is off and tgmm, dgrad give the bits
-    they give here."""
+@pytest.mark.skipif(not bf16_matmul.AVAILABLE, reason=f"the integer bf16 path is "
+                                                       f"{bf16_matmul.STATUS} here")
+def test_switches_give_the_same_bits(tmp_path):
+    """FP8CHECK_AMX=0 and FP8CHECK_VNNI=0 in a fresh process: the integer path is off and
+    tgmm, dgrad give the bits they give here on it."""
     script = (
         "import sys, numpy as np\n"
-        "from fp8check.references import amx_bf16, dgrad, tgmm\n"
-        "from tests.test_amx_bf16 import _switch_problem\n"
+        "from fp8check.references import bf16_matmul, dgrad, tgmm\n"
+        "from tests.test_bf16_matmul import _switch_problem\n"
         "x, dy, w, gs = _switch_problem()\n"
-        "print(amx_bf16.STATUS)\n"
+        "print(bf16_matmul.STATUS)\n"
         "np.savez(sys.argv[1], *[f(*args, out_dtype=dt) for dt in ('float64', 'float32',"
         " 'bfloat16') for f, args in ((tgmm, (x, dy, gs)), (dgrad, (dy, w, gs)))])\n")
     root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, FP8CHECK_AMX="0", PYTHONPATH=os.pathsep.join(
+    env = dict(os.environ, FP8CHECK_AMX="0", FP8CHECK_VNNI="0", PYTHONPATH=os.pathsep.join(
         [str(root), os.environ.get("PYTHONPATH", "")]))
     out = tmp_path / "off.npz"
     done = subprocess.run([sys.executable, "-c", script, str(out)], env=env, cwd=root,
                           capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "off (FP8CHECK_AMX=0)"
+    assert done.stdout.strip() == ("off (amx-int8: FP8CHECK_AMX=0; "
+                                   "avx512-vnni: FP8CHECK_VNNI=0)")
     x, dy, w, gs = _switch_problem()
     off = np.load(out)
     here = [f(*args, out_dtype=dt) for dt in (np.float64, np.float32, ml_dtypes.bfloat16)
@@ -225,7 +259,7 @@ def _switch_problem():
 
 @pytest.mark.parametrize("layout", ["C", "F"])
 @pytest.mark.parametrize("axis", [0, 1])
-def test_operand_lines_against_their_definition(axis, layout):
+def test_operand_lines_against_their_definition(kernel, axis, layout):
     """Each line's largest exponent field (at least 1; zeros skipped) and its residual
     count, against numpy on the bits, with lines contiguous or side by side, lengths off
     the vector width and line counts off the kernel's blocks of lines; values spread over
@@ -248,7 +282,7 @@ def test_operand_lines_against_their_definition(axis, layout):
         ex, nz = np.maximum((bits >> 7) & 0xFF, 1), (bits & 0x7FFF) != 0
         want_e = np.where(nz, ex, 1).max(axis=1)
         np.testing.assert_array_equal(e, want_e)
-        want_res = (nz & (want_e[:, None] - ex > amx_bf16.WINDOW)).sum(axis=1)
+        want_res = (nz & (want_e[:, None] - ex > bf16_matmul.WINDOW)).sum(axis=1)
         np.testing.assert_array_equal(res, want_res)
         assert want_res.any() and (spread or (want_res > 0).mean() < 0.05)
         assert finite
@@ -259,9 +293,9 @@ def test_operand_lines_against_their_definition(axis, layout):
 
 
 def _lines(x, axis):
-    """`amx_bf16.operand_lines`' result for x's rows (axis=1) or columns (axis=0), the
+    """`bf16_matmul.operand_lines`' result for x's rows (axis=1) or columns (axis=0), the
     other operand a matching all-zero one: (E, residuals, finite)."""
     other = np.zeros(x.shape[::-1], BF16)
     a, b = (x, other) if axis == 1 else (other, x)
-    *lines, finite = amx_bf16.operand_lines(a, b, amx_bf16.WINDOW)
+    *lines, finite = bf16_matmul.operand_lines(a, b, bf16_matmul.WINDOW)
     return (*lines[axis == 0], finite)

@@ -1,26 +1,30 @@
-"""The exact bf16 matmul on AMX int8 tiles, where the CPU has them.
+"""The exact bf16 matmul on the CPU's integer dot products, where it has them.
 
-`amx_bf16.c` (its header has the exactness argument) splits each row of a and each
+The C kernels (`bf16_exact.h` has the exactness argument) split each row of a and each
 column of b at its largest exponent: a = a1 + a2, b = b1 + b2, with a1, b1 the values
 within `WINDOW` binades of their line's largest (8-bit significands shifted into
-24-bit integers, three int8 digits) and a2, b2 the rest, the residuals (few: a value
-2^15 below its line's largest is rare in real data).  It computes t1 = a1 b1 exactly from
-int8 tile products and rounds it once to the output format; where residuals reach, it
-adds their terms a2 b1 + a b2 to t1 exactly in an integer fixed point and rounds that
-once; the elements with a term below that fixed point it leaves NaN and counts, for the
-caller's exact fallback.  `operand_lines` finds each line's exponent, its residual
-count and the non-finite values (which the digits cannot carry), `residual_lists` the
-residuals, `matmul` does the rest.
+24-bit integers) and a2, b2 the rest, the residuals (few: a value 2^15 below its line's
+largest is rare in real data).  They compute t1 = a1 b1 exactly from integer dot products
+and round it once to the output format; where residuals reach, they add their terms
+a2 b1 + a b2 to t1 exactly in an integer fixed point and round that once; the elements
+with a term below that fixed point they leave NaN and count, for the caller's exact
+fallback.  Two kernels, the same bits: AMX int8 tiles (`amx_bf16.c`: three int8 digits
+a value) and, where the CPU has no AMX, AVX512-VNNI int16 dot products (`vnni_bf16.c`:
+two int16 digits a value, Karatsuba).  `operand_lines` finds each line's exponent, its
+residual count and the non-finite values (which the digits cannot carry),
+`residual_lists` the residuals, `matmul` does the rest.
 
-`STATUS` is "amx-int8" where this path runs, else "off (<reason>)": `references.amx` is
-off (no AMX on this CPU, FP8CHECK_AMX=0, ...), or this kernel does not build.
+`STATUS` is the kernel that runs ("amx-int8" or "avx512-vnni"), else "off (<reason>)"
+with each kernel's reason; `KERNELS` holds both, by name, with their libraries where they
+run here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numba
@@ -31,38 +35,83 @@ from fp8check.references.casts import BF16
 from fp8check.references.exact import precision_of
 
 MAX_K = 1 << 14
-"""The longest contraction the int32 tile sums hold without wrapping (amx_bf16.c)."""
+"""The longest contraction the kernels hold: v below 2^60 in int64, and AMX's int32 tile
+sums without wrapping (bf16_exact.h, amx_bf16.c)."""
 _OUT_KINDS = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, BF16: 2}
-_FLAGS = ("-O3", "-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512dq", "-mavx512bw",
-          "-mavx512vl", "-mavx512vbmi", "-ffp-contract=off")
+COMMON_FLAGS = ("-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl",
+                "-ffp-contract=off")
+"""Both kernels' compiler flags (-ffp-contract=off: no multiply and add fused behind the
+code's back)."""
+AMX_FLAGS = ("-mamx-tile", "-mamx-int8", "-mavx512vbmi")
+"""amx_bf16.c's flags beyond `COMMON_FLAGS` (the tile instructions; VPERMB)."""
+_VNNI_NEEDS = ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni")
 
 
-def _load() -> tuple[ctypes.CDLL | None, str]:
+def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
+    """lib with the signatures of the functions every kernel exports (bf16_exact.h:
+    `fp8check_bf16_lines`, `fp8check_bf16_matmul`, their arguments int64) declared."""
+    for fn, nargs, ret in (("lines", 9, ctypes.c_int64), ("matmul", 24, ctypes.c_int)):
+        f = getattr(lib, f"fp8check_bf16_{fn}")
+        f.argtypes, f.restype = [ctypes.c_int64] * nargs, ret
+    return lib
+
+
+def _load(name: str, source: str, flags: tuple[str, ...], needs: tuple[str, ...],
+          switch: str) -> tuple[ctypes.CDLL | None, str]:
+    """(the kernel's library, "") where it runs here, else (None, why not)."""
+    lib, why = cbuild.load(name, Path(__file__).with_name(source), flags, needs, switch)
+    return (None if lib is None else bind(lib)), why
+
+
+def _load_amx() -> tuple[ctypes.CDLL | None, str]:
     if not amx.AVAILABLE:  # its library asks Linux for the tile state this one uses
         return None, amx.STATUS.removeprefix("off (").removesuffix(")")
-    lib, why = cbuild.load("amx-int8 bf16", Path(__file__).with_name("amx_bf16.c"), _FLAGS,
-                           (), "FP8CHECK_AMX")
-    if lib is not None:
-        for fn, nargs, ret in (("lines", 9, ctypes.c_int64), ("matmul", 24, ctypes.c_int)):
-            f = getattr(lib, f"fp8check_bf16_{fn}")
-            f.argtypes, f.restype = [ctypes.c_int64] * nargs, ret
-    return lib, why
+    return _load("amx-int8 bf16", "amx_bf16.c", (*COMMON_FLAGS, *AMX_FLAGS), (),
+                 "FP8CHECK_AMX")
 
 
-_LIB, _WHY = _load()
-STATUS = f"off ({_WHY})" if _LIB is None else "amx-int8"
+KERNELS: dict[str, tuple[ctypes.CDLL | None, str]] = {
+    "amx-int8": _load_amx(),
+    "avx512-vnni": _load("avx512-vnni bf16", "vnni_bf16.c", (*COMMON_FLAGS, "-mavx512vnni"),
+                         _VNNI_NEEDS, "FP8CHECK_VNNI"),
+}
+"""Each kernel by name, fastest first: (its library where it runs here, else None; why
+not, else "")."""
+_RUNS = [name for name, (lib, _) in KERNELS.items() if lib is not None]
+_LIB = KERNELS[_RUNS[0]][0] if _RUNS else None
+STATUS = _RUNS[0] if _RUNS else "off (" + "; ".join(
+    f"{name}: {why}" for name, (_, why) in KERNELS.items()) + ")"
 AVAILABLE = _LIB is not None
+
+
+@contextlib.contextmanager
+def kernel(name: str | None) -> Iterator[None]:
+    """Within: exact_matmul's integer path runs kernel `name` (a key of `KERNELS`), or is
+    off (None: the split paths run, as on a CPU with neither); ValueError if `name` does
+    not run here."""
+    global _LIB, AVAILABLE, STATUS
+    if name is not None and (name not in KERNELS or KERNELS[name][0] is None):
+        why = KERNELS[name][1] if name in KERNELS else f"not one of {list(KERNELS)}"
+        raise ValueError(f"the {name} kernel cannot run here: {why}")
+    saved = _LIB, AVAILABLE, STATUS
+    _LIB = None if name is None else KERNELS[name][0]
+    AVAILABLE, STATUS = _LIB is not None, name or "off (switched off)"
+    try:
+        yield
+    finally:
+        _LIB, AVAILABLE, STATUS = saved
 
 
 def _lib() -> ctypes.CDLL:
     if _LIB is None:
-        raise RuntimeError(f"the AMX bf16 path is {STATUS}")
+        raise RuntimeError(f"the integer bf16 path is {STATUS}")
     return _LIB
 
 
 WINDOW = 15
 """D: the binades below its line's largest exponent that a value may lie and still be in
-a1 / b1 (amx_bf16.c: the most that three-byte digits hold)."""
+a1 / b1 (bf16_exact.h: |X| < 2^23, what three int8 digits (amx_bf16.c) or two
+balanced int16 digits (vnni_bf16.c) hold)."""
 
 
 def _strides(x: np.ndarray) -> tuple[np.ndarray, int, int]:
