@@ -43,7 +43,7 @@ def _packed_shape(k: int, n: int) -> tuple[int, ...]:
 
 
 PATH = DigitPath("amx-int8", Path(__file__).with_name("amx_gmm.c"), _FLAGS, _NEEDS,
-                 "FP8CHECK_AMX", "fp8check_amx", _packed_shape, np.int8, _start)
+                 "FP8CHECK_AMX", "fp8check_amx", _packed_shape, np.int8, 6, _start)
 STATUS = PATH.status
 AVAILABLE = PATH.lib is not None
 

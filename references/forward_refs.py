@@ -3,64 +3,51 @@ production-shape check (`fp8check.measures.totals.gmm_reference_chunks`):
 `gmm_references` gives, bit for bit, `gmm(..., out_dtype, accum)` (the recipe's output),
 `gmm(..., np.float64, "exact")` (the exact value) and `abs_product` (|A||B|).
 
-Where AMX runs (`references.amx`) and the operands allow it (e4m3fn, finite scales, a
+Where an integer-digit path runs (`references.amx`: AMX int8 tiles; else
+`references.vnni`: AVX512-VNNI) and the operands allow it (e4m3fn, finite scales, a
 recipe on the exact partials: deepgemm, cublas or tokamax; no NaN code among the codes
 the pass reads, which it checks itself as it makes their digits), one C pass per
-thread's row share of all the groups (`fp8check_amx_exact_gmm` in amx_gmm.c, which packs
-the rhs codes itself) forms each K block's exact partial on the int8 tiles and consumes
-it at once: the recipe's float32 step (the AMX gmm's own code: the same bits), the exact
-value's TwoSum state (the exact products split by an fma, `exact_step`), which the pass
-rounds after the last K block as `certified.round_certified` does (`finish_exact`),
-within an error bound that |A||B|'s sum gives, and |A||B| from its magnitude partials on
-the same tiles (`abs_bound`), scaled in the pass too; it writes the three into the
-outputs.  The exact value is therefore the correctly rounded one whatever the path; an
-element the certified bound cannot decide (rare: a near-tie) is recomputed by the
-superaccumulator (`_exact_at`).  Elsewhere, and where the pass meets a NaN code:
-`gmm_and_exact` and `abs_product`, the same bits.
+thread's row share of all the groups (`<prefix>_exact_gmm` in amx_gmm.c or vnni_gmm.c,
+which packs the rhs codes itself) forms each K block's exact partial and consumes it at
+once (exact_gmm.h): the recipe's float32 step (the path's gmm's own code: the same bits),
+the exact value's TwoSum state (the exact products split by an fma, `exact_step`), which
+the pass rounds after the last K block as `certified.round_certified` does
+(`finish_exact`), within an error bound that |A||B|'s sum gives, and |A||B| from its
+magnitude partials by the same dot products (`abs_bound`), scaled in the pass too; it
+writes the three into the outputs.  The exact value is therefore the correctly rounded
+one whatever the path; an element the certified bound cannot decide (rare: a near-tie) is
+recomputed by the superaccumulator (`_exact_at`).  Elsewhere, and where the pass meets a
+NaN code: `gmm_and_exact` and `abs_product`, the same bits.
 """
 
 from __future__ import annotations
-
-import ctypes
-from collections.abc import Callable
 
 import ml_dtypes
 import numba
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from fp8check.references import amx, cbuild
+from fp8check.references import cbuild
 from fp8check.references.abs_bound import blockwise_abs_product, factor
 from fp8check.references.certified import scaled_terms_exact
 from fp8check.references.gmm import (
     _LUT,
     DEFAULT_INTERVAL,
     _checked_gmm_args,
+    _digit_path,
     gmm_and_exact,
     group_offsets,
 )
-from fp8check.references.intdot import RECIPE_CODES, row_shares
+from fp8check.references.intdot import RECIPE_CODES, DigitPath, row_shares
 from fp8check.references.quant import BLOCK, QTensor
 
-# A pass of the C loop: rows (a multiple of 16, at most its CHUNK_ROWS) whose lhs digit
-# planes and their magnitudes' (6 bytes an element) fit in _PLANES_BYTES of L2 beside a
-# column block's rhs tiles (its COL_BLOCK_BYTES).
+# A pass of the C loop: rows (a multiple of 16, at most AMX's CHUNK_ROWS) whose lhs
+# digits and their magnitudes' (`DigitPath.pass_bytes` an element) fit in _PLANES_BYTES
+# of L2 beside the rhs digits it reads (AMX: a column block's tiles, its COL_BLOCK_BYTES).
 _PLANES_BYTES = 3 << 18
 _MAX_PASS_ROWS = 256
-_P, _I = ctypes.c_void_p, ctypes.c_int64
 _NO_PARTS = np.zeros((0, 0, 0))  # no low words: the e4m3 partials are exact in float64
 _LUT_E4M3 = _LUT[np.dtype(ml_dtypes.float8_e4m3fn)]
-
-
-def _exact_gmm_fn():
-    """The C pass where AMX runs, else None."""
-    if not amx.AVAILABLE or amx.PATH.lib is None:
-        return None
-    fn = amx.PATH.lib.fp8check_amx_exact_gmm
-    fn.argtypes = [_P, _I, _P, _I, _P, _I, _I, _I, _P, _P, _I, _I, _I, _P, _P, _P, _P,
-                   ctypes.c_double]
-    fn.restype = ctypes.c_int
-    return fn
 
 
 def _undecided(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -103,23 +90,23 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
     blockwise FP8 operands (module docstring); ValueError as gmm's."""
     m, n, accum, dt, gs = _checked_gmm_args(lhs, rhs, group_sizes, out_dtype, accum,
                                             interval)
-    fn = _exact_gmm_fn()
+    path = _digit_path()
     k = lhs.values.shape[1]
-    if (fn is None or accum not in RECIPE_CODES or lhs.fmt != "e4m3fn" or k == 0
+    if (path is None or accum not in RECIPE_CODES or lhs.fmt != "e4m3fn" or k == 0
             or not (np.isfinite(lhs.scales).all() and np.isfinite(rhs.scales).all())
-            or (refs := _exact_pass(fn, lhs, rhs, gs, accum, m, n, k)) is None):
+            or (refs := _exact_pass(path, lhs, rhs, gs, accum, m, n, k)) is None):
         recipe, exact = gmm_and_exact(lhs, rhs, gs, dt, accum, interval=interval)
         return recipe, exact, blockwise_abs_product(lhs, rhs, gs)
     recipe32, exact, abs_ab = refs
     return recipe32 if dt == recipe32.dtype else recipe32.astype(dt), exact, abs_ab
 
 
-def _exact_pass(fn: Callable[..., int], lhs: QTensor, rhs: QTensor, gs: np.ndarray,
+def _exact_pass(path: DigitPath, lhs: QTensor, rhs: QTensor, gs: np.ndarray,
                 accum: str, m: int, n: int, k: int,
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(recipe in float32, exact value, |A||B|) [m, n] of e4m3fn operands with finite
-    scales from the C pass `fn` (`fp8check_amx_exact_gmm`) on the threads' row shares,
-    the undecided elements recomputed; None where the pass met a NaN code."""
+    scales from the path's C pass (`<prefix>_exact_gmm`) on the threads' row shares, the
+    undecided elements recomputed; None where the pass met a NaN code."""
     offs = group_offsets(gs)
     # the pass writes every row of the groups: only the rows past them are zeroed (np.zeros
     # of memory the allocator recycles clears all of it, a pass over every element)
@@ -128,7 +115,8 @@ def _exact_pass(fn: Callable[..., int], lhs: QTensor, rhs: QTensor, gs: np.ndarr
         out[offs[-1]:] = 0
     a_codes = np.ascontiguousarray(lhs.values.view(np.uint8))
     sa = np.ascontiguousarray(lhs.scales, dtype=np.float32)
-    pass_rows = min(_MAX_PASS_ROWS, max(16, _PLANES_BYTES // (6 * k) // 16 * 16))
+    pass_rows = min(_MAX_PASS_ROWS, max(16, _PLANES_BYTES // (path.pass_bytes * k) // 16 * 16))
+    fn = path.fn("exact_gmm")
     b_codes = np.ascontiguousarray(rhs.values.view(np.uint8))
     sb = np.ascontiguousarray(rhs.scales, dtype=np.float32)
     flags = np.empty((int(offs[-1]), n), np.uint8)  # the groups' rows, all written

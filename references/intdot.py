@@ -12,8 +12,12 @@ Each path's C file exports, with these signatures (pointers as uint64):
   it reads is a NaN (which the digits cannot carry: the caller takes another path);
 * `<prefix>_partials(a, lda, rows, k, packed, n, out, ldk) -> int`: the exact 128-wide
   K-block partials of rows of one group in float64 (no NaN codes: the caller checks);
+* `<prefix>_exact_gmm(a, k, b, n, offsets, g, m0, m1, sa, sb, nb, code, rows_per_pass,
+  out, exact, mag, undecided, scale) -> int`: the production check's pass over rows
+  [m0, m1) (references/forward_refs.py, exact_gmm.h): the recipe, the exact value and
+  |A||B| at once; 1 when a code it reads is a NaN;
 
-the last two returning -1 when their scratch cannot be allocated.  Every path gives the
+the last three returning -1 when their scratch cannot be allocated.  Every path gives the
 float64 BLAS path's bits (each C file's header has its exactness argument).
 """
 
@@ -57,25 +61,34 @@ class DigitPath:
     def __init__(self, name: str, source: Path, flags: tuple[str, ...],
                  needs: tuple[str, ...], switch: str, prefix: str,
                  packed_shape: Callable[[int, int], tuple[int, ...]], packed_dtype: type,
-                 start: Callable[[ctypes.CDLL], str] | None = None):
-        """`start(lib)`: "" once the library may run, else why not (AMX asks Linux for
-        the tile state)."""
+                 pass_bytes: int, start: Callable[[ctypes.CDLL], str] | None = None):
+        """`pass_bytes`: the bytes an lhs code takes in `exact_gmm`'s pass (its digits and
+        its magnitude's), which sizes the pass to L2; `start(lib)`: "" once the library
+        may run, else why not (AMX asks Linux for the tile state)."""
         self.prefix, self.packed_shape, self.packed_dtype = prefix, packed_shape, packed_dtype
+        self.pass_bytes = pass_bytes
         lib, why = cbuild.load(name, source, flags, needs, switch)
         if lib is not None and start is not None:
             why = start(lib)
-        self.lib = lib if not why else None
+        self.lib = self.bind(lib) if lib is not None and not why else None
         self.status = f"off ({why})" if why else name
-        if self.lib is not None:
-            for fn, args, ret in (("pack_rhs", [_P, _I, _I, _P], ctypes.c_int),
-                                  ("gmm", [_P, _I, _I, _P, _I, _P, _I, _I, _I, _P, _P, _I,
-                                           _I, _P, _I], ctypes.c_int),
-                                  ("partials", [_P, _I, _I, _I, _P, _I, _P, _I],
-                                   ctypes.c_int)):
-                f = getattr(self.lib, f"{prefix}_{fn}")
-                f.argtypes, f.restype = args, ret
 
-    def _fn(self, name: str) -> Callable[..., int]:
+    def bind(self, lib: ctypes.CDLL) -> ctypes.CDLL:
+        """lib with the signatures of the path's functions (module docstring) declared."""
+        for fn, args, ret in (("pack_rhs", [_P, _I, _I, _P], ctypes.c_int),
+                              ("gmm", [_P, _I, _I, _P, _I, _P, _I, _I, _I, _P, _P, _I, _I,
+                                       _P, _I], ctypes.c_int),
+                              ("partials", [_P, _I, _I, _I, _P, _I, _P, _I], ctypes.c_int),
+                              ("exact_gmm", [_P, _I, _P, _I, _P, _I, _I, _I, _P, _P, _I,
+                                             _I, _I, _P, _P, _P, _P, ctypes.c_double],
+                               ctypes.c_int)):
+            f = getattr(lib, f"{self.prefix}_{fn}")
+            f.argtypes, f.restype = args, ret
+        return lib
+
+    def fn(self, name: str) -> Callable[..., int]:
+        """The library's `<prefix>_<name>` (module docstring); RuntimeError where the path
+        is off."""
         if self.lib is None:
             raise RuntimeError(f"the {self.prefix} path is {self.status}")
         return getattr(self.lib, f"{self.prefix}_{name}")
@@ -86,7 +99,7 @@ class DigitPath:
         k, n = codes.shape
         out: np.ndarray = np.empty(self.packed_shape(k, n), self.packed_dtype)
         codes = np.ascontiguousarray(codes, dtype=np.uint8)
-        self._fn("pack_rhs")(codes.ctypes.data, k, n, out.ctypes.data)
+        self.fn("pack_rhs")(codes.ctypes.data, k, n, out.ctypes.data)
         return out
 
     def gmm(self, a_codes: np.ndarray, sa: np.ndarray, b_codes: np.ndarray, sb: np.ndarray,
@@ -109,7 +122,7 @@ class DigitPath:
         if out.dtype != np.float32 or out.shape != (m, n) or not out.flags.c_contiguous:
             raise ValueError(f"out must be C-contiguous float32 {(m, n)}")
         cuts = row_shares(offsets, parts or numba.get_num_threads()).tolist()
-        fn = self._fn("gmm")
+        fn = self.fn("gmm")
         return 1 not in cbuild.run_parallel([
             (fn, (a_codes.ctypes.data, k, k, b_codes.ctypes.data, n, offsets.ctypes.data, g,
                   r0, r1, sa.ctypes.data, sb.ctypes.data, sb.shape[2], RECIPE_CODES[recipe],
@@ -134,7 +147,7 @@ class DigitPath:
             raise ValueError(f"scratch must be flat contiguous float64 of >= {size} elements")
         out = (np.empty(size) if scratch is None else scratch[:size]).reshape(k // BLOCK, m, n)
         cuts = row_shares(np.array([0, m]), parts or numba.get_num_threads()).tolist()
-        fn = self._fn("partials")
+        fn = self.fn("partials")
         cbuild.run_parallel([
             (fn, (a_codes.ctypes.data + r0 * k, k, r1 - r0, k, b_packed.ctypes.data, n,
                   out.ctypes.data + r0 * n * out.itemsize, m * n))

@@ -35,6 +35,6 @@ def _packed_shape(k: int, n: int) -> tuple[int, ...]:
 
 
 PATH = DigitPath("avx512-vnni", Path(__file__).with_name("vnni_gmm.c"), _FLAGS, _NEEDS,
-                 "FP8CHECK_VNNI", "fp8check_vnni", _packed_shape, np.int16)
+                 "FP8CHECK_VNNI", "fp8check_vnni", _packed_shape, np.int16, 12)
 STATUS = PATH.status
 AVAILABLE = PATH.lib is not None

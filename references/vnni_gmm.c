@@ -24,14 +24,10 @@
    partials cost at least 1.5x a float32 matmul of the same FLOPs; the inner loop runs at
    about 93% of VPDPWSSD's peak on Zen 4 (benchmarks/reference.py prints the ratio).
 
-   The recipes then run in float32 with the hardware's correctly rounded operations
-   (VFMADD is a fused multiply-add with one rounding; the file is compiled with
-   -ffp-contract=off so no other multiply and add are fused), round to nearest even, with
-   subnormals honoured (MXCSR is set so for the call and restored after):
-
-       deepgemm  acc = fma(RN(sa*sb), P, acc)
-       cublas    acc = fma(RN(P*sa), sb, acc)
-       tokamax   acc = RN(RN(RN(P*sa)*sb) + acc)
+   The recipes then run on RN32(P) in float32 as exact_gmm.h says (its `recipe_step`,
+   the AMX kernel's too); the production check's pass (`fp8check_vnni_exact_gmm`) consumes
+   each exact partial three ways (exact_gmm.h: the recipe, the exact value, |A||B| from
+   the magnitudes' partials, made by the same dot products from unsigned digits).
 
    Layouts (references/vnni.py builds them):
      packed rhs [KB][V][64][3][16][2] int16 (V = ceil(N / 16) column vectors of 16): for
@@ -46,6 +42,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "exact_gmm.h"
 
 #define ROWS 8   /* lhs rows per micro-kernel call: 24 accumulators + 3 rhs vectors */
 #define PAIRS 64 /* K pairs per 128-wide block */
@@ -72,11 +70,12 @@ static digit_tables make_tables(void) {
     return t;
 }
 
-/* The three digits of 32 codes (zero-extended to int16 lanes) into o[0], o[1], o[2];
-   whether one of the codes is a NaN (0x7F, 0xFF: the digits cannot carry it). */
+/* The three digits of 32 codes (zero-extended to int16 lanes) into o[0], o[1], o[2], or
+   with `magnitudes` those of the codes with the sign bit cleared; whether one of the
+   codes is a NaN (0x7F, 0xFF: the digits cannot carry it). */
 static inline int digits32(const digit_tables *t, __m512i w, int16_t *o0, int16_t *o1,
-                            int16_t *o2) {
-    __mmask32 neg = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x80));
+                            int16_t *o2, int magnitudes) {
+    const __mmask32 neg = magnitudes ? 0 : _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x80));
     __mmask32 upper = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40));
     __m512i idx = _mm512_and_si512(w, _mm512_set1_epi16(0x3F));
     int16_t *out[3] = {o0, o1, o2};
@@ -91,13 +90,12 @@ static inline int digits32(const digit_tables *t, __m512i w, int16_t *o0, int16_
                                    _mm512_set1_epi16(0x7F)) != 0;
 }
 
-/* Pack one expert's rhs codes [K][N] into out [K/128][ceil(N/16)][64][3][16][2], the
-   layout above.  Returns 1 if a code is a NaN (its digits are then zeros), else 0. */
-int fp8check_vnni_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t pout) {
-    const uint8_t *codes = (const uint8_t *)pcodes;
-    int16_t *out = (int16_t *)pout;
+/* One expert's rhs codes [K][N] into out [K/128][ceil(N/16)][64][3][16][2], the layout
+   above, or with `magnitudes` those of the codes with the sign bit cleared.  Returns 1 if
+   a code is a NaN (its digits are then zeros), else 0. */
+static int pack_rhs(const digit_tables *t, const uint8_t *codes, int64_t k, int64_t n,
+                    int16_t *out, int magnitudes) {
     const int64_t nv = (n + 15) / 16;
-    const digit_tables t = make_tables();
     int nan = 0;
     for (int64_t kb = 0; kb < k / 128; kb++)
         for (int64_t v = 0; v < nv; v++) {
@@ -111,17 +109,24 @@ int fp8check_vnni_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t pout)
                 __m256i both = _mm256_set_m128i(_mm_unpackhi_epi8(x0, x1),
                                                 _mm_unpacklo_epi8(x0, x1));
                 int16_t *q = o + p * 96;
-                nan |= digits32(&t, _mm512_cvtepu8_epi16(both), q, q + 32, q + 64);
+                nan |= digits32(t, _mm512_cvtepu8_epi16(both), q, q + 32, q + 64, magnitudes);
             }
         }
     return nan;
 }
 
+/* `pack_rhs` of the codes (pcodes, k, n) into pout. */
+int fp8check_vnni_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t pout) {
+    const digit_tables t = make_tables();
+    return pack_rhs(&t, (const uint8_t *)pcodes, k, n, (int16_t *)pout, 0);
+}
+
 /* Digits of rows [r0, r0 + ROWS) of one K block of the lhs codes (rows past `rows` are
-   zero) into panel [ROWS][3][128]; 1 if a code is a NaN, else 0. */
+   zero) into panel [ROWS][3][128], or with `magnitudes` those of the codes with the sign
+   bit cleared; 1 if a code is a NaN, else 0. */
 __attribute__((noinline)) static int pack_lhs(const digit_tables *t, const uint8_t *codes,
                                                int64_t lda, int64_t rows, int64_t r0,
-                                               int64_t kb, int16_t *panel) {
+                                               int64_t kb, int16_t *panel, int magnitudes) {
     int nan = 0;
     for (int r = 0; r < ROWS; r++) {
         int16_t *o = panel + r * 384;
@@ -132,7 +137,8 @@ __attribute__((noinline)) static int pack_lhs(const digit_tables *t, const uint8
         const uint8_t *src = codes + (r0 + r) * lda + 128 * kb;
         for (int c = 0; c < 128; c += 32) {
             __m256i x = _mm256_loadu_si256((const __m256i *)(src + c));
-            nan |= digits32(t, _mm512_cvtepu8_epi16(x), o + c, o + 128 + c, o + 256 + c);
+            nan |= digits32(t, _mm512_cvtepu8_epi16(x), o + c, o + 128 + c, o + 256 + c,
+                            magnitudes);
         }
     }
     return nan;
@@ -150,13 +156,14 @@ __attribute__((noinline)) static int pack_lhs(const digit_tables *t, const uint8
     DOT(acc_##r##_2, b2, a[192 * r + 128 + p]);
 #define SAVE(r) acc[r][0] = acc_##r##_0; acc[r][1] = acc_##r##_1; acc[r][2] = acc_##r##_2;
 
-/* The exact partials of ROWS rows x 16 columns, in value units, as float64 (exact: see the
-   header): panel [ROWS][3][128], one packed rhs column vector of the same K block;
-   p_out[r][0] columns 0-7, p_out[r][1] columns 8-15 of row r. */
+/* The exact partials of ROWS rows x 16 columns as float64 in units of `unit` (2^-18:
+   value units; 1: units of 2^-18; exact: see the header): panel [ROWS][3][128], one
+   packed rhs column vector of the same K block; p_out[r][0] columns 0-7, p_out[r][1]
+   columns 8-15 of row r. */
 /* noinline, as pack_lhs: inlined into one loop nest, the digit tables' 12 registers would
    crowd the 24 accumulators out. */
 __attribute__((noinline)) static void partials(const int16_t *panel, const int16_t *bvec,
-                                               __m512d p_out[ROWS][2]) {
+                                               __m512d p_out[ROWS][2], double unit) {
     const int32_t *a = (const int32_t *)panel;
     DECL(0) DECL(1) DECL(2) DECL(3) DECL(4) DECL(5) DECL(6) DECL(7)
     for (int p = 0; p < PAIRS; p++) {
@@ -167,7 +174,7 @@ __attribute__((noinline)) static void partials(const int16_t *panel, const int16
     }
     __m512i acc[ROWS][3];
     SAVE(0) SAVE(1) SAVE(2) SAVE(3) SAVE(4) SAVE(5) SAVE(6) SAVE(7)
-    const __m512d c9 = _mm512_set1_pd(512.0), c18 = _mm512_set1_pd(0x1p-18);
+    const __m512d c9 = _mm512_set1_pd(512.0), u = _mm512_set1_pd(unit);
     for (int r = 0; r < ROWS; r++) {
         __m512i h = acc[r][0], l = acc[r][1];
         __m512i x = _mm512_sub_epi32(_mm512_sub_epi32(acc[r][2], h), l);
@@ -179,16 +186,9 @@ __attribute__((noinline)) static void partials(const int16_t *panel, const int16
             __m512d ld = _mm512_cvtepi32_pd(i ? _mm512_extracti64x4_epi64(l, 1)
                                               : _mm512_castsi512_si256(l));
             __m512d s = _mm512_fmadd_pd(_mm512_fmadd_pd(hd, c9, xd), c9, ld); /* exact */
-            p_out[r][i] = _mm512_mul_pd(s, c18);                                /* exact */
+            p_out[r][i] = _mm512_mul_pd(s, u); /* exact: a power of two */
         }
     }
-}
-
-/* RN32 of row r's exact partials (16 columns). */
-static inline __m512 rn32(__m512d p[2]) {
-    const int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvt_roundpd_ps(p[0], rn)),
-                              _mm512_cvt_roundpd_ps(p[1], rn), 1);
 }
 
 /* Rows [0, rows) of one group's output, all columns, recipe `code` (0 deepgemm,
@@ -208,28 +208,19 @@ static int group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t r
             memset(out + r * ldo, 0, n * sizeof(float));
     for (int64_t kb = 0; kb < kbn; kb++)
         for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
-            if (pack_lhs(t, a, lda, rows, r0, kb, panel))
+            if (pack_lhs(t, a, lda, rows, r0, kb, panel, 0))
                 return 1;
             const int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
             for (int64_t v = 0; v < nv; v++) {
-                partials(panel, bp + (kb * nv + v) * VEC_I16, p);
+                partials(panel, bp + (kb * nv + v) * VEC_I16, p, 1.0);
                 const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
                 const __mmask16 m = (__mmask16)((1u << valid) - 1);
                 const float s_b = sb[kb * nb + (16 * v) / 128];
                 for (int64_t r = 0; r < nr; r++) {
                     float *o = out + (r0 + r) * ldo + 16 * v;
                     const float s_a = sa[(r0 + r) * kbn + kb];
-                    __m512 acc = kb ? _mm512_maskz_loadu_ps(m, o) : _mm512_setzero_ps();
-                    const __m512 pr = rn32(p[r]);
-                    if (code == 0)
-                        acc = _mm512_fmadd_ps(_mm512_set1_ps(s_a * s_b), pr, acc);
-                    else if (code == 1)
-                        acc = _mm512_fmadd_ps(_mm512_mul_ps(pr, _mm512_set1_ps(s_a)),
-                                              _mm512_set1_ps(s_b), acc);
-                    else
-                        acc = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(pr, _mm512_set1_ps(s_a)),
-                                                          _mm512_set1_ps(s_b)), acc);
-                    _mm512_mask_storeu_ps(o, m, acc);
+                    const __m512 acc = kb ? _mm512_maskz_loadu_ps(m, o) : _mm512_setzero_ps();
+                    _mm512_mask_storeu_ps(o, m, recipe_step(code, rn32_row(p[r]), s_a, s_b, acc));
                 }
             }
         }
@@ -266,7 +257,7 @@ int fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t 
         const int64_t r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
         if (r1 <= r0)
             continue;
-        nan = fp8check_vnni_pack_rhs((uint64_t)(b + gi * k * n), k, n, (uint64_t)bp) ||
+        nan = pack_rhs(&t, b + gi * k * n, k, n, bp, 0) ||
               group(&t, a + r0 * lda, lda, r1 - r0, k, bp, n, sa + r0 * kbn,
                     sb + gi * kbn * nb, nb, code, out + r0 * ldo, ldo);
     }
@@ -292,10 +283,10 @@ int fp8check_vnni_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, ui
     __m512d p[ROWS][2];
     for (int64_t kb = 0; kb < kbn; kb++)
         for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
-            pack_lhs(&t, a, lda, rows, r0, kb, panel);
+            pack_lhs(&t, a, lda, rows, r0, kb, panel, 0);
             const int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
             for (int64_t v = 0; v < nv; v++) {
-                partials(panel, bp + (kb * nv + v) * VEC_I16, p);
+                partials(panel, bp + (kb * nv + v) * VEC_I16, p, 0x1p-18);
                 const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
                 const __mmask8 m0 = (__mmask8)((1u << (valid < 8 ? valid : 8)) - 1);
                 const __mmask8 m1 = (__mmask8)(valid > 8 ? (1u << (valid - 8)) - 1 : 0);
@@ -307,4 +298,96 @@ int fp8check_vnni_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, ui
             }
         }
     return 0;
+}
+
+/* The recipe `code` (0-2), the exact value and |A||B| of rows [m0, m1) of the output (one
+   thread's share of all the groups) in one pass over their exact partials and those of
+   the magnitudes (exact_gmm.h), as `fp8check_amx_exact_gmm` (the same arguments and
+   outputs; its bits):
+     a        lhs codes [M][k];  sa  lhs scales [M][k / 128];
+     b        rhs codes [G][k][n];  sb  rhs scales [G][k / 128][nb];
+     offs     [G + 1] int64, the first row of each group and the end of the last.
+   Out, each [M][n], the groups' rows in [m0, m1) written, all other rows left alone: the
+   recipe float32, the exact value float64, |A||B| float64 (its sum times `scale`) and
+   undecided uint8 (1 where the exact value must be recomputed, else 0).  A group's rhs is
+   packed once (its digits and its magnitudes'), its rows go `rows_per_pass` at a time (a
+   multiple of ROWS): their panels, every K block's (12 bytes a code), packed once and
+   read from L2, and each column vector taken through all its K blocks with the pass's
+   state of those 16 columns (28 bytes an element) in L1.  Returns 0; 1 when a code it
+   reads is a NaN (it stops there, its outputs meaning nothing: the caller takes another
+   path); -1 (nothing written) when its scratch cannot be allocated. */
+int fp8check_vnni_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint64_t poffs,
+                            int64_t g, int64_t m0, int64_t m1, uint64_t psa, uint64_t psb,
+                            int64_t nb, int64_t code, int64_t rows_per_pass, uint64_t pout,
+                            uint64_t pexact, uint64_t pmag, uint64_t pundecided,
+                            double scale) {
+    const uint8_t *a = (const uint8_t *)pa, *b = (const uint8_t *)pb;
+    const int64_t *offs = (const int64_t *)poffs;
+    const float *sa = (const float *)psa, *sb = (const float *)psb;
+    const int64_t kbn = k / 128, nv = (n + 15) / 16, w = 16 * nv;
+    const int64_t packed = kbn * nv * VEC_I16, panels = kbn * rows_per_pass * 384;
+    /* the rhs's digits and its magnitudes', the pass's panels and theirs (int16), then
+       the pass's state: recipe (float), exact total and sigma, |A||B| (double) */
+    int16_t *bp = aligned_alloc(64, (2 * packed + 2 * panels) * sizeof(int16_t)
+                                        + rows_per_pass * w * 28 + 64);
+    if (!bp)
+        return -1;
+    int16_t *bq = bp + packed, *pp = bq + packed, *pq = pp + panels;
+    double *total = (double *)(pq + panels), *sigma = total + rows_per_pass * w;
+    double *mag = sigma + rows_per_pass * w;
+    float *acc = (float *)(mag + rows_per_pass * w);
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
+    const digit_tables t = make_tables();
+    __m512d p[ROWS][2], q[ROWS][2];
+    int nan = 0;
+    for (int64_t gi = 0; gi < g && !nan; gi++) {
+        const int64_t r0 = offs[gi] > m0 ? offs[gi] : m0;
+        const int64_t r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
+        if (r1 <= r0)
+            continue;
+        nan = pack_rhs(&t, b + gi * k * n, k, n, bp, 0);
+        if (nan)
+            break;
+        pack_rhs(&t, b + gi * k * n, k, n, bq, 1);
+        for (int64_t rb = r0; rb < r1 && !nan; rb += rows_per_pass) {
+            const int64_t nr = r1 - rb < rows_per_pass ? r1 - rb : rows_per_pass;
+            const int64_t e = rb * n;
+            /* panel [row group][kb] of ROWS x 384 int16 */
+            for (int64_t r = 0; r < nr && !nan; r += ROWS)
+                for (int64_t kb = 0; kb < kbn; kb++) {
+                    const int64_t at = ((r / ROWS) * kbn + kb) * ROWS * 384;
+                    nan |= pack_lhs(&t, a + rb * k, k, nr, r, kb, pp + at, 0);
+                    pack_lhs(&t, a + rb * k, k, nr, r, kb, pq + at, 1);
+                }
+            if (nan)
+                break;
+            const exact_sink s = {code, kbn, n, nb, sa + rb * kbn, sb + gi * kbn * nb,
+                                  (float *)pout + e, (double *)pexact + e, (double *)pmag + e,
+                                  (uint8_t *)pundecided + e, 2.0 * kbn * (kbn + 1) * 0x1p-105,
+                                  scale};
+            for (int64_t v = 0; v < nv; v++) {
+                const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
+                const __mmask16 m = (__mmask16)((1u << valid) - 1);
+                for (int64_t kb = 0; kb < kbn; kb++) {
+                    const float s_b = s.sb[kb * nb + (16 * v) / 128];
+                    const int64_t bt = (kb * nv + v) * VEC_I16;
+                    for (int64_t r = 0; r < nr; r += ROWS) {
+                        const int64_t at = ((r / ROWS) * kbn + kb) * ROWS * 384;
+                        partials(pp + at, bp + bt, p, 1.0);
+                        partials(pq + at, bq + bt, q, 1.0);
+                        for (int64_t i = r; i < nr && i < r + ROWS; i++) {
+                            const int64_t st = i * w + 16 * v;
+                            consume_row(&s, acc + st, total + st, sigma + st, mag + st,
+                                        p[i - r], q[i - r], s.sa[i * kbn + kb], s_b, kb,
+                                        i * n + 16 * v, m);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    _mm_setcsr(csr);
+    free(bp);
+    return nan;
 }

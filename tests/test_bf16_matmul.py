@@ -5,7 +5,6 @@ rationals, the term-by-term superaccumulator and the split path (the integer pat
 give, on data built against its window, its residual corrections, its fixed point and
 its fallback."""
 
-import ctypes
 import os
 import subprocess
 import sys
@@ -15,8 +14,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fp8check.references import bf16_matmul, cbuild, dgrad, matmul, tgmm
+from fp8check.references import bf16_matmul, dgrad, matmul, tgmm
 from fp8check.references.exact import precision_of
+from tests import amx_emulation
 from tests.test_exact_matmul import (
     BF16,
     FMT,
@@ -28,22 +28,7 @@ from tests.test_exact_matmul import (
 )
 
 EMULATED = "amx-int8-emulated"
-"""amx_bf16.c with software tiles (tests/amx_emulation.c): its logic tested without AMX."""
-
-
-@pytest.fixture(scope="session")
-def amx_emulated(tmp_path_factory):
-    """The AMX kernel built with software tiles, its functions bound; skipped where the CPU
-    lacks the AVX-512 it uses beside the tiles."""
-    missing = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512vbmi"} - cbuild.cpu_flags()
-    if missing:
-        pytest.skip(f"no {', '.join(sorted(missing))} on this CPU")
-    lib = tmp_path_factory.mktemp("amx") / "amx_emulation.so"
-    subprocess.run([os.environ.get("CC", "cc"), *bf16_matmul.COMMON_FLAGS, "-mavx512vbmi",
-                    "-I", str(Path(bf16_matmul.__file__).parent), "-shared", "-fPIC",
-                    str(Path(__file__).with_name("amx_emulation.c")), "-o", str(lib)],
-                   check=True)
-    return bf16_matmul.bind(ctypes.CDLL(str(lib)))
+"""amx_bf16.c on software tiles (tests/amx_emulation.py): its logic tested without AMX."""
 
 
 @pytest.fixture(params=[*bf16_matmul.KERNELS, EMULATED])
@@ -53,8 +38,10 @@ def kernel(request, monkeypatch):
     name = request.param
     if name == EMULATED:
         name = "amx-int8"
-        monkeypatch.setitem(bf16_matmul.KERNELS, name,
-                            (request.getfixturevalue("amx_emulated"), ""))
+        emulated = amx_emulation.bf16_kernel()
+        if isinstance(emulated, str):
+            pytest.skip(f"no software AMX tiles here: {emulated}")
+        monkeypatch.setitem(bf16_matmul.KERNELS, name, (emulated, ""))
     lib, why = bf16_matmul.KERNELS[name]
     if lib is None:
         pytest.skip(f"the {name} kernel is off here: {why}")

@@ -1,5 +1,6 @@
 """The production check's one pass (`references.forward_refs.gmm_references`: the recipe,
-the exact value and |A||B| from one AMX pass over the exact partials) gives the bits of
+the exact value and |A||B| from one pass over the exact partials, on each integer-digit
+path this CPU runs: AMX int8 tiles, AVX512-VNNI) gives the bits of
 `gmm(..., accum)`, `gmm(..., np.float64, "exact")` and `abs_product` on adversarial
 operands: every e4m3 value, +-448 columns, all-zero blocks, sums that cancel to zero,
 scales over many binades, empty groups, rows past the last group, N not a multiple of 16;
@@ -11,9 +12,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from fp8check.references import QTensor, abs_product, amx, gmm, quantize
+from fp8check.references import QTensor, abs_product, gmm, quantize
 from fp8check.references import forward_refs as fr
-from tests.test_partials_paths import _adversarial, _bits
+from tests.test_partials_paths import PATHS, _adversarial, _bits, _only
 
 SHAPES = [(300, 256, 128, 4), (45, 2048, 256, 3), (1, 128, 128, 1), (37, 384, 200, 3),
           (9, 128, 40, 2), (700, 256, 150, 2)]
@@ -44,16 +45,18 @@ def _check(got, want) -> None:
         np.testing.assert_array_equal(_bits(g), _bits(w))
 
 
-def _needs_amx() -> None:
-    if fr._exact_gmm_fn() is None:
-        pytest.skip(f"no AMX pass here: {amx.STATUS}")
+@pytest.fixture(params=sorted(PATHS))
+def pass_path(request, monkeypatch):
+    """Each integer-digit path in turn as the one the pass runs on (skipped where this CPU
+    lacks it)."""
+    _only(request.param, monkeypatch)
+    return request.param
 
 
 @pytest.mark.parametrize("accum", ["deepgemm", "cublas", "tokamax"])
 @pytest.mark.parametrize("out_dtype", [np.float32, ml_dtypes.bfloat16])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_one_pass_gives_the_three_references(accum, out_dtype, shape, monkeypatch):
-    _needs_amx()
+def test_one_pass_gives_the_three_references(accum, out_dtype, shape, monkeypatch, pass_path):
     lhs, rhs, gs = _adversarial(np.random.default_rng(), *shape)
     lhs.values.view(np.uint8)[4::5, -128:] = 0x80  # -0: all-zero blocks
     _cancelling(lhs, rhs)
@@ -69,10 +72,9 @@ def test_one_pass_gives_the_three_references(accum, out_dtype, shape, monkeypatc
 
 
 @pytest.mark.parametrize("shape", SHAPES[:4])
-def test_undecided_elements_take_the_exact_fallback(shape, monkeypatch):
+def test_undecided_elements_take_the_exact_fallback(shape, monkeypatch, pass_path):
     """Every element sent to the superaccumulator fallback (`_exact_at`) as if the
     certified rounding could not decide it: the same bits."""
-    _needs_amx()
     lhs, rhs, gs = _adversarial(np.random.default_rng(), *shape)
     _cancelling(lhs, rhs)
     want = _want(lhs, rhs, gs, np.float32, "deepgemm")
@@ -95,11 +97,10 @@ class _PoisonedEmpty:
 
 
 @pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[3], SHAPES[5]])
-def test_every_element_is_written(shape, monkeypatch):
+def test_every_element_is_written(shape, monkeypatch, pass_path):
     """The outputs and the pass's buffers are allocated unset (`np.empty`, not zeros that
     would cost a pass): with them filled with NaN bytes, the same bits, the rows past the
     last group zero."""
-    _needs_amx()
     lhs, rhs, gs = _adversarial(np.random.default_rng(), *shape)
     want = _want(lhs, rhs, gs, ml_dtypes.bfloat16, "cublas")
     monkeypatch.setattr(fr, "np", _PoisonedEmpty())
@@ -109,7 +110,7 @@ def test_every_element_is_written(shape, monkeypatch):
 
 
 @pytest.mark.parametrize("fault", ["nan-code", "inf-scale", "hopper", "blackwell", "e5m2",
-                                   "no-amx"])
+                                   "no-digit-path"])
 def test_other_operands_give_the_same_results(fault, monkeypatch):
     """Where the pass does not apply: gmm_and_exact and abs_product's bits, NaN and Inf
     included."""
@@ -125,8 +126,9 @@ def test_other_operands_give_the_same_results(fault, monkeypatch):
         lhs = quantize(rng.standard_normal((37, 256)).astype(np.float32), (1, 128), fmt="e5m2")
         rhs = quantize(rng.standard_normal((3, 256, 130)).astype(np.float32), (128, 128),
                        fmt="e5m2")
-    if fault == "no-amx":
-        monkeypatch.setattr(amx, "AVAILABLE", False)
+    if fault == "no-digit-path":
+        for module in PATHS.values():
+            monkeypatch.setattr(module, "AVAILABLE", False)
     want = _want(lhs, rhs, gs, ml_dtypes.bfloat16, accum)
     monkeypatch.setattr(fr, "_undecided",
                         lambda *a: pytest.fail("the C pass ran where it does not apply"))
@@ -135,13 +137,12 @@ def test_other_operands_give_the_same_results(fault, monkeypatch):
 
 @pytest.mark.parametrize("place", ["lhs-in-a-group", "rhs-late-columns", "rhs-unused-expert",
                                    "lhs-past-the-groups"])
-def test_the_pass_finds_nan_codes_itself(place, monkeypatch):
+def test_the_pass_finds_nan_codes_itself(place, monkeypatch, pass_path):
     """The C pass checks the codes it reads for NaN as it makes their digits: one in a
     group's lhs rows or in its rhs (here in the second column block of the pass) gives
     gmm_and_exact's bits, NaN included; one in codes no output depends on (an empty
     group's expert, rows past the last group) leaves the pass's own results, the same
     bits as the references."""
-    _needs_amx()
     lhs, rhs, gs = _adversarial(np.random.default_rng(), 37, 256, 300, 4)
     assert gs[1] == gs[3] == 0 and gs[2] > 1 and gs.sum() < 37
     a, b = lhs.values.view(np.uint8), rhs.values.view(np.uint8)
@@ -168,11 +169,10 @@ def _flags_of_the_pass(monkeypatch) -> list[np.ndarray]:
     return seen
 
 
-def test_the_certified_rounding_flags_ties_and_decides_the_rest(monkeypatch):
+def test_the_certified_rounding_flags_ties_and_decides_the_rest(monkeypatch, pass_path):
     """A float64 rounding tie (1 + 2^-53, from two K blocks' scales) is flagged and takes
     the fallback; a value 2^-62 off it, and quantized random operands (all but a few
     elements), are decided in the pass; every result has the exact recipe's bits."""
-    _needs_amx()
     a, b = np.zeros((1, 256), np.float32), np.zeros((1, 256, 16), np.float32)
     a[0, [0, 128, 129]] = 1
     b[0, [0, 128], :] = 1

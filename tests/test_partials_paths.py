@@ -11,11 +11,15 @@ import pytest
 
 from fp8check.references import QTensor, amx, gmm, mma, quantize, vnni
 from fp8check.references.gmm import has_nan_code
+from tests import amx_emulation
 from tests.oracle import E4M3_CODES
 
 CODES = np.array(E4M3_CODES, np.uint8)
 E4M3 = ml_dtypes.float8_e4m3fn
-PATHS = {"amx": amx, "vnni": vnni}
+_MODULES = {"amx": amx, "vnni": vnni}
+PATHS = {**_MODULES, "amx-emulated": amx}
+"""Each fast path by name, its module: "amx-emulated" is the AMX path's code on software
+tiles (tests/amx_emulation.py), run where the CPU has no AMX too."""
 
 
 def _adversarial(rng, m, k, n, g):
@@ -42,8 +46,17 @@ def _adversarial(rng, m, k, n, g):
 
 
 def _only(path: str, monkeypatch) -> None:
-    """Let the gmm reference take `path` ("blas" or a fast path), or skip if it can't."""
-    for name, module in PATHS.items():
+    """Let the gmm reference take `path` ("blas" or a fast path of PATHS), or skip if it
+    can't."""
+    if path == "amx-emulated":
+        emulated = amx_emulation.gmm_path()
+        if isinstance(emulated, str):
+            pytest.skip(f"no software AMX tiles here: {emulated}")
+        monkeypatch.setattr(amx, "PATH", emulated)
+        monkeypatch.setattr(amx, "AVAILABLE", True)
+        monkeypatch.setattr(vnni, "AVAILABLE", False)
+        return
+    for name, module in _MODULES.items():
         if name == path and not module.AVAILABLE:
             pytest.skip(f"no {name} path here: {module.STATUS}")
         if name != path:

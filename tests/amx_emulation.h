@@ -1,9 +1,13 @@
-/* amx_bf16.c with the AMX tile instructions done in software, so that its logic (digits,
-   packing, the sums' combination, residual terms, rounding) is tested on CPUs without AMX
-   too (tests/test_bf16_matmul.py builds it with the references folder on the include
-   path).  Semantics per Intel's SDM: eight tiles of 16 rows of 64 bytes; TDPB[SU][SU]D C,
-   A, B adds to int32 C[m][n] the sum over k < 16, q < 4 of byte A[m][4k + q] times byte
-   B[k][4n + q], each byte signed (S) or unsigned (U) as named, A's first. */
+/* The AMX tile instructions done in software, so that the AMX kernels' logic (amx_gmm.c,
+   amx_bf16.c: digits, packing, the sums' combination, the recipes, the exact pass,
+   residual terms, rounding) is tested on CPUs without AMX too: tests/amx_emulation.py
+   compiles a kernel with this header forced in first (cc -include).  Semantics per Intel's
+   SDM: eight tiles of 16 rows of 64 bytes; TDPB[SU][SU]D C, A, B adds to int32 C[m][n]
+   the sum over k < 16, q < 4 of byte A[m][4k + q] times byte B[k][4n + q], each byte
+   signed (S) or unsigned (U) as named, A's first. */
+#ifndef FP8CHECK_AMX_EMULATION_H
+#define FP8CHECK_AMX_EMULATION_H
+
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
@@ -54,4 +58,4 @@ static inline void dot_emulated(int c, int a, int b, int a_signed, int b_signed)
 #define _tile_loadconfig(config) ((void)(config))
 #define _tile_release() ((void)0)
 
-#include "amx_bf16.c"
+#endif
