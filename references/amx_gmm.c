@@ -325,9 +325,8 @@ int fp8check_amx_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n
     configure_tiles();
     int nan = 0;
     for (int64_t gi = 0; gi < g && !nan; gi++) {
-        const int64_t r0 = offs[gi] > m0 ? offs[gi] : m0;
-        const int64_t r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
-        if (r1 <= r0)
+        int64_t r0, r1;
+        if (!share_rows(offs, gi, m0, m1, &r0, &r1))
             continue;
         if (kbn == 0) {
             for (int64_t r = r0; r < r1; r++)
@@ -491,8 +490,9 @@ int fp8check_amx_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint6
     configure_tiles();
     int nan = 0;
     for (int64_t gi = 0; gi < g && !nan; gi++) {
-        const int64_t r0 = offs[gi] > m0 ? offs[gi] : m0;
-        const int64_t r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
+        int64_t r0, r1;
+        if (!share_rows(offs, gi, m0, m1, &r0, &r1))
+            continue;
         for (int64_t rb = r0; rb < r1 && !nan; rb += rows_per_pass) {
             const int64_t nr = r1 - rb < rows_per_pass ? r1 - rb : rows_per_pass;
             const int64_t e = rb * n;

@@ -167,4 +167,13 @@ static inline void consume_row(const exact_sink *s, float *acc, double *total, d
     }
 }
 
+/* The rows [*r0, *r1) of group gi (offs: each group's first row and the end of the last)
+   in a thread's share [m0, m1) of the output's rows; whether there are any. */
+static inline int share_rows(const int64_t *offs, int64_t gi, int64_t m0, int64_t m1,
+                             int64_t *r0, int64_t *r1) {
+    *r0 = offs[gi] > m0 ? offs[gi] : m0;
+    *r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
+    return *r1 > *r0;
+}
+
 #endif

@@ -31,9 +31,10 @@
               operand.
 */
 #include "bf16_exact.h"
+#include "vnni_dots.h"
 
-#define ROWS 8             /* rows of a micro-kernel call: 24 accumulators + 3 b vectors */
-#define PAIRS 64           /* position pairs of a K block of 128 */
+#define ROWS DOT_ROWS      /* rows of a micro-kernel call (vnni_dots.h) */
+#define PAIRS DOT_PAIRS    /* position pairs of a K block of 128 */
 #define TILE_I16 (PAIRS * 96) /* int16 of one column tile's K block */
 #define PANEL_I32 (ROWS * 3 * PAIRS) /* int32 of one row group's K block */
 #define CHUNK_ROWS 64      /* rows of a whose panels are made at once */
@@ -167,18 +168,6 @@ static void a_panels(const uint16_t *a, int64_t s_i, int64_t s_t, int64_t i0, in
 #undef AT
 }
 
-/* The 24 accumulators are named variables and the dot product is one instruction of
-   inline assembly (VPDPWSSD with the a pair broadcast from memory), as in vnni_gmm.c:
-   with the intrinsic, gcc copies the accumulators around and spills them. */
-#define DECL(r) __m512i acc_##r##_0 = _mm512_setzero_si512(), acc_##r##_1 = acc_##r##_0, \
-                        acc_##r##_2 = acc_##r##_0;
-#define DOT(acc, b, x) __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(b), "m"(x))
-#define DOTS(r)                                         \
-    DOT(acc_##r##_0, b0, a[3 * PAIRS * r + p]);             \
-    DOT(acc_##r##_1, b1, a[3 * PAIRS * r + PAIRS + p]);     \
-    DOT(acc_##r##_2, b2, a[3 * PAIRS * r + 2 * PAIRS + p]);
-#define SAVE(r) acc[r][0] = acc_##r##_0; acc[r][1] = acc_##r##_1; acc[r][2] = acc_##r##_2;
-
 /* v (header) of one row group x one column tile into t1s[r][col], int64: the group's
    panels (KB blocks), the column tile's tiles, `len` positions. */
 __attribute__((noinline)) static void tile_values(const int32_t *panel, const int16_t *tile,
@@ -188,15 +177,8 @@ __attribute__((noinline)) static void tile_values(const int32_t *panel, const in
         const int32_t *a = panel + kb * PANEL_I32;
         const int16_t *bq = tile + kb * TILE_I16;
         const int64_t left = len - 128 * kb, pairs = left >= 128 ? PAIRS : (left + 1) / 2;
-        DECL(0) DECL(1) DECL(2) DECL(3) DECL(4) DECL(5) DECL(6) DECL(7)
-        for (int64_t p = 0; p < pairs; p++) {
-            const __m512i b0 = _mm512_loadu_si512(bq + 96 * p);
-            const __m512i b1 = _mm512_loadu_si512(bq + 96 * p + 32);
-            const __m512i b2 = _mm512_loadu_si512(bq + 96 * p + 64);
-            DOTS(0) DOTS(1) DOTS(2) DOTS(3) DOTS(4) DOTS(5) DOTS(6) DOTS(7)
-        }
         __m512i acc[ROWS][3];
-        SAVE(0) SAVE(1) SAVE(2) SAVE(3) SAVE(4) SAVE(5) SAVE(6) SAVE(7)
+        dots(a, bq, pairs, acc);
         for (int r = 0; r < ROWS; r++) {
             const __m512i h = acc[r][0], l = acc[r][1];
             const __m512i mid = _mm512_sub_epi32(_mm512_sub_epi32(acc[r][2], h), l);

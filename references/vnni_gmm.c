@@ -44,9 +44,10 @@
 #include <string.h>
 
 #include "exact_gmm.h"
+#include "vnni_dots.h"
 
-#define ROWS 8   /* lhs rows per micro-kernel call: 24 accumulators + 3 rhs vectors */
-#define PAIRS 64 /* K pairs per 128-wide block */
+#define ROWS DOT_ROWS   /* lhs rows per micro-kernel call (vnni_dots.h) */
+#define PAIRS DOT_PAIRS /* K pairs per 128-wide block */
 #define VEC_I16 (PAIRS * 3 * 32) /* int16 of one packed rhs column vector of a K block */
 
 /* Digit d (h, l, t) of the 128 non-negative codes, as int16 tables: two halves of 64
@@ -144,18 +145,6 @@ __attribute__((noinline)) static int pack_lhs(const digit_tables *t, const uint8
     return nan;
 }
 
-/* The 24 accumulators are named variables, and the dot product is one instruction of
-   inline assembly (VPDPWSSD with the lhs pair broadcast from memory): with the intrinsic,
-   gcc copies the accumulators around and spills them. */
-#define DECL(r) __m512i acc_##r##_0 = _mm512_setzero_si512(), acc_##r##_1 = acc_##r##_0, \
-                        acc_##r##_2 = acc_##r##_0;
-#define DOT(acc, b, x) __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(b), "m"(x))
-#define DOTS(r)                             \
-    DOT(acc_##r##_0, b0, a[192 * r + p]);      \
-    DOT(acc_##r##_1, b1, a[192 * r + 64 + p]); \
-    DOT(acc_##r##_2, b2, a[192 * r + 128 + p]);
-#define SAVE(r) acc[r][0] = acc_##r##_0; acc[r][1] = acc_##r##_1; acc[r][2] = acc_##r##_2;
-
 /* The exact partials of ROWS rows x 16 columns as float64 in units of `unit` (2^-18:
    value units; 1: units of 2^-18; exact: see the header): panel [ROWS][3][128], one
    packed rhs column vector of the same K block; p_out[r][0] columns 0-7, p_out[r][1]
@@ -164,16 +153,8 @@ __attribute__((noinline)) static int pack_lhs(const digit_tables *t, const uint8
    crowd the 24 accumulators out. */
 __attribute__((noinline)) static void partials(const int16_t *panel, const int16_t *bvec,
                                                __m512d p_out[ROWS][2], double unit) {
-    const int32_t *a = (const int32_t *)panel;
-    DECL(0) DECL(1) DECL(2) DECL(3) DECL(4) DECL(5) DECL(6) DECL(7)
-    for (int p = 0; p < PAIRS; p++) {
-        const __m512i b0 = _mm512_loadu_si512(bvec + 96 * p);
-        const __m512i b1 = _mm512_loadu_si512(bvec + 96 * p + 32);
-        const __m512i b2 = _mm512_loadu_si512(bvec + 96 * p + 64);
-        DOTS(0) DOTS(1) DOTS(2) DOTS(3) DOTS(4) DOTS(5) DOTS(6) DOTS(7)
-    }
     __m512i acc[ROWS][3];
-    SAVE(0) SAVE(1) SAVE(2) SAVE(3) SAVE(4) SAVE(5) SAVE(6) SAVE(7)
+    dots((const int32_t *)panel, bvec, PAIRS, acc);
     const __m512d c9 = _mm512_set1_pd(512.0), u = _mm512_set1_pd(unit);
     for (int r = 0; r < ROWS; r++) {
         __m512i h = acc[r][0], l = acc[r][1];
@@ -253,9 +234,8 @@ int fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t 
     const digit_tables t = make_tables();
     int nan = 0;
     for (int64_t gi = 0; gi < g && !nan; gi++) {
-        const int64_t r0 = offs[gi] > m0 ? offs[gi] : m0;
-        const int64_t r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
-        if (r1 <= r0)
+        int64_t r0, r1;
+        if (!share_rows(offs, gi, m0, m1, &r0, &r1))
             continue;
         nan = pack_rhs(&t, b + gi * k * n, k, n, bp, 0) ||
               group(&t, a + r0 * lda, lda, r1 - r0, k, bp, n, sa + r0 * kbn,
@@ -342,9 +322,8 @@ int fp8check_vnni_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint
     __m512d p[ROWS][2], q[ROWS][2];
     int nan = 0;
     for (int64_t gi = 0; gi < g && !nan; gi++) {
-        const int64_t r0 = offs[gi] > m0 ? offs[gi] : m0;
-        const int64_t r1 = offs[gi + 1] < m1 ? offs[gi + 1] : m1;
-        if (r1 <= r0)
+        int64_t r0, r1;
+        if (!share_rows(offs, gi, m0, m1, &r0, &r1))
             continue;
         nan = pack_rhs(&t, b + gi * k * n, k, n, bp, 0);
         if (nan)
