@@ -62,8 +62,8 @@ class DigitPath:
                  needs: tuple[str, ...], switch: str, prefix: str,
                  packed_shape: Callable[[int, int], tuple[int, ...]], packed_dtype: type,
                  pass_bytes: int, start: Callable[[ctypes.CDLL], str] | None = None):
-        """`pass_bytes`: the bytes an lhs code takes in `exact_gmm`'s pass (its digits and
-        its magnitude's), which sizes the pass to L2; `start(lib)`: "" once the library
+        """`pass_bytes`: the bytes of L2 an lhs code is counted as in `exact_gmm`'s pass
+        (its digits and its magnitude's), which sizes the pass; `start(lib)`: "" once the library
         may run, else why not (AMX asks Linux for the tile state)."""
         self.prefix, self.packed_shape, self.packed_dtype = prefix, packed_shape, packed_dtype
         self.pass_bytes = pass_bytes
