@@ -72,6 +72,7 @@ def environment(
 ) -> dict[str, Any]:
     """What a reader needs to reproduce the run: versions, per-kernel backend and the
     interpreter fidelity fixes that were active, suite, seed, profile."""
+    from fp8check.references import bf16_matmul
     from fp8check.references.gmm import PARTIALS
 
     return {
@@ -81,6 +82,7 @@ def environment(
         "packages": package_versions(),
         "triton_interpret": os.environ.get("TRITON_INTERPRET"),
         "reference_partials": PARTIALS,  # how the e4m3 gmm reference forms partials
+        "reference_bf16_matmul": bf16_matmul.STATUS,  # tgmm / dgrad's exact matmul kernel
         "suite": suite, "seed": seed, "profile": profile, "backend_requested": backend,
         "kernels": {s.name: _kernel_entry(s) for s in specs},
         "kernel_load_errors": dict(load_errors),
