@@ -6,6 +6,7 @@ give, on data built against its window, its residual corrections, its fixed poin
 its fallback."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -286,3 +287,22 @@ def _lines(x, axis):
     a, b = (x, other) if axis == 1 else (other, x)
     *lines, finite = bf16_matmul.operand_lines(a, b, bf16_matmul.WINDOW)
     return (*lines[axis == 0], finite)
+
+
+def test_kernel_choice_is_checked_and_restored():
+    """`kernel(name)` refuses a name it does not know and a kernel this CPU cannot run
+    (one line, ValueError); `kernel(None)` switches the path off, and each restores the
+    kernel that ran before on leaving."""
+    before = bf16_matmul.STATUS, bf16_matmul.AVAILABLE
+    with pytest.raises(ValueError, match=r"the tpu kernel cannot run here: not one of"):
+        with bf16_matmul.kernel("tpu"):
+            pass
+    for name, (lib, why) in bf16_matmul.KERNELS.items():
+        if lib is None:
+            with pytest.raises(ValueError,
+                               match=re.escape(f"the {name} kernel cannot run here: {why}")):
+                with bf16_matmul.kernel(name):
+                    pass
+    with bf16_matmul.kernel(None):
+        assert not bf16_matmul.AVAILABLE and bf16_matmul.STATUS.startswith("off (")
+    assert (bf16_matmul.STATUS, bf16_matmul.AVAILABLE) == before
