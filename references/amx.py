@@ -25,10 +25,12 @@ from fp8check.references.intdot import DigitPath
 from fp8check.references.quant import BLOCK
 
 # -ffp-contract=off: the recipes' multiplies and adds must not be fused behind our back.
-_FLAGS = ("-O3", "-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512dq", "-mavx512bw",
-          "-mavx512vl", "-mavx512vbmi", "-ffp-contract=off")
-_NEEDS = ("amx_int8", "amx_tile", "avx512f", "avx512dq", "avx512bw", "avx512vl",
-          "avx512vbmi")
+# The same for every C kernel on these instructions (amx_gmm.c, amx_bf16.c: AMX;
+# vnni_gmm.c, vnni_bf16.c: VNNI; `bf16_matmul`), and the CPU flags they need.
+FLAGS = ("-O3", "-mamx-tile", "-mamx-int8", "-mavx512f", "-mavx512dq", "-mavx512bw",
+         "-mavx512vl", "-mavx512vbmi", "-ffp-contract=off")
+NEEDS = ("amx_int8", "amx_tile", "avx512f", "avx512dq", "avx512bw", "avx512vl",
+         "avx512vbmi")
 
 
 def _start(lib: ctypes.CDLL) -> str:
@@ -42,7 +44,7 @@ def _packed_shape(k: int, n: int) -> tuple[int, ...]:
     return (k // BLOCK, 3, 2, -(-n // 16), 16, 64)
 
 
-PATH = DigitPath("amx-int8", Path(__file__).with_name("amx_gmm.c"), _FLAGS, _NEEDS,
+PATH = DigitPath("amx-int8", Path(__file__).with_name("amx_gmm.c"), FLAGS, NEEDS,
                  "FP8CHECK_AMX", "fp8check_amx", _packed_shape, np.int8, 6, _start)
 STATUS = PATH.status
 AVAILABLE = PATH.lib is not None

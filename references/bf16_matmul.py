@@ -30,7 +30,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from fp8check.references import amx, cbuild
+from fp8check.references import amx, cbuild, vnni
 from fp8check.references.casts import BF16
 from fp8check.references.exact import precision_of
 
@@ -38,13 +38,6 @@ MAX_K = 1 << 14
 """The longest contraction the kernels hold: v below 2^60 in int64, and AMX's int32 tile
 sums without wrapping (bf16_exact.h, amx_bf16.c)."""
 _OUT_KINDS = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, BF16: 2}
-COMMON_FLAGS = ("-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl",
-                "-ffp-contract=off")
-"""Both kernels' compiler flags (-ffp-contract=off: no multiply and add fused behind the
-code's back)."""
-AMX_FLAGS = ("-mamx-tile", "-mamx-int8", "-mavx512vbmi")
-"""amx_bf16.c's flags beyond `COMMON_FLAGS` (the tile instructions; VPERMB)."""
-_VNNI_NEEDS = ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni")
 
 
 def bind(lib: ctypes.CDLL) -> ctypes.CDLL:
@@ -66,14 +59,13 @@ def _load(name: str, source: str, flags: tuple[str, ...], needs: tuple[str, ...]
 def _load_amx() -> tuple[ctypes.CDLL | None, str]:
     if not amx.AVAILABLE:  # its library asks Linux for the tile state this one uses
         return None, amx.STATUS.removeprefix("off (").removesuffix(")")
-    return _load("amx-int8 bf16", "amx_bf16.c", (*COMMON_FLAGS, *AMX_FLAGS), (),
-                 "FP8CHECK_AMX")
+    return _load("amx-int8 bf16", "amx_bf16.c", amx.FLAGS, (), "FP8CHECK_AMX")
 
 
 KERNELS: dict[str, tuple[ctypes.CDLL | None, str]] = {
     "amx-int8": _load_amx(),
-    "avx512-vnni": _load("avx512-vnni bf16", "vnni_bf16.c", (*COMMON_FLAGS, "-mavx512vnni"),
-                         _VNNI_NEEDS, "FP8CHECK_VNNI"),
+    "avx512-vnni": _load("avx512-vnni bf16", "vnni_bf16.c", vnni.FLAGS, vnni.NEEDS,
+                         "FP8CHECK_VNNI"),
 }
 """Each kernel by name, fastest first: (its library where it runs here, else None; why
 not, else "")."""

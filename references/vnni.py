@@ -23,9 +23,11 @@ from fp8check.references.intdot import DigitPath
 from fp8check.references.quant import BLOCK
 
 # -ffp-contract=off: the recipes' multiplies and adds must not be fused behind our back.
-_FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512vnni",
-          "-ffp-contract=off")
-_NEEDS = ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni")
+# The same for every C kernel on these instructions (amx_gmm.c, amx_bf16.c: AMX;
+# vnni_gmm.c, vnni_bf16.c: VNNI; `bf16_matmul`), and the CPU flags they need.
+FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512vnni",
+         "-ffp-contract=off")
+NEEDS = ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni")
 
 
 def _packed_shape(k: int, n: int) -> tuple[int, ...]:
@@ -38,7 +40,7 @@ def _packed_shape(k: int, n: int) -> tuple[int, ...]:
 # digits and its magnitude's): 128-row passes at K = 2048 measured 10-20% faster than
 # 32-row ones whose panels fit L2, the rhs digits re-read from L3 once a pass costing more
 # than the panels read from L3.
-PATH = DigitPath("avx512-vnni", Path(__file__).with_name("vnni_gmm.c"), _FLAGS, _NEEDS,
+PATH = DigitPath("avx512-vnni", Path(__file__).with_name("vnni_gmm.c"), FLAGS, NEEDS,
                  "FP8CHECK_VNNI", "fp8check_vnni", _packed_shape, np.int16, 3)
 STATUS = PATH.status
 AVAILABLE = PATH.lib is not None

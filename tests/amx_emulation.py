@@ -17,7 +17,9 @@ from pathlib import Path
 from fp8check.references import amx, bf16_matmul, cbuild
 from fp8check.references.intdot import DigitPath
 
-_NEEDS = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512vbmi"}  # beside the tiles
+# the AMX kernels' flags and CPU needs less the tiles' own
+_FLAGS = tuple(f for f in amx.FLAGS if not f.startswith("-mamx"))
+_NEEDS = set(amx.NEEDS) - {"amx_int8", "amx_tile"}
 _HERE = Path(__file__).resolve().parent
 
 
@@ -37,9 +39,9 @@ def build(source: str) -> ctypes.CDLL | str:
         return f"no {', '.join(sorted(missing))} on this CPU"
     out = _folder() / (Path(source).stem + ".so")
     refs = Path(bf16_matmul.__file__).resolve().parent
-    subprocess.run([os.environ.get("CC", "cc"), *bf16_matmul.COMMON_FLAGS, "-mavx512vbmi",
-                    "-include", str(_HERE / "amx_emulation.h"), "-shared", "-fPIC",
-                    str(refs / source), "-o", str(out)], check=True)
+    subprocess.run([os.environ.get("CC", "cc"), *_FLAGS, "-include",
+                    str(_HERE / "amx_emulation.h"), "-shared", "-fPIC", str(refs / source),
+                    "-o", str(out)], check=True)
     return ctypes.CDLL(str(out))
 
 

@@ -23,7 +23,7 @@ def test_status_is_amx_where_the_cpu_has_it():
     flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
     if os.environ.get("FP8CHECK_AMX") == "0":  # the user's switch
         assert amx.STATUS == "off (FP8CHECK_AMX=0)" and not amx.AVAILABLE
-    elif all(f in flags for f in amx._NEEDS):
+    elif all(f in flags for f in amx.NEEDS):
         # only Linux refusing the tile state (a sandbox) may turn it off: a failed build
         # or any other reason is a bug, not a fallback
         assert amx.STATUS in ("amx-int8", "off (Linux refused the AMX tile state)")

@@ -24,7 +24,7 @@ needs_vnni = pytest.mark.skipif(not vnni.AVAILABLE, reason=f"no VNNI path here: 
 def test_status_is_vnni_where_the_cpu_has_it():
     if os.environ.get("FP8CHECK_VNNI") == "0":  # the user's switch
         assert vnni.STATUS == "off (FP8CHECK_VNNI=0)" and not vnni.AVAILABLE
-    elif set(vnni._NEEDS) <= cbuild.cpu_flags():
+    elif set(vnni.NEEDS) <= cbuild.cpu_flags():
         assert vnni.STATUS == "avx512-vnni" and vnni.AVAILABLE
     else:
         assert vnni.STATUS.startswith("off (no ") and not vnni.AVAILABLE
