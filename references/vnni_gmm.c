@@ -71,46 +71,49 @@ static digit_tables make_tables(void) {
     return t;
 }
 
-/* The three digits of 32 codes (zero-extended to int16 lanes) into o[0], o[1], o[2], or
-   with `magnitudes` those of the codes with the sign bit cleared; whether one of the
-   codes is a NaN (0x7F, 0xFF: the digits cannot carry it). */
-static inline int digits32(const digit_tables *t, __m512i w, int16_t *o0, int16_t *o1,
-                            int16_t *o2, int magnitudes) {
-    const __mmask32 neg = magnitudes ? 0 : _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x80));
-    __mmask32 upper = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40));
-    __m512i idx = _mm512_and_si512(w, _mm512_set1_epi16(0x3F));
-    int16_t *out[3] = {o0, o1, o2};
+/* The three digits of 32 codes (zero-extended to int16 lanes), digit d into o + d stride,
+   and where mo is not NULL those of their magnitudes (the codes with the sign bit
+   cleared: the same digits, unsigned) into mo + d stride; whether one of the codes is a
+   NaN (0x7F, 0xFF: the digits cannot carry it). */
+static inline int digits32(const digit_tables *t, __m512i w, int16_t *o, int64_t stride,
+                           int16_t *mo) {
+    const __mmask32 neg = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x80));
+    const __mmask32 upper = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40));
+    const __m512i idx = _mm512_and_si512(w, _mm512_set1_epi16(0x3F));
     for (int d = 0; d < 3; d++) {
-        __m512i lo = _mm512_permutex2var_epi16(t->t[d][0][0], idx, t->t[d][0][1]);
-        __m512i hi = _mm512_permutex2var_epi16(t->t[d][1][0], idx, t->t[d][1][1]);
-        __m512i v = _mm512_mask_blend_epi16(upper, lo, hi);
-        v = _mm512_mask_sub_epi16(v, neg, _mm512_setzero_si512(), v);
-        _mm512_storeu_si512(out[d], v);
+        const __m512i lo = _mm512_permutex2var_epi16(t->t[d][0][0], idx, t->t[d][0][1]);
+        const __m512i hi = _mm512_permutex2var_epi16(t->t[d][1][0], idx, t->t[d][1][1]);
+        const __m512i v = _mm512_mask_blend_epi16(upper, lo, hi);
+        _mm512_storeu_si512(o + d * stride,
+                            _mm512_mask_sub_epi16(v, neg, _mm512_setzero_si512(), v));
+        if (mo)
+            _mm512_storeu_si512(mo + d * stride, v);
     }
     return _mm512_cmpeq_epi16_mask(_mm512_and_si512(w, _mm512_set1_epi16(0x7F)),
                                    _mm512_set1_epi16(0x7F)) != 0;
 }
 
 /* One expert's rhs codes [K][N] into out [K/128][ceil(N/16)][64][3][16][2], the layout
-   above, or with `magnitudes` those of the codes with the sign bit cleared.  Returns 1 if
-   a code is a NaN (its digits are then zeros), else 0. */
+   above, and where abs_out is not NULL those of their magnitudes into abs_out.  Returns 1
+   if a code is a NaN (its digits are then zeros), else 0. */
 static int pack_rhs(const digit_tables *t, const uint8_t *codes, int64_t k, int64_t n,
-                    int16_t *out, int magnitudes) {
+                    int16_t *out, int16_t *abs_out) {
     const int64_t nv = (n + 15) / 16;
     int nan = 0;
     for (int64_t kb = 0; kb < k / 128; kb++)
         for (int64_t v = 0; v < nv; v++) {
             int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
             __mmask16 m = (__mmask16)((1u << valid) - 1);
-            int16_t *o = out + (kb * nv + v) * VEC_I16;
+            const int64_t o = (kb * nv + v) * VEC_I16;
             for (int p = 0; p < PAIRS; p++) {
                 const uint8_t *r0 = codes + (128 * kb + 2 * p) * n + 16 * v;
                 __m128i x0 = _mm_maskz_loadu_epi8(m, r0);
                 __m128i x1 = _mm_maskz_loadu_epi8(m, r0 + n);
                 __m256i both = _mm256_set_m128i(_mm_unpackhi_epi8(x0, x1),
                                                 _mm_unpacklo_epi8(x0, x1));
-                int16_t *q = o + p * 96;
-                nan |= digits32(t, _mm512_cvtepu8_epi16(both), q, q + 32, q + 64, magnitudes);
+                const int64_t q = o + p * 96;
+                nan |= digits32(t, _mm512_cvtepu8_epi16(both), out + q, 32,
+                                abs_out ? abs_out + q : NULL);
             }
         }
     return nan;
@@ -119,27 +122,29 @@ static int pack_rhs(const digit_tables *t, const uint8_t *codes, int64_t k, int6
 /* `pack_rhs` of the codes (pcodes, k, n) into pout. */
 int fp8check_vnni_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t pout) {
     const digit_tables t = make_tables();
-    return pack_rhs(&t, (const uint8_t *)pcodes, k, n, (int16_t *)pout, 0);
+    return pack_rhs(&t, (const uint8_t *)pcodes, k, n, (int16_t *)pout, NULL);
 }
 
 /* Digits of rows [r0, r0 + ROWS) of one K block of the lhs codes (rows past `rows` are
-   zero) into panel [ROWS][3][128], or with `magnitudes` those of the codes with the sign
-   bit cleared; 1 if a code is a NaN, else 0. */
+   zero) into panel [ROWS][3][128], and where abs_panel is not NULL those of their
+   magnitudes into abs_panel; 1 if a code is a NaN, else 0. */
 __attribute__((noinline)) static int pack_lhs(const digit_tables *t, const uint8_t *codes,
                                                int64_t lda, int64_t rows, int64_t r0,
-                                               int64_t kb, int16_t *panel, int magnitudes) {
+                                               int64_t kb, int16_t *panel, int16_t *abs_panel) {
     int nan = 0;
     for (int r = 0; r < ROWS; r++) {
-        int16_t *o = panel + r * 384;
         if (r0 + r >= rows) {
-            memset(o, 0, 384 * sizeof(int16_t));
+            memset(panel + r * 384, 0, 384 * sizeof(int16_t));
+            if (abs_panel)
+                memset(abs_panel + r * 384, 0, 384 * sizeof(int16_t));
             continue;
         }
         const uint8_t *src = codes + (r0 + r) * lda + 128 * kb;
         for (int c = 0; c < 128; c += 32) {
             __m256i x = _mm256_loadu_si256((const __m256i *)(src + c));
-            nan |= digits32(t, _mm512_cvtepu8_epi16(x), o + c, o + 128 + c, o + 256 + c,
-                            magnitudes);
+            const int64_t o = r * 384 + c;
+            nan |= digits32(t, _mm512_cvtepu8_epi16(x), panel + o, 128,
+                            abs_panel ? abs_panel + o : NULL);
         }
     }
     return nan;
@@ -189,7 +194,7 @@ static int group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t r
             memset(out + r * ldo, 0, n * sizeof(float));
     for (int64_t kb = 0; kb < kbn; kb++)
         for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
-            if (pack_lhs(t, a, lda, rows, r0, kb, panel, 0))
+            if (pack_lhs(t, a, lda, rows, r0, kb, panel, NULL))
                 return 1;
             const int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
             for (int64_t v = 0; v < nv; v++) {
@@ -237,7 +242,7 @@ int fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t 
         int64_t r0, r1;
         if (!share_rows(offs, gi, m0, m1, &r0, &r1))
             continue;
-        nan = pack_rhs(&t, b + gi * k * n, k, n, bp, 0) ||
+        nan = pack_rhs(&t, b + gi * k * n, k, n, bp, NULL) ||
               group(&t, a + r0 * lda, lda, r1 - r0, k, bp, n, sa + r0 * kbn,
                     sb + gi * kbn * nb, nb, code, out + r0 * ldo, ldo);
     }
@@ -263,7 +268,7 @@ int fp8check_vnni_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, ui
     __m512d p[ROWS][2];
     for (int64_t kb = 0; kb < kbn; kb++)
         for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
-            pack_lhs(&t, a, lda, rows, r0, kb, panel, 0);
+            pack_lhs(&t, a, lda, rows, r0, kb, panel, NULL);
             const int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
             for (int64_t v = 0; v < nv; v++) {
                 partials(panel, bp + (kb * nv + v) * VEC_I16, p, 0x1p-18);
@@ -325,10 +330,9 @@ int fp8check_vnni_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint
         int64_t r0, r1;
         if (!share_rows(offs, gi, m0, m1, &r0, &r1))
             continue;
-        nan = pack_rhs(&t, b + gi * k * n, k, n, bp, 0);
+        nan = pack_rhs(&t, b + gi * k * n, k, n, bp, bq);
         if (nan)
             break;
-        pack_rhs(&t, b + gi * k * n, k, n, bq, 1);
         for (int64_t rb = r0; rb < r1 && !nan; rb += rows_per_pass) {
             const int64_t nr = r1 - rb < rows_per_pass ? r1 - rb : rows_per_pass;
             const int64_t e = rb * n;
@@ -336,8 +340,7 @@ int fp8check_vnni_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint
             for (int64_t r = 0; r < nr && !nan; r += ROWS)
                 for (int64_t kb = 0; kb < kbn; kb++) {
                     const int64_t at = ((r / ROWS) * kbn + kb) * ROWS * 384;
-                    nan |= pack_lhs(&t, a + rb * k, k, nr, r, kb, pp + at, 0);
-                    pack_lhs(&t, a + rb * k, k, nr, r, kb, pq + at, 1);
+                    nan |= pack_lhs(&t, a + rb * k, k, nr, r, kb, pp + at, pq + at);
                 }
             if (nan)
                 break;
