@@ -1,12 +1,15 @@
 """The e4m3fn gmm recipes on AVX512-VNNI int16 dot products, where the CPU has them.
 
-`vnni_gmm.c` computes each 128-wide K block's exact partial from three int16 dot
-products of the values' 9-bit digits (Karatsuba; its header has the exactness argument),
-rounds it once to float32 and applies the recipe (deepgemm, cublas or tokamax) with the
-hardware's correctly rounded float32 operations, all in one pass; for the exact recipe
-it hands the exact float64 partials over (`PATH.exact_partials`).  The same bits as the
-float64 BLAS path of `references.gmm` (tests/test_partials_paths.py); the path where the
-CPU has AVX512-VNNI but no AMX (`references.amx`).
+`vnni_gmm.c` computes each 128-wide K block's exact partial for the recipes (deepgemm,
+cublas, tokamax) from one int16 dot product a value pair: each lhs row's and rhs
+column's 128 values windowed at their largest exponent (11 and 13 bits), the few values
+far below it adding their exact remainders one by one in float64; it rounds the partial
+once to float32 and applies the recipe with the hardware's correctly rounded float32
+operations, all in one pass.  For the exact recipe and the production check it forms the
+partials from three int16 dot products of the values' 9-bit digits (Karatsuba) and hands
+them over (`PATH.exact_partials`).  The C file's header has both exactness arguments.
+The same bits as the float64 BLAS path of `references.gmm` (tests/test_partials_paths.py);
+the path where the CPU has AVX512-VNNI but no AMX (`references.amx`).
 CPUs with AVX512-VNNI: Intel Ice Lake / Sapphire Rapids and later, AMD Zen 4 and later.
 
 `STATUS` is "avx512-vnni" where this path runs, else "off (<reason>)": the CPU lacks

@@ -1,6 +1,8 @@
-/* The e4m3fn gmm recipes on AVX512-VNNI int16 dot products (fp8check).
+/* The e4m3fn gmm on AVX512-VNNI int16 dot products (fp8check): the exact partials and
+   the production check's pass from three digits a value (here), the recipes from one
+   windowed digit ("The recipes' path" below).
 
-   Exactness.  An e4m3fn value times 2^9 is an integer X with |X| <= 448 * 2^9 < 2^18.
+   Exactness of the three-digit split.  An e4m3fn value times 2^9 is an integer X with |X| <= 448 * 2^9 < 2^18.
    Split it, sign and magnitude, into X = 2^9 h + l with h = sign * (|X| >> 9) (|h| <= 448)
    and l = sign * (|X| & 511) (|l| <= 511), and let t = h + l (|t| <= 959).  For one
    128-wide K block of lhs values a and rhs values b (in units of 2^-9),
@@ -20,14 +22,13 @@
    other recipes consume.
 
    Three int16 dot products per K element instead of the four of a plain digit split.
-   VPDPWSSD does twice the multiply-adds of a float32 FMA per instruction, so the exact
-   partials cost at least 1.5x a float32 matmul of the same FLOPs; the inner loop runs at
-   about 93% of VPDPWSSD's peak on Zen 4 (benchmarks/reference.py prints the ratio).
+   VPDPWSSD does twice the multiply-adds of a float32 FMA per instruction, so these
+   partials cost at least 1.5x a float32 matmul of the same FLOPs (on Zen 4).
 
-   The recipes then run on RN32(P) in float32 as exact_gmm.h says (its `recipe_step`,
-   the AMX kernel's too); the production check's pass (`fp8check_vnni_exact_gmm`) consumes
-   each exact partial three ways (exact_gmm.h: the recipe, the exact value, |A||B| from
-   the magnitudes' partials, made by the same dot products from unsigned digits).
+   The recipes run on RN32(P) in float32 as exact_gmm.h says (its `recipe_step`, the AMX
+   kernel's too); the production check's pass (`fp8check_vnni_exact_gmm`) consumes each
+   exact partial three ways (exact_gmm.h: the recipe, the exact value, |A||B| from the
+   magnitudes' partials, made by the same dot products from unsigned digits).
 
    Layouts (references/vnni.py builds them):
      packed rhs [KB][V][64][3][16][2] int16 (V = ceil(N / 16) column vectors of 16): for
@@ -177,36 +178,320 @@ __attribute__((noinline)) static void partials(const int16_t *panel, const int16
     }
 }
 
+/* ---- The recipes' path: one windowed int16 digit a value ---------------------------
+
+   Exactness.  Of one 128-wide K block, let E_a be the largest exponent field of a lhs
+   row's codes and E_b that of a rhs column's (e4m3fn: |X| < 2^(E + 3) for X the value in
+   units of 2^-9).  Shift them by s_a = max(0, E_a - 8) and s_b = max(0, E_b - 10):
+   X = 2^s h + l with h = sign * (|X| >> s) and l = sign * (|X| mod 2^s), so |h_a| <= 2047
+   and |h_b| <= 8191 (`window32`).  Then
+
+       P = sum_k a_k b_k = 2^(s_a + s_b) H + R,   H = sum_k h^a_k h^b_k,
+       R = sum_k (l^a_k b_k + 2^s_a h^a_k l^b_k)
+
+   (a b = (2^s_a h^a + l^a)(2^s_b h^b + l^b)).  VPDPWSSD forms H from one int16 digit a
+   value; |H| <= 128 * 2047 * 8191 < 2^31, so its wrap-around never happens and H is exact
+   in any order.  l is zero unless the value's exponent field lies more than 7 (lhs) or
+   9 (rhs) below its block's largest (its lowest bit, 2^(e - 1) or 1, is then below 2^s):
+   on normal data about 0.7% of the lhs values and 0.2% of the rhs's, whose terms of R are
+   listed while packing (`window_lhs`, `window_rhs`) and added one by one in float64
+   (`group`): |l^a b| < 2^7 2^18 and |2^s_a h^a l^b| <= |a| 2^5 < 2^23, integers in
+   units of 2^-18, and |2^(s_a + s_b) H| <= 128 * 448^2 2^18 < 2^43 (a power of two times
+   an int32), so every partial sum of P = 2^(s_a + s_b) H + R, in any order, is an integer
+   below 2^44: exact in float64.  A third of the dot products of the three-digit split
+   above; the l terms, rare on such data, cost a few float64 operations each (every value
+   of a block far below its largest is one: such data runs slower, never wrong).
+
+   Layouts: packed rhs [KB][V3][64][3][32] int16 (V3 = ceil(N / 48) groups of three column
+   vectors): for K block kb, group v, K pair p and vector j, lanes 2c, 2c + 1 hold h of
+   rhs[128 kb + 2 p][48 v + 16 j + c] and rhs[128 kb + 2 p + 1][...] (zero past N), `dots`'
+   three "digits" being here three column vectors; the lhs panel [8][3][128] int16 holds
+   each row's 128 h three times, once for each vector. */
+
+#define WCOLS 48 /* columns of one `dots` call: three vectors of 16 */
+
+typedef struct { int16_t k, c; int32_t l; } residual; /* l in units of 2^-9 */
+
+/* |X| of an e4m3fn code (units of 2^-9). */
+static inline int32_t code_magnitude(unsigned c) {
+    const unsigned e = (c >> 3) & 15, f = c & 7;
+    return e ? (int32_t)(8 + f) << (e - 1) : (int32_t)f;
+}
+
+/* l of code c at shift s (the header's split). */
+static inline int32_t code_residual(unsigned c, int s) {
+    const int32_t l = code_magnitude(c) & ((1 << s) - 1);
+    return (c & 0x80) ? -l : l;
+}
+
+/* h of 32 codes (zero-extended to int16 lanes) at the per-lane shifts s; *res: the lanes
+   whose l is not zero; *nan: the lanes holding a NaN code (0x7F, 0xFF). */
+static inline __m512i window32(__m512i w, __m512i s, __mmask32 *res, __mmask32 *nan) {
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi16(w, 3), _mm512_set1_epi16(15));
+    const __m512i f = _mm512_and_si512(w, _mm512_set1_epi16(7));
+    const __mmask32 normal = _mm512_test_epi16_mask(e, e);
+    /* |X| = sig << base: sig = 8 + f, base = e - 1 (normal); sig = f, base = 0 */
+    const __m512i sig = _mm512_mask_add_epi16(f, normal, f, _mm512_set1_epi16(8));
+    const __m512i base = _mm512_maskz_sub_epi16(normal, e, _mm512_set1_epi16(1));
+    const __m512i t = _mm512_sub_epi16(base, s);
+    const __m512i left = _mm512_max_epi16(t, zero);
+    const __m512i right = _mm512_max_epi16(_mm512_sub_epi16(zero, t), zero);
+    const __m512i up = _mm512_sllv_epi16(sig, left); /* below 2^14: fits */
+    const __m512i mag = _mm512_srlv_epi16(up, right); /* |X| >> s */
+    *res = _mm512_cmpneq_epi16_mask(_mm512_sllv_epi16(mag, right), up);
+    const __m512i m7f = _mm512_set1_epi16(0x7F);
+    *nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(w, m7f), m7f);
+    const __mmask32 neg = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x80));
+    return _mm512_mask_sub_epi16(mag, neg, zero, mag);
+}
+
+/* The largest exponent field of 128 codes. */
+static inline int max_exponent(const uint8_t *codes) {
+    const __m512i m = _mm512_set1_epi8(0x78);
+    const __m512i x = _mm512_max_epu8(_mm512_and_si512(_mm512_loadu_si512(codes), m),
+                                      _mm512_and_si512(_mm512_loadu_si512(codes + 64), m));
+    __m256i y = _mm256_max_epu8(_mm512_castsi512_si256(x), _mm512_extracti64x4_epi64(x, 1));
+    __m128i z = _mm_max_epu8(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1));
+    z = _mm_max_epu8(z, _mm_srli_si128(z, 8));
+    z = _mm_max_epu8(z, _mm_srli_si128(z, 4));
+    z = _mm_max_epu8(z, _mm_srli_si128(z, 2));
+    z = _mm_max_epu8(z, _mm_srli_si128(z, 1));
+    return _mm_cvtsi128_si32(z) >> 3 & 15;
+}
+
+/* One group's rhs for the windowed path.  Fills, for codes [k][n]:
+     bp    the packed h (layout above, V3 = nv3 groups);
+     pw    [K/128][48 nv3] the power of two 2^s_b of each K block and column;
+     xb    [k][48 nv3] float32 the values in units of 2^-9 (zero past n);
+     res, roff  the residuals of each (K block, group) kb * nv3 + v, in
+           res[roff[kb * nv3 + v] .. roff[kb * nv3 + v + 1]), k within the block, c within
+           the group.
+   Returns 1 if a code is a NaN, else 0. */
+static int window_rhs(const uint8_t *codes, int64_t k, int64_t n, int64_t nv3, int16_t *bp,
+                      double *pw, float *xb, residual *res, int32_t *roff) {
+    const int64_t kbn = k / 128, np = WCOLS * nv3;
+    uint8_t colmax[np + 64], shift[np + 64];
+    int32_t count = 0;
+    __mmask32 nan = 0;
+    for (int64_t kb = 0; kb < kbn; kb++) {
+        const uint8_t *blk = codes + 128 * kb * n;
+        memset(colmax, 0, np);
+        for (int64_t r = 0; r < 128; r++)
+            for (int64_t c = 0; c < n; c += 64) {
+                const __mmask64 m = n - c >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n - c)) - 1;
+                const __m512i x = _mm512_and_si512(_mm512_maskz_loadu_epi8(m, blk + r * n + c),
+                                                   _mm512_set1_epi8(0x78));
+                _mm512_storeu_si512(colmax + c, _mm512_max_epu8(_mm512_loadu_si512(colmax + c), x));
+            }
+        for (int64_t c = 0; c < np; c++) {
+            const int e = colmax[c] >> 3, s = e > 10 ? e - 10 : 0;
+            shift[c] = (uint8_t)s;
+            pw[kb * np + c] = (double)(1 << s);
+        }
+        for (int64_t v = 0; v < nv3; v++) {
+            roff[kb * nv3 + v] = count;
+            int16_t *o = bp + (kb * nv3 + v) * VEC_I16;
+            for (int j = 0; j < 3; j++) {
+                const int64_t c0 = WCOLS * v + 16 * j;
+                const int64_t valid = n - c0 >= 16 ? 16 : (n - c0 > 0 ? n - c0 : 0);
+                const __mmask16 m = (__mmask16)((1u << valid) - 1);
+                const __m128i sh = _mm_loadu_si128((const __m128i *)(shift + c0));
+                const __m512i s = _mm512_cvtepu8_epi16(
+                    _mm256_set_m128i(_mm_unpackhi_epi8(sh, sh), _mm_unpacklo_epi8(sh, sh)));
+                for (int p = 0; p < PAIRS; p++) {
+                    const uint8_t *r0 = blk + 2 * p * n + c0;
+                    const __m128i x0 = _mm_maskz_loadu_epi8(m, r0);
+                    const __m128i x1 = _mm_maskz_loadu_epi8(m, r0 + n);
+                    const __m256i both = _mm256_set_m128i(_mm_unpackhi_epi8(x0, x1),
+                                                          _mm_unpacklo_epi8(x0, x1));
+                    __mmask32 rm, nm;
+                    const __m512i h = window32(_mm512_cvtepu8_epi16(both), s, &rm, &nm);
+                    nan |= nm;
+                    _mm512_storeu_si512(o + p * 96 + 32 * j, h);
+                    for (; rm; rm &= rm - 1) {
+                        const int lane = __builtin_ctz(rm);
+                        const int kk = 2 * p + (lane & 1), c = 16 * j + lane / 2;
+                        const unsigned code = blk[kk * n + WCOLS * v + c];
+                        res[count++] = (residual){(int16_t)kk, (int16_t)c,
+                                                  code_residual(code, shift[WCOLS * v + c])};
+                    }
+                }
+            }
+        }
+    }
+    roff[kbn * nv3] = count;
+    for (int64_t r = 0; r < k; r++)
+        for (int64_t c = 0; c < np; c += 16) {
+            const int64_t valid = n - c >= 16 ? 16 : (n - c > 0 ? n - c : 0);
+            const __m512i w = _mm512_cvtepu8_epi32(
+                _mm_maskz_loadu_epi8((__mmask16)((1u << valid) - 1), codes + r * n + c));
+            const __m512i e = _mm512_and_si512(_mm512_srli_epi32(w, 3), _mm512_set1_epi32(15));
+            const __m512i f = _mm512_and_si512(w, _mm512_set1_epi32(7));
+            const __mmask16 normal = _mm512_test_epi32_mask(e, e);
+            const __m512i sig = _mm512_mask_or_epi32(f, normal, f, _mm512_set1_epi32(8));
+            const __m512i base = _mm512_maskz_sub_epi32(normal, e, _mm512_set1_epi32(1));
+            const __m512i x = _mm512_sllv_epi32(sig, base);
+            const __mmask16 neg = _mm512_test_epi32_mask(w, _mm512_set1_epi32(0x80));
+            _mm512_storeu_ps(xb + r * np + c, _mm512_cvtepi32_ps(
+                _mm512_mask_sub_epi32(x, neg, _mm512_setzero_si512(), x)));
+        }
+    return nan != 0;
+}
+
+/* Rows [r0, r0 + ROWS) of one K block of the lhs codes (rows past `rows` are zero) for
+   the windowed path: their h three times into panel [ROWS][3][128], 2^s_a into pw[ROWS],
+   their residuals into res, row r's in res[row[r] .. row[r + 1]) (k within the block, c
+   the row); returns the residuals' count, or -1 if a code is a NaN. */
+static int window_lhs(const uint8_t *codes, int64_t lda, int64_t rows, int64_t r0,
+                      int64_t kb, int16_t *panel, double *pw, residual *res, int *row) {
+    int count = 0;
+    for (int r = 0; r < ROWS; r++) {
+        row[r] = count;
+        pw[r] = 1.0;
+        if (r0 + r >= rows) {
+            memset(panel + r * 384, 0, 384 * sizeof(int16_t));
+            continue;
+        }
+        const uint8_t *src = codes + (r0 + r) * lda + 128 * kb;
+        const int e = max_exponent(src), s = e > 8 ? e - 8 : 0;
+        pw[r] = (double)(1 << s);
+        for (int c = 0; c < 128; c += 32) {
+            __mmask32 rm, nm;
+            const __m512i h = window32(
+                _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(src + c))),
+                _mm512_set1_epi16((int16_t)s), &rm, &nm);
+            if (nm)
+                return -1;
+            for (int d = 0; d < 3; d++)
+                _mm512_storeu_si512(panel + r * 384 + d * 128 + c, h);
+            for (; rm; rm &= rm - 1) {
+                const int kk = c + __builtin_ctz(rm);
+                res[count++] = (residual){(int16_t)kk, (int16_t)r, code_residual(src[kk], s)};
+            }
+        }
+    }
+    row[ROWS] = count;
+    return count;
+}
+
+/* y[r] = (from[8 c + r] for c < 8), r < 8: an 8 x 8 block of doubles transposed. */
+static inline void transpose8(const double *from, __m512d y[8]) {
+    __m512d t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        const __m512d x0 = _mm512_loadu_pd(from + 8 * i), x1 = _mm512_loadu_pd(from + 8 * i + 8);
+        t[i] = _mm512_unpacklo_pd(x0, x1);
+        t[i + 1] = _mm512_unpackhi_pd(x0, x1);
+    }
+    for (int i = 0; i < 8; i += 4) { /* 128-bit lanes of rows i, i + 1 and i + 2, i + 3 */
+        u[i] = _mm512_shuffle_f64x2(t[i], t[i + 2], 0x88);
+        u[i + 1] = _mm512_shuffle_f64x2(t[i], t[i + 2], 0xDD);
+        u[i + 2] = _mm512_shuffle_f64x2(t[i + 1], t[i + 3], 0x88);
+        u[i + 3] = _mm512_shuffle_f64x2(t[i + 1], t[i + 3], 0xDD);
+    }
+    /* u[i] holds pairs of the four rows c of its half; row r of the transpose joins
+       those of two u (the low or the high 128-bit lane of each pair) */
+    for (int i = 0; i < 4; i++) {
+        const int r = (i & 1) * 2 + (i >> 1); /* u[0]: r 0, 4; u[1]: 2, 6; u[2]: 1, 5 */
+        y[r] = _mm512_shuffle_f64x2(u[i], u[i + 4], 0x88);
+        y[r + 4] = _mm512_shuffle_f64x2(u[i], u[i + 4], 0xDD);
+    }
+}
+
 /* Rows [0, rows) of one group's output, all columns, recipe `code` (0 deepgemm,
-   1 cublas, 2 tokamax): a their lhs codes [rows][k] (row stride lda bytes), bp the
-   group's packed rhs, sa [rows][k / 128] and sb [k / 128][nb] the scales, out [rows][n]
-   float32 (row stride ldo floats), overwritten: the first K block stores, the others
-   accumulate (a zero start gives the same bits: every recipe adds +0 to its first term).
-   Returns 1, at once, when a lhs code is a NaN, else 0. */
-static int group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t rows,
-                  int64_t k, const int16_t *bp, int64_t n, const float *sa, const float *sb,
-                  int64_t nb, int64_t code, float *out, int64_t ldo) {
-    const int64_t kbn = k / 128, nv = (n + 15) / 16;
+   1 cublas, 2 tokamax), on the windowed path: a their lhs codes [rows][k] (row stride lda
+   bytes), the group's rhs as `window_rhs` made it (bp, pw, xb, res, roff: nv3 groups of
+   48 columns), sa [rows][k / 128] and sb [k / 128][nb] the scales, out [rows][n] float32
+   (row stride ldo floats), overwritten: the first K block stores, the others accumulate
+   (a zero start gives the same bits: every recipe adds +0 to its first term).  Returns 1,
+   at once, when a lhs code is a NaN, else 0. */
+static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const int16_t *bp,
+                 const double *pwb, const float *xb, const residual *rres,
+                 const int32_t *roff, int64_t n, int64_t nv3, const float *sa,
+                 const float *sb, int64_t nb, int64_t code, float *out, int64_t ldo) {
+    const int64_t kbn = k / 128, np = WCOLS * nv3;
     _Alignas(64) int16_t panel[ROWS * 384];
-    __m512d p[ROWS][2];
+    _Alignas(64) double pwa[ROWS], aht[128 * ROWS], fixt[WCOLS * ROWS];
+    residual lres[ROWS * 128];
+    int lrow[ROWS + 1];
+    /* fixt is zero between column groups: only columns below n hold residuals, and the
+       combination zeroes each 16 it reads */
+    memset(fixt, 0, sizeof fixt);
+    __m512i acc[ROWS][3];
     if (kbn == 0)
         for (int64_t r = 0; r < rows; r++)
             memset(out + r * ldo, 0, n * sizeof(float));
     for (int64_t kb = 0; kb < kbn; kb++)
         for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
-            if (pack_lhs(t, a, lda, rows, r0, kb, panel, NULL))
+            const int nl = window_lhs(a, lda, rows, r0, kb, panel, pwa, lres, lrow);
+            if (nl < 0)
                 return 1;
             const int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
-            for (int64_t v = 0; v < nv; v++) {
-                partials(panel, bp + (kb * nv + v) * VEC_I16, p, 1.0);
-                const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
-                const __mmask16 m = (__mmask16)((1u << valid) - 1);
-                const float s_b = sb[kb * nb + (16 * v) / 128];
-                for (int64_t r = 0; r < nr; r++) {
-                    float *o = out + (r0 + r) * ldo + 16 * v;
-                    const float s_a = sa[(r0 + r) * kbn + kb];
-                    const __m512 acc = kb ? _mm512_maskz_loadu_ps(m, o) : _mm512_setzero_ps();
-                    _mm512_mask_storeu_ps(o, m, recipe_step(code, rn32_row(p[r]), s_a, s_b, acc));
+            /* 2^s_a h^a of each K position and row, for the rhs residuals' terms */
+            if (roff[(kb + 1) * nv3] > roff[kb * nv3])
+                for (int k8 = 0; k8 < 128; k8 += 8) {
+                    _Alignas(64) double rows8[ROWS * 8];
+                    __m512d y[8];
+                    for (int r = 0; r < ROWS; r++)
+                        _mm512_store_pd(rows8 + 8 * r, _mm512_mul_pd(
+                            _mm512_cvtepi32_pd(_mm256_cvtepi16_epi32(_mm_loadu_si128(
+                                (const __m128i *)(panel + r * 384 + k8)))),
+                            _mm512_set1_pd(pwa[r])));
+                    transpose8(rows8, y);
+                    for (int i = 0; i < 8; i++)
+                        _mm512_store_pd(aht + (k8 + i) * ROWS, y[i]);
+                }
+            for (int64_t v = 0; v < nv3; v++) {
+                dots((const int32_t *)panel, bp + (kb * nv3 + v) * VEC_I16, PAIRS, acc);
+                const residual *rb = rres + roff[kb * nv3 + v];
+                const int nrb = roff[kb * nv3 + v + 1] - roff[kb * nv3 + v];
+                if (nrb) { /* 2^s_a h^a_k l^b_k down each column, [column][row] */
+                    for (int i = 0; i < nrb; i++) {
+                        double *f = fixt + rb[i].c * ROWS;
+                        _mm512_storeu_pd(f, _mm512_fmadd_pd(
+                            _mm512_set1_pd((double)rb[i].l),
+                            _mm512_loadu_pd(aht + rb[i].k * ROWS), _mm512_loadu_pd(f)));
+                    }
+                }
+                for (int j = 0; j < 3; j++) {
+                    const int64_t c0 = WCOLS * v + 16 * j;
+                    if (c0 >= n)
+                        break;
+                    const int64_t valid = n - c0 < 16 ? n - c0 : 16;
+                    const __mmask16 m = (__mmask16)((1u << valid) - 1);
+                    const float s_b = sb[kb * nb + c0 / 128];
+                    __m512d col[2][8]; /* the rhs residuals' terms, by row */
+                    if (nrb)
+                        for (int h = 0; h < 2; h++) {
+                            double *f = fixt + (16 * j + 8 * h) * ROWS;
+                            transpose8(f, col[h]);
+                            for (int c = 0; c < 8; c++) /* zero again for the next group */
+                                _mm512_store_pd(f + c * ROWS, _mm512_setzero_pd());
+                        }
+                    for (int64_t r = 0; r < nr; r++) {
+                        __m512d p[2];
+                        const __m512d fa = _mm512_set1_pd(pwa[r]);
+                        for (int h = 0; h < 2; h++) {
+                            const __m512d hd = _mm512_cvtepi32_pd(
+                                h ? _mm512_extracti64x4_epi64(acc[r][j], 1)
+                                  : _mm512_castsi512_si256(acc[r][j]));
+                            p[h] = _mm512_mul_pd(hd, _mm512_mul_pd(
+                                fa, _mm512_loadu_pd(pwb + kb * np + c0 + 8 * h)));
+                            if (nrb)
+                                p[h] = _mm512_add_pd(p[h], col[h][r]);
+                        }
+                        for (int i = lrow[r]; i < lrow[r + 1]; i++) { /* l^a_k b_k */
+                            const float *x = xb + (128 * kb + lres[i].k) * np + c0;
+                            const __m512d l = _mm512_set1_pd((double)lres[i].l);
+                            for (int h = 0; h < 2; h++)
+                                p[h] = _mm512_fmadd_pd(
+                                    l, _mm512_cvtps_pd(_mm256_loadu_ps(x + 8 * h)), p[h]);
+                        }
+                        float *o = out + (r0 + r) * ldo + c0;
+                        const float s_a = sa[(r0 + r) * kbn + kb];
+                        const __m512 prev = kb ? _mm512_maskz_loadu_ps(m, o) : _mm512_setzero_ps();
+                        _mm512_mask_storeu_ps(o, m, recipe_step(code, rn32_row(p), s_a, s_b, prev));
+                    }
                 }
             }
         }
@@ -221,8 +506,8 @@ static int group(const digit_tables *t, const uint8_t *a, int64_t lda, int64_t r
      out     [M][n] float32 (row stride ldo floats): the groups' rows in [m0, m1)
              overwritten, all other rows left alone.
    Returns 0; 1 when an operand it reads holds a NaN code (the output rows then mean
-   nothing: the caller takes the float64 BLAS path); -1 (nothing written) when the packed
-   rhs of a group cannot be allocated. */
+   nothing: the caller takes the float64 BLAS path); -1 (nothing written) when the
+   group's rhs scratch cannot be allocated. */
 int fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t n,
                       uint64_t poffs, int64_t g, int64_t m0, int64_t m1, uint64_t psa,
                       uint64_t psb, int64_t nb, int64_t code, uint64_t pout, int64_t ldo) {
@@ -230,24 +515,29 @@ int fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t 
     const int64_t *offs = (const int64_t *)poffs;
     const float *sa = (const float *)psa, *sb = (const float *)psb;
     float *out = (float *)pout;
-    const int64_t kbn = k / 128;
-    int16_t *bp = malloc((kbn * ((n + 15) / 16) * VEC_I16 + 1) * sizeof(int16_t));
-    if (!bp)
-        return -1;
+    const int64_t kbn = k / 128, nv3 = (n + WCOLS - 1) / WCOLS, np = WCOLS * nv3;
+    int16_t *bp = malloc((kbn * nv3 * VEC_I16 + 1) * sizeof(int16_t));
+    double *pw = malloc((kbn * np + 1) * sizeof(double));
+    float *xb = malloc((k * np + 1) * sizeof(float));
+    residual *res = malloc((k * np + 1) * sizeof(residual));
+    int32_t *roff = malloc((kbn * nv3 + 1) * sizeof(int32_t));
+    int nan = bp && pw && xb && res && roff ? 0 : -1;
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
-    const digit_tables t = make_tables();
-    int nan = 0;
     for (int64_t gi = 0; gi < g && !nan; gi++) {
         int64_t r0, r1;
         if (!share_rows(offs, gi, m0, m1, &r0, &r1))
             continue;
-        nan = pack_rhs(&t, b + gi * k * n, k, n, bp, NULL) ||
-              group(&t, a + r0 * lda, lda, r1 - r0, k, bp, n, sa + r0 * kbn,
-                    sb + gi * kbn * nb, nb, code, out + r0 * ldo, ldo);
+        nan = window_rhs(b + gi * k * n, k, n, nv3, bp, pw, xb, res, roff) ||
+              group(a + r0 * lda, lda, r1 - r0, k, bp, pw, xb, res, roff, n, nv3,
+                    sa + r0 * kbn, sb + gi * kbn * nb, nb, code, out + r0 * ldo, ldo);
     }
     _mm_setcsr(csr);
     free(bp);
+    free(pw);
+    free(xb);
+    free(res);
+    free(roff);
     return nan;
 }
 

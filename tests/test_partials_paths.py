@@ -25,8 +25,11 @@ tiles (tests/amx_emulation.py), run where the CPU has no AMX too."""
 def _adversarial(rng, m, k, n, g):
     """QTensors whose codes cover every non-NaN e4m3 value (max 448, subnormals, -0), a
     column of +-448 and a row and column of the code with the largest digit sum (the
-    int32 bounds of both paths), random float32 scales over many binades, and group sizes
-    with an empty middle and last group (g >= 3) and rows past the last group."""
+    int32 bounds of the digit splits), a row of 448 against columns of 448 and of -448
+    where group 0 has a row to spare (the int32 bound of the VNNI recipes' windowed
+    digit: every product at its largest, one sign), random float32 scales over many
+    binades, and group sizes with an empty middle and last group (g >= 3) and rows past
+    the last group."""
     a = rng.choice(CODES, (m, k))
     a.flat[:min(a.size, CODES.size)] = CODES[:a.size]  # each code at least once
     b = rng.choice(CODES, (g, k, n))
@@ -40,6 +43,9 @@ def _adversarial(rng, m, k, n, g):
     if g >= 3:
         gs[0] += gs[1] + gs[-1]
         gs[1] = gs[-1] = 0
+    if gs[0] > -(-CODES.size // k):  # a row of group 0 past those holding every code
+        a[gs[0] - 1, :] = 0x7E
+        b[0, :, 1], b[0, :, 2] = 0x7E, 0xFE
     return (QTensor(a.view(E4M3), sa.astype(np.float32), (1, 128), "e4m3fn", "deepgemm"),
             QTensor(b.view(E4M3), sb.astype(np.float32), (128, 128), "e4m3fn", "deepgemm"),
             gs)
