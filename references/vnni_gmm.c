@@ -2,10 +2,11 @@
    the production check's pass from three digits a value (here), the recipes from one
    windowed digit ("The recipes' path" below).
 
-   Exactness of the three-digit split.  An e4m3fn value times 2^9 is an integer X with |X| <= 448 * 2^9 < 2^18.
-   Split it, sign and magnitude, into X = 2^9 h + l with h = sign * (|X| >> 9) (|h| <= 448)
-   and l = sign * (|X| & 511) (|l| <= 511), and let t = h + l (|t| <= 959).  For one
-   128-wide K block of lhs values a and rhs values b (in units of 2^-9),
+   Exactness of the three-digit split.  An e4m3fn value times 2^9 is an integer X with
+   |X| <= 448 * 2^9 < 2^18.  Split it, sign and magnitude, into X = 2^9 h + l with
+   h = sign * (|X| >> 9) (|h| <= 448) and l = sign * (|X| & 511) (|l| <= 511), and let
+   t = h + l (|t| <= 959).  For one 128-wide K block of lhs values a and rhs values b
+   (in units of 2^-9),
 
        P = sum_k a_k b_k = 2^18 H + 2^9 (S - H - L) + L,
        H = sum_k h^a_k h^b_k,  L = sum_k l^a_k l^b_k,  S = sum_k t^a_k t^b_k
@@ -263,13 +264,12 @@ static inline int max_exponent(const uint8_t *codes) {
 /* One group's rhs for the windowed path.  Fills, for codes [k][n]:
      bp    the packed h (layout above, V3 = nv3 groups);
      pw    [K/128][48 nv3] the power of two 2^s_b of each K block and column;
-     xb    [k][48 nv3] float32 the values in units of 2^-9 (zero past n);
      res, roff  the residuals of each (K block, group) kb * nv3 + v, in
            res[roff[kb * nv3 + v] .. roff[kb * nv3 + v + 1]), k within the block, c within
            the group.
    Returns 1 if a code is a NaN, else 0. */
 static int window_rhs(const uint8_t *codes, int64_t k, int64_t n, int64_t nv3, int16_t *bp,
-                      double *pw, float *xb, residual *res, int32_t *roff) {
+                      double *pw, residual *res, int32_t *roff) {
     const int64_t kbn = k / 128, np = WCOLS * nv3;
     uint8_t colmax[np + 64], shift[np + 64];
     int32_t count = 0;
@@ -321,11 +321,17 @@ static int window_rhs(const uint8_t *codes, int64_t k, int64_t n, int64_t nv3, i
         }
     }
     roff[kbn * nv3] = count;
-    for (int64_t r = 0; r < k; r++)
+    return nan != 0;
+}
+
+/* The values of rows [128 kb, 128 kb + 128) of one group's rhs codes [k][n] into xb
+   [128][np] float32, in units of 2^-9 (exact: below 2^18), zero past n. */
+static void block_values(const uint8_t *codes, int64_t n, int64_t np, int64_t kb, float *xb) {
+    for (int64_t r = 0; r < 128; r++)
         for (int64_t c = 0; c < np; c += 16) {
             const int64_t valid = n - c >= 16 ? 16 : (n - c > 0 ? n - c : 0);
-            const __m512i w = _mm512_cvtepu8_epi32(
-                _mm_maskz_loadu_epi8((__mmask16)((1u << valid) - 1), codes + r * n + c));
+            const __m512i w = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(
+                (__mmask16)((1u << valid) - 1), codes + (128 * kb + r) * n + c));
             const __m512i e = _mm512_and_si512(_mm512_srli_epi32(w, 3), _mm512_set1_epi32(15));
             const __m512i f = _mm512_and_si512(w, _mm512_set1_epi32(7));
             const __mmask16 normal = _mm512_test_epi32_mask(e, e);
@@ -336,7 +342,6 @@ static int window_rhs(const uint8_t *codes, int64_t k, int64_t n, int64_t nv3, i
             _mm512_storeu_ps(xb + r * np + c, _mm512_cvtepi32_ps(
                 _mm512_mask_sub_epi32(x, neg, _mm512_setzero_si512(), x)));
         }
-    return nan != 0;
 }
 
 /* Rows [r0, r0 + ROWS) of one K block of the lhs codes (rows past `rows` are zero) for
@@ -400,13 +405,14 @@ static inline void transpose8(const double *from, __m512d y[8]) {
 
 /* Rows [0, rows) of one group's output, all columns, recipe `code` (0 deepgemm,
    1 cublas, 2 tokamax), on the windowed path: a their lhs codes [rows][k] (row stride lda
-   bytes), the group's rhs as `window_rhs` made it (bp, pw, xb, res, roff: nv3 groups of
-   48 columns), sa [rows][k / 128] and sb [k / 128][nb] the scales, out [rows][n] float32
-   (row stride ldo floats), overwritten: the first K block stores, the others accumulate
+   bytes), the group's rhs codes b [k][n] and as `window_rhs` made it (bp, pw, res, roff:
+   nv3 groups of 48 columns), xb scratch of 128 * 48 nv3 floats (`block_values`), sa
+   [rows][k / 128] and sb [k / 128][nb] the scales, out [rows][n] float32 (row stride ldo
+   floats), overwritten: the first K block stores, the others accumulate
    (a zero start gives the same bits: every recipe adds +0 to its first term).  Returns 1,
    at once, when a lhs code is a NaN, else 0. */
-static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const int16_t *bp,
-                 const double *pwb, const float *xb, const residual *rres,
+static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const uint8_t *b,
+                 const int16_t *bp, const double *pwb, float *xb, const residual *rres,
                  const int32_t *roff, int64_t n, int64_t nv3, const float *sa,
                  const float *sb, int64_t nb, int64_t code, float *out, int64_t ldo) {
     const int64_t kbn = k / 128, np = WCOLS * nv3;
@@ -421,8 +427,14 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const i
     if (kbn == 0)
         for (int64_t r = 0; r < rows; r++)
             memset(out + r * ldo, 0, n * sizeof(float));
-    for (int64_t kb = 0; kb < kbn; kb++)
+    for (int64_t kb = 0; kb < kbn; kb++) {
+        block_values(b, n, np, kb, xb);
         for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
+            /* the next tile's codes, on their way while this one computes */
+            for (int64_t r = r0 + ROWS; r < r0 + 2 * ROWS && r < rows; r++) {
+                _mm_prefetch((const char *)(a + r * lda + 128 * kb), _MM_HINT_T0);
+                _mm_prefetch((const char *)(a + r * lda + 128 * kb + 64), _MM_HINT_T0);
+            }
             const int nl = window_lhs(a, lda, rows, r0, kb, panel, pwa, lres, lrow);
             if (nl < 0)
                 return 1;
@@ -481,7 +493,7 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const i
                                 p[h] = _mm512_add_pd(p[h], col[h][r]);
                         }
                         for (int i = lrow[r]; i < lrow[r + 1]; i++) { /* l^a_k b_k */
-                            const float *x = xb + (128 * kb + lres[i].k) * np + c0;
+                            const float *x = xb + lres[i].k * np + c0;
                             const __m512d l = _mm512_set1_pd((double)lres[i].l);
                             for (int h = 0; h < 2; h++)
                                 p[h] = _mm512_fmadd_pd(
@@ -495,6 +507,7 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const i
                 }
             }
         }
+    }
     return 0;
 }
 
@@ -518,7 +531,7 @@ int fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t 
     const int64_t kbn = k / 128, nv3 = (n + WCOLS - 1) / WCOLS, np = WCOLS * nv3;
     int16_t *bp = malloc((kbn * nv3 * VEC_I16 + 1) * sizeof(int16_t));
     double *pw = malloc((kbn * np + 1) * sizeof(double));
-    float *xb = malloc((k * np + 1) * sizeof(float));
+    float *xb = malloc(128 * np * sizeof(float));
     residual *res = malloc((k * np + 1) * sizeof(residual));
     int32_t *roff = malloc((kbn * nv3 + 1) * sizeof(int32_t));
     int nan = bp && pw && xb && res && roff ? 0 : -1;
@@ -528,9 +541,9 @@ int fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t 
         int64_t r0, r1;
         if (!share_rows(offs, gi, m0, m1, &r0, &r1))
             continue;
-        nan = window_rhs(b + gi * k * n, k, n, nv3, bp, pw, xb, res, roff) ||
-              group(a + r0 * lda, lda, r1 - r0, k, bp, pw, xb, res, roff, n, nv3,
-                    sa + r0 * kbn, sb + gi * kbn * nb, nb, code, out + r0 * ldo, ldo);
+        nan = window_rhs(b + gi * k * n, k, n, nv3, bp, pw, res, roff) ||
+              group(a + r0 * lda, lda, r1 - r0, k, b + gi * k * n, bp, pw, xb, res, roff, n,
+                    nv3, sa + r0 * kbn, sb + gi * kbn * nb, nb, code, out + r0 * ldo, ldo);
     }
     _mm_setcsr(csr);
     free(bp);
