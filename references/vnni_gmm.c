@@ -266,13 +266,13 @@ static inline int max_exponent(const uint8_t *codes) {
      pw    [K/128][48 nv3] the power of two 2^s_b of each K block and column;
      res, roff  the residuals of each (K block, group) kb * nv3 + v, in
            res[roff[kb * nv3 + v] .. roff[kb * nv3 + v + 1]), k within the block, c within
-           the group.
-   Returns 1 if a code is a NaN, else 0. */
+           the group;
+   with scratch cols of 2 (48 nv3 + 64) bytes.  Returns 1 if a code is a NaN, else 0. */
 static int window_rhs(const uint8_t *codes, int64_t k, int64_t n, int64_t nv3, int16_t *bp,
-                      double *pw, residual *res, int32_t *roff) {
+                      double *pw, residual *res, int64_t *roff, uint8_t *cols) {
     const int64_t kbn = k / 128, np = WCOLS * nv3;
-    uint8_t colmax[np + 64], shift[np + 64];
-    int32_t count = 0;
+    uint8_t *colmax = cols, *shift = cols + np + 64;
+    int64_t count = 0;
     __mmask32 nan = 0;
     for (int64_t kb = 0; kb < kbn; kb++) {
         const uint8_t *blk = codes + 128 * kb * n;
@@ -413,7 +413,7 @@ static inline void transpose8(const double *from, __m512d y[8]) {
    at once, when a lhs code is a NaN, else 0. */
 static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const uint8_t *b,
                  const int16_t *bp, const double *pwb, float *xb, const residual *rres,
-                 const int32_t *roff, int64_t n, int64_t nv3, const float *sa,
+                 const int64_t *roff, int64_t n, int64_t nv3, const float *sa,
                  const float *sb, int64_t nb, int64_t code, float *out, int64_t ldo) {
     const int64_t kbn = k / 128, np = WCOLS * nv3;
     _Alignas(64) int16_t panel[ROWS * 384];
@@ -456,7 +456,7 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const u
             for (int64_t v = 0; v < nv3; v++) {
                 dots((const int32_t *)panel, bp + (kb * nv3 + v) * VEC_I16, PAIRS, acc);
                 const residual *rb = rres + roff[kb * nv3 + v];
-                const int nrb = roff[kb * nv3 + v + 1] - roff[kb * nv3 + v];
+                const int nrb = (int)(roff[kb * nv3 + v + 1] - roff[kb * nv3 + v]);
                 if (nrb) { /* 2^s_a h^a_k l^b_k down each column, [column][row] */
                     for (int i = 0; i < nrb; i++) {
                         double *f = fixt + rb[i].c * ROWS;
@@ -533,15 +533,16 @@ int fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t 
     double *pw = malloc((kbn * np + 1) * sizeof(double));
     float *xb = malloc(128 * np * sizeof(float));
     residual *res = malloc((k * np + 1) * sizeof(residual));
-    int32_t *roff = malloc((kbn * nv3 + 1) * sizeof(int32_t));
-    int nan = bp && pw && xb && res && roff ? 0 : -1;
+    int64_t *roff = malloc((kbn * nv3 + 1) * sizeof(int64_t));
+    uint8_t *cols = malloc(2 * (np + 64));
+    int nan = bp && pw && xb && res && roff && cols ? 0 : -1;
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
     for (int64_t gi = 0; gi < g && !nan; gi++) {
         int64_t r0, r1;
         if (!share_rows(offs, gi, m0, m1, &r0, &r1))
             continue;
-        nan = window_rhs(b + gi * k * n, k, n, nv3, bp, pw, res, roff) ||
+        nan = window_rhs(b + gi * k * n, k, n, nv3, bp, pw, res, roff, cols) ||
               group(a + r0 * lda, lda, r1 - r0, k, b + gi * k * n, bp, pw, xb, res, roff, n,
                     nv3, sa + r0 * kbn, sb + gi * kbn * nb, nb, code, out + r0 * ldo, ldo);
     }
@@ -551,6 +552,7 @@ int fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t 
     free(xb);
     free(res);
     free(roff);
+    free(cols);
     return nan;
 }
 
