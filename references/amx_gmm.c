@@ -70,8 +70,7 @@ typedef struct { __m512i lo[3], hi[3]; } digit_table;
 static digit_table make_table(void) {
     int8_t tab[3][128];
     for (int c = 0; c < 128; c++) {
-        int e = c >> 3, f = c & 7;
-        int x = (c == 0x7F) ? 0 : (e ? (8 + f) << (e - 1) : f); /* NaN code: callers exclude */
+        const int x = c == 0x7F ? 0 : code_magnitude((unsigned)c); /* NaN: callers exclude */
         tab[0][c] = (int8_t)(x & 127);
         tab[1][c] = (int8_t)((x >> 7) & 127);
         tab[2][c] = (int8_t)(x >> 14);

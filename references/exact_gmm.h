@@ -25,6 +25,13 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+/* |X| of an e4m3fn code, X its value in units of 2^-9 (an integer below 2^18; the NaN
+   codes' bits decode as 480, which callers exclude). */
+static inline int32_t code_magnitude(unsigned c) {
+    const unsigned e = (c >> 3) & 15, f = c & 7;
+    return e ? (int32_t)(8 + f) << (e - 1) : (int32_t)f;
+}
+
 /* RN32 of a row's 16 exact partials v (in units of 2^-18), in value units: one rounding of
    the exact float64 (the scaling by 2^-18 after it is exact: P is 0 or at least 2^-18, far
    from float32's subnormals). */

@@ -59,8 +59,7 @@ typedef struct { __m512i t[3][2][2]; } digit_tables;
 static digit_tables make_tables(void) {
     int16_t tab[3][128];
     for (int c = 0; c < 128; c++) {
-        int e = c >> 3, f = c & 7;
-        int x = (c == 0x7F) ? 0 : (e ? (8 + f) << (e - 1) : f); /* NaN code: callers exclude */
+        const int x = c == 0x7F ? 0 : code_magnitude((unsigned)c); /* NaN: callers exclude */
         tab[0][c] = (int16_t)(x >> 9);
         tab[1][c] = (int16_t)(x & 511);
         tab[2][c] = (int16_t)((x >> 9) + (x & 511));
@@ -212,12 +211,6 @@ __attribute__((noinline)) static void partials(const int16_t *panel, const int16
 #define WCOLS 48 /* columns of one `dots` call: three vectors of 16 */
 
 typedef struct { int16_t k, c; int32_t l; } residual; /* l in units of 2^-9 */
-
-/* |X| of an e4m3fn code (units of 2^-9). */
-static inline int32_t code_magnitude(unsigned c) {
-    const unsigned e = (c >> 3) & 15, f = c & 7;
-    return e ? (int32_t)(8 + f) << (e - 1) : (int32_t)f;
-}
 
 /* l of code c at shift s (the header's split). */
 static inline int32_t code_residual(unsigned c, int s) {
