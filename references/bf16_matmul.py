@@ -24,8 +24,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
@@ -135,27 +136,46 @@ def _line_calls(x: np.ndarray, s0: int, s1: int, axis: int,
                    res.ctypes.data)) for l0, l1 in _shares(count)], e, res)
 
 
-def _in_turn(*calls: tuple[Callable[..., int], tuple]) -> int:
-    """C calls (function, arguments) one after another -> the sum of their results."""
-    return sum(fn(*args) for fn, args in calls)
+def _in_turn(*calls: tuple[Callable[..., Any], tuple]) -> int:
+    """C calls (function, arguments) one after another -> -1 when one returned -1 (it
+    could not allocate its scratch), else the sum of their results."""
+    done = [fn(*args) for fn, args in calls]
+    return -1 if -1 in done else sum(done)
+
+
+def _one_round(shares: Sequence[Sequence[tuple[Callable[..., Any], tuple]]]) -> int:
+    """Lists of C calls, each a problem's cut into shares (`_shares`), in one round of the
+    thread pool: thread t makes the t-th call of every list in turn -> the sum of all
+    their results (MemoryError when one could not allocate its scratch).  One round for
+    all the problems: a round costs tens of microseconds, more on a loaded machine, and
+    waits on its slowest thread, and tgmm and dgrad make a problem per group."""
+    return sum(cbuild.run_parallel([(_in_turn, tuple(c for c in calls if c is not None))
+                                    for calls in itertools.zip_longest(*shares)]))
 
 
 Lines = tuple[np.ndarray, np.ndarray]
 """One operand's lines: their exponents E and residual counts (`operand_lines`)."""
 
 
-def operand_lines(a: np.ndarray, b: np.ndarray, d: int) -> tuple[Lines, Lines, bool]:
-    """For bf16 a [m, k] and b [k, n]: the rows of a and the columns of b as lines ->
-    (per operand (E int32, the largest exponent field of each line (at least 1),
+def operand_lines(pairs: Sequence[tuple[np.ndarray, np.ndarray]],
+                  d: int) -> list[tuple[Lines, Lines, bool]]:
+    """For each pair of bf16 a [m, k] and b [k, n]: the rows of a and the columns of b as
+    lines -> (per operand (E int32, the largest exponent field of each line (at least 1),
     residuals int64, the values more than d binades below it, per line), whether every
-    value of both is finite).  One round of the thread pool, a thread's share of a's
-    lines and of b's in one job: a round costs tens of microseconds, more on a loaded
-    machine, and tgmm makes one per group."""
-    (a, a0, a1), (b, b0, b1) = _strides(a), _strides(b)
-    (ca, ea, ra), (cb, eb, rb) = _line_calls(a, a0, a1, 1, d), _line_calls(b, b0, b1, 0, d)
-    jobs = [(_in_turn, tuple(c for c in pair if c is not None))
-            for pair in itertools.zip_longest(ca, cb)]
-    return (ea, ra), (eb, rb), sum(cbuild.run_parallel(jobs)) == 0
+    value of both is finite).  All the pairs in one round of the thread pool
+    (`_one_round`): a thread's share of every a's lines and of every b's."""
+    shares, found, held = [], [], []
+    for a, b in pairs:
+        (a, a0, a1), (b, b0, b1) = _strides(a), _strides(b)
+        (ca, ea, ra), (cb, eb, rb) = _line_calls(a, a0, a1, 1, d), _line_calls(b, b0, b1, 0, d)
+        shares += [ca, cb]
+        found.append(((ea, ra), (eb, rb)))
+        held += [a, b]  # the calls read them
+    # The kernels count the lines holding a non-finite value (their E is 255): with none
+    # in all the pairs, no pair's E need be looked at.
+    any_bad = _one_round(shares) > 0 if shares else False
+    return [(la, lb, not any_bad or bool((la[0] != 255).all() and (lb[0] != 255).all()))
+            for la, lb in found]
 
 
 def residual_lists(x: np.ndarray, axis: int, e: np.ndarray, res: np.ndarray,
@@ -172,29 +192,39 @@ def residual_lists(x: np.ndarray, axis: int, e: np.ndarray, res: np.ndarray,
     return ptr, np.nonzero(mask)[1].astype(np.int64)
 
 
-def matmul(a: np.ndarray, ea: np.ndarray, b: np.ndarray, eb: np.ndarray, d: int,
-           rows: tuple[np.ndarray, np.ndarray], cols: tuple[np.ndarray, np.ndarray],
-           out: np.ndarray) -> np.ndarray:
-    """a @ b exactly rounded into out (C-contiguous [m, n], float64, float32 or bfloat16)
-    for finite bf16 a [m, k], b [k, n] (k <= MAX_K) with row exponents ea and column
-    exponents eb (`operand_lines`) at window d, and their residuals by row and by column
-    (`residual_lists`) -> the count per row [m] of the elements left NaN (a term below
-    the kernel's fixed point), for the caller to sum exactly.  The larger of m and n is
-    cut among numba's threads."""
-    m, k = a.shape
-    n = b.shape[1]
-    a, ai, at = _strides(a)
-    b, bt, bj = _strides(b)
-    p, emin = precision_of(out.dtype)
-    flagged = np.zeros(m, np.int64)
-    nt = -(-n // 16)
-    cuts = [(r0, r1, 0, nt) for r0, r1 in _shares(m)] if m >= n else [
-        (0, m, c0, c1) for c0, c1 in _shares(nt, 1)]
-    cbuild.run_parallel([(_lib().fp8check_bf16_matmul,
-                          (a.ctypes.data, ai, at, ea.ctypes.data, b.ctypes.data, bt, bj,
-                           eb.ctypes.data, k, n, d, r0, r1, c0, c1, out.ctypes.data,
-                           _OUT_KINDS[out.dtype], p, emin, rows[0].ctypes.data,
-                           rows[1].ctypes.data, cols[0].ctypes.data, cols[1].ctypes.data,
-                           flagged.ctypes.data))
-                         for r0, r1, c0, c1 in cuts])
-    return flagged
+Problem = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray], np.ndarray]
+"""One product for `matmul`: (a, ea, b, eb, a's residuals by row, b's by column, out)."""
+
+
+def matmul(problems: Sequence[Problem], d: int) -> list[np.ndarray]:
+    """Each problem's a @ b exactly rounded into its out (C-contiguous [m, n], float64,
+    float32 or bfloat16) for finite bf16 a [m, k], b [k, n] (k <= MAX_K) with row
+    exponents ea and column exponents eb (`operand_lines`) at window d, and their
+    residuals by row and by column (`residual_lists`) -> per problem, the count per row
+    [m] of the elements left NaN (a term below the kernel's fixed point), for the caller
+    to sum exactly.  The larger of each problem's m and n is cut among numba's threads,
+    all the problems in one round of the thread pool (`_one_round`)."""
+    shares, flags, held = [], [], []
+    for a, ea, b, eb, rows, cols, out in problems:
+        m, k = a.shape
+        n = b.shape[1]
+        a, ai, at = _strides(a)
+        b, bt, bj = _strides(b)
+        held += [a, b]  # the calls read them
+        p, emin = precision_of(out.dtype)
+        flagged = np.zeros(m, np.int64)
+        nt = -(-n // 16)
+        cuts = [(r0, r1, 0, nt) for r0, r1 in _shares(m)] if m >= n else [
+            (0, m, c0, c1) for c0, c1 in _shares(nt, 1)]
+        fn = _lib().fp8check_bf16_matmul
+        shares.append([(fn, (a.ctypes.data, ai, at, ea.ctypes.data, b.ctypes.data, bt, bj,
+                             eb.ctypes.data, k, n, d, r0, r1, c0, c1, out.ctypes.data,
+                             _OUT_KINDS[out.dtype], p, emin, rows[0].ctypes.data,
+                             rows[1].ctypes.data, cols[0].ctypes.data, cols[1].ctypes.data,
+                             flagged.ctypes.data))
+                       for r0, r1, c0, c1 in cuts])
+        flags.append(flagged)
+    if shares:
+        _one_round(shares)
+    return flags

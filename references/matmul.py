@@ -53,6 +53,7 @@ of non-finite values comes with each), so finite operands are read no extra time
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numba
 import numpy as np
@@ -336,30 +337,33 @@ def _fast(a, b, a1, b1, rows_c, cols_c, out: np.ndarray) -> None:
                                         dt)
 
 
-def _integer_bf16_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
-    """Into out: a @ b exactly rounded for bf16 a, b on integer dot products
-    (`bf16_matmul`), the elements it leaves (NaN) through `certified.exact_dots`.  False,
-    nothing written, for
-    operands with a non-finite value or more residuals than the correction handles
-    cheaply (the same rule as the fast path's: the split paths take them, the same
-    bits)."""
-    m, k = a.shape
-    n = b.shape[1]
+def _integer_bf16_matmuls(problems: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+                          ) -> list[bool]:
+    """Into each out: a @ b exactly rounded for bf16 a, b on integer dot products
+    (`bf16_matmul`, all the problems in one round of its kernels per phase), the elements
+    it leaves (NaN) through `certified.exact_dots` -> per problem whether it is done;
+    False, nothing written, for operands with a non-finite value or more residuals than
+    the correction handles cheaply (the same rule as the fast path's: the split paths
+    take them, the same bits)."""
     d = bf16_matmul.WINDOW
-    (ea, res_a), (eb, res_b), finite = bf16_matmul.operand_lines(a, b, d)
-    if not finite or (res_a.sum() * n + res_b.sum() * m > _SPARSE_FRACTION * m * n * k):
-        return False
-    flagged = bf16_matmul.matmul(a, ea, b, eb, d,
-                                 bf16_matmul.residual_lists(a, 1, ea, res_a, d),
-                                 bf16_matmul.residual_lists(b, 0, eb, res_b, d), out)
-    rows = np.flatnonzero(flagged)
-    if rows.size:  # the elements left NaN: finite operands give no NaN of their own
-        fr, fc = np.nonzero(np.isnan(out[rows]))
-        (ui, i), (uj, j) = (np.unique(v, return_inverse=True) for v in (rows[fr], fc))
-        out[ui[i], uj[j]] = rounded(exact_dots(_float32(a[ui]), _float32(b[:, uj]),
-                                               i.reshape(-1), j.reshape(-1),
-                                               *precision_of(out.dtype)), out.dtype)
-    return True
+    taken, mine = [], []
+    for (a, b, out), ((ea, res_a), (eb, res_b), finite) in zip(
+            problems, bf16_matmul.operand_lines([(a, b) for a, b, _ in problems], d),
+            strict=True):
+        m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        taken.append(finite and res_a.sum() * n + res_b.sum() * m <= _SPARSE_FRACTION * m * n * k)
+        if taken[-1]:
+            mine.append((a, ea, b, eb, bf16_matmul.residual_lists(a, 1, ea, res_a, d),
+                         bf16_matmul.residual_lists(b, 0, eb, res_b, d), out))
+    for (a, _, b, _, _, _, out), flagged in zip(mine, bf16_matmul.matmul(mine, d), strict=True):
+        rows = np.flatnonzero(flagged)
+        if rows.size:  # the elements left NaN: finite operands give no NaN of their own
+            fr, fc = np.nonzero(np.isnan(out[rows]))
+            (ui, i), (uj, j) = (np.unique(v, return_inverse=True) for v in (rows[fr], fc))
+            out[ui[i], uj[j]] = rounded(exact_dots(_float32(a[ui]), _float32(b[:, uj]),
+                                                   i.reshape(-1), j.reshape(-1),
+                                                   *precision_of(out.dtype)), out.dtype)
+    return taken
 
 
 def _finite_matmul(a: np.ndarray, b: np.ndarray, split_a, split_b, beta: int,
@@ -397,32 +401,67 @@ def exact_matmul(a: np.ndarray, b: np.ndarray, out_dtype: DTypeLike,
     `out` (C-contiguous, of that shape and dtype) when given.  Non-finite inputs give the
     IEEE values of the elements they reach (module docstring)."""
     dt = np.dtype(out_dtype)
-    precision_of(dt)  # ValueError for a format without exact rounding
-    a, b = check_unscaled("a", a), check_unscaled("b", b)
-    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    a, b = _operands(a, b)
     if out is None:
-        out = np.empty((m, n), dt)
-    elif out.shape != (m, n) or out.dtype != dt or not out.flags.c_contiguous:
-        raise ValueError(f"out must be C-contiguous {dt} {(m, n)}, got {out.dtype} {out.shape}")
-    if m == 0 or n == 0 or k == 0:
-        out[...] = 0
-        return out
+        out = np.empty((a.shape[0], b.shape[1]), dt)
+    elif out.dtype != dt:
+        raise ValueError(f"out must be {dt}, got {out.dtype}")
+    exact_matmuls([(a, b, out)])
+    return out
+
+
+def _operands(a: ArrayLike, b: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """a and b as arrays, or ValueError unless they are float32 or bfloat16 [m, k] and
+    [k, n]."""
+    a, b = check_unscaled("a", a), check_unscaled("b", b)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"expected a [m,k] and b [k,n], got {a.shape} and {b.shape}")
+    return a, b
+
+
+def exact_matmuls(products: Sequence[tuple[ArrayLike, ArrayLike, np.ndarray]]) -> None:
+    """`exact_matmul(a, b, out.dtype, out=out)` for each (a, b, out), out C-contiguous
+    [m, n] of float64, float32 or bfloat16 (ValueError otherwise, nothing written); the
+    integer path's kernels run for all of them at once, one round of the thread pool per
+    phase (`bf16_matmul`: tgmm and dgrad make a product per group)."""
+    checked = []
+    for a, b, out in products:
+        precision_of(out.dtype)  # ValueError for a format without exact rounding
+        a, b = _operands(a, b)
+        shape = (a.shape[0], b.shape[1])
+        if out.shape != shape or not out.flags.c_contiguous:
+            raise ValueError(f"out must be C-contiguous {out.dtype} {shape}, got {out.shape}")
+        checked.append((a, b, out))
+    rest = []
+    for a, b, out in checked:
+        if out.size == 0 or a.shape[1] == 0:  # a sum of no terms
+            out[...] = 0
+        else:
+            rest.append((a, b, out))
+    on_ints = [bf16_matmul.AVAILABLE and a.dtype == b.dtype == BF16
+               and a.shape[1] <= bf16_matmul.MAX_K for a, b, _ in rest]
     # Casts past the output's range give inf (the IEEE rounding), and the non-finite
     # elements' NaNs are the values asked for: neither is worth a warning.
     with np.errstate(over="ignore", invalid="ignore"):
-        if (bf16_matmul.AVAILABLE and a.dtype == b.dtype == BF16 and k <= bf16_matmul.MAX_K
-                and _integer_bf16_matmul(a, b, out)):
-            return out
-        beta = slice_bits(k)
-        split_a, split_b = split_top(a, beta, axis=1), split_top(b, beta, axis=0)
-        if split_a[2] and split_b[2]:
-            _finite_matmul(a, b, split_a, split_b, beta, out)
-            return out
-        finite_a, finite_b = np.isfinite(a), np.isfinite(b)
-        a0, b0 = (np.where(f, x, np.zeros((), x.dtype)) for f, x in ((finite_a, a),
-                                                                       (finite_b, b)))
-        _finite_matmul(a0, b0, split_top(a0, beta, axis=1), split_top(b0, beta, axis=0),
-                       beta, out)
-        bad = ~finite_a.all(axis=1)[:, None] | ~finite_b.all(axis=0)[None, :]
-        out[bad] = (to_float64(a) @ to_float64(b))[bad].astype(dt)
-    return out
+        done = iter(_integer_bf16_matmuls([p for p, i in zip(rest, on_ints, strict=True) if i]))
+        for p, i in zip(rest, on_ints, strict=True):
+            if not (i and next(done)):
+                _split_matmul(*p)
+
+
+def _split_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """Into out: a @ b exactly rounded on float64 BLAS (the fast, dense and term paths;
+    non-finite values as the module docstring says), for nonempty a, b."""
+    dt, k = out.dtype, a.shape[1]
+    beta = slice_bits(k)
+    split_a, split_b = split_top(a, beta, axis=1), split_top(b, beta, axis=0)
+    if split_a[2] and split_b[2]:
+        _finite_matmul(a, b, split_a, split_b, beta, out)
+        return
+    finite_a, finite_b = np.isfinite(a), np.isfinite(b)
+    a0, b0 = (np.where(f, x, np.zeros((), x.dtype)) for f, x in ((finite_a, a),
+                                                                   (finite_b, b)))
+    _finite_matmul(a0, b0, split_top(a0, beta, axis=1), split_top(b0, beta, axis=0),
+                   beta, out)
+    bad = ~finite_a.all(axis=1)[:, None] | ~finite_b.all(axis=0)[None, :]
+    out[bad] = (to_float64(a) @ to_float64(b))[bad].astype(dt)

@@ -52,11 +52,16 @@ def kernel(request, monkeypatch):
 
 @pytest.fixture
 def kernel_calls(monkeypatch, kernel):
-    """The rows flagged by each call of the kernel, appended as it runs."""
+    """The rows flagged in each product the kernel made, appended as it runs."""
     calls: list[np.ndarray] = []
     real = bf16_matmul.matmul
-    monkeypatch.setattr(bf16_matmul, "matmul",
-                        lambda *args: calls.append(real(*args)) or calls[-1])
+
+    def recorded(*args):
+        flags = real(*args)
+        calls.extend(flags)
+        return flags
+
+    monkeypatch.setattr(bf16_matmul, "matmul", recorded)
     return calls
 
 
@@ -95,7 +100,7 @@ def test_kernel_matches_the_superaccumulator_and_the_split_path(kernel_calls, m,
     layouts of each operand; the kernel runs (no fallback) and corrects residuals."""
     rng = np.random.default_rng(m * k + n)
     a, b = _adversarial(rng, m, k, n)
-    (_, res_a), (_, res_b), _ = bf16_matmul.operand_lines(a, b, bf16_matmul.WINDOW)
+    [((_, res_a), (_, res_b), _)] = bf16_matmul.operand_lines([(a, b)], bf16_matmul.WINDOW)
     assert res_a.any() and res_b.any()  # the correction runs
     layouts = [(a, b), (np.asfortranarray(a), np.asfortranarray(b)),
                (np.repeat(a, 2, axis=1)[:, ::2], np.repeat(b, 3, axis=0)[::3])]
@@ -142,6 +147,39 @@ def test_kernel_declines_what_it_cannot_carry(kernel_calls):
     _same_bits(matmul.exact_matmul(wide.astype(BF16), b, np.float32),
                _split_path(wide.astype(BF16), b, np.float32))
     assert not kernel_calls
+
+
+def test_a_batch_takes_each_product_down_its_own_path(kernel_calls, monkeypatch):
+    """`exact_matmuls` over products bound for different paths, in one batch: finite bf16
+    (the kernel), an infinity in a (the split path, IEEE values), residuals too many for
+    the correction, float32 operands (both the split path), an empty contraction (zeros):
+    the kernel makes exactly the finite one, the split path exactly the other three, and
+    each product's bits are those of its path alone (the rationals for the kernel's)."""
+    split: list[tuple] = []
+    real = matmul._split_matmul
+    monkeypatch.setattr(matmul, "_split_matmul", lambda *p: split.append(p) or real(*p))
+    rng = np.random.default_rng(8)
+    fine, _ = _adversarial(rng, 40, 60, 9)  # 40 rows: the infinity's row of residuals
+    # alone is within the correction's budget, so only finiteness declines that product
+    b = rng.standard_normal((60, 9)).astype(BF16)
+    inf = fine.copy()
+    inf[4, 7] = -np.inf
+    wide = (rng.standard_normal((40, 60)) * np.exp2(rng.integers(-60, 60, (40, 60))))
+    wide = wide.astype(BF16)
+    f32a, f32b = _f32(fine), _f32(b)
+    products = [(fine, b), (inf, b), (wide, b), (f32a, f32b), (fine[:, :0], b[:0])]
+    for dt in OUT_DTYPES:
+        outs = [np.full((40, 9), np.nan, dt) for _ in products]
+        split.clear()
+        kernel_calls.clear()
+        matmul.exact_matmuls([(x, y, o) for (x, y), o in zip(products, outs, strict=True)])
+        assert len(kernel_calls) == 1 and len(split) == 3
+        assert all(p[0] is x for p, x in zip(split, (inf, wide, f32a), strict=True))
+        with np.errstate(over="ignore"):
+            _same_bits(outs[0], _oracle(fine, b, FMT[dt]))
+        for (x, y), o in zip(products[1:4], outs[1:4], strict=True):
+            _same_bits(o, _split_path(x, y, dt))
+        assert (outs[4] == 0).all()
 
 
 def test_kernel_residual_terms_on_both_sides_of_the_unit(kernel_calls):
@@ -285,7 +323,7 @@ def _lines(x, axis):
     other operand a matching all-zero one: (E, residuals, finite)."""
     other = np.zeros(x.shape[::-1], BF16)
     a, b = (x, other) if axis == 1 else (other, x)
-    *lines, finite = bf16_matmul.operand_lines(a, b, bf16_matmul.WINDOW)
+    [(*lines, finite)] = bf16_matmul.operand_lines([(a, b)], bf16_matmul.WINDOW)
     return (*lines[axis == 0], finite)
 
 
