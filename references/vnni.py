@@ -5,9 +5,11 @@ cublas, tokamax) from one int16 dot product a value pair: each lhs row's and rhs
 column's 128 values windowed at their largest exponent (11 and 13 bits), the few values
 far below it adding their exact remainders one by one in float64; it rounds the partial
 once to float32 and applies the recipe with the hardware's correctly rounded float32
-operations, all in one pass.  For the exact recipe and the production check it forms the
-partials from three int16 dot products of the values' 9-bit digits (Karatsuba) and hands
-them over (`PATH.exact_partials`).  The C file's header has both exactness arguments.
+operations, all in one pass; the production check's pass (`references.forward_refs`) is
+the same loop with a second dot product a pair on the magnitudes' windowed digits.  For
+the exact recipe it forms the partials from three int16 dot products of the values' 9-bit
+digits (Karatsuba) and hands them over (`PATH.exact_partials`).  The C file's header has
+both exactness arguments.
 The same bits as the float64 BLAS path of `references.gmm` (tests/test_partials_paths.py);
 the path where the CPU has AVX512-VNNI but no AMX (`references.amx`).
 CPUs with AVX512-VNNI: Intel Ice Lake / Sapphire Rapids and later, AMD Zen 4 and later.
@@ -39,10 +41,10 @@ def _packed_shape(k: int, n: int) -> tuple[int, ...]:
     return (k // BLOCK, -(-n // 16), 64, 3, 16, 2)
 
 
-# The production pass's rows are sized as if a code took 3 bytes of L2 (it takes 12: its
-# digits and its magnitude's): 128-row passes at K = 2048 measured 10-20% faster than
-# 32-row ones whose panels fit L2, the rhs digits re-read from L3 once a pass costing more
-# than the panels read from L3.
+# The production pass keeps no lhs digits across its rows: it takes the rows sized by this
+# as a bound and passes fewer where their running state (28 bytes an element) would pass
+# vnni_gmm.c's PASS_STATE_BYTES.  That state in L2 or not measured the same: 2.96-3.00x
+# the reference gmm at production wi with 24-row (L2) and 128-row passes.
 PATH = DigitPath("avx512-vnni", Path(__file__).with_name("vnni_gmm.c"), FLAGS, NEEDS,
                  "FP8CHECK_VNNI", "fp8check_vnni", _packed_shape, np.int16, 3)
 STATUS = PATH.status

@@ -1,5 +1,5 @@
-/* The e4m3fn gmm on AVX512-VNNI int16 dot products (fp8check): the exact partials and
-   the production check's pass from three digits a value (here), the recipes from one
+/* The e4m3fn gmm on AVX512-VNNI int16 dot products (fp8check): the exact partials from
+   three digits a value (here), the recipes and the production check's pass from one
    windowed digit ("The recipes' path" below).
 
    Exactness of the three-digit split.  An e4m3fn value times 2^9 is an integer X with
@@ -29,7 +29,7 @@
    The recipes run on RN32(P) in float32 as exact_gmm.h says (its `recipe_step`, the AMX
    kernel's too); the production check's pass (`fp8check_vnni_exact_gmm`) consumes each
    exact partial three ways (exact_gmm.h: the recipe, the exact value, |A||B| from the
-   magnitudes' partials, made by the same dot products from unsigned digits).
+   magnitudes' partials), both from the windowed digits below.
 
    Layouts (references/vnni.py builds them):
      packed rhs [KB][V][64][3][16][2] int16 (V = ceil(N / 16) column vectors of 16): for
@@ -72,12 +72,9 @@ static digit_tables make_tables(void) {
     return t;
 }
 
-/* The three digits of 32 codes (zero-extended to int16 lanes), digit d into o + d stride,
-   and where mo is not NULL those of their magnitudes (the codes with the sign bit
-   cleared: the same digits, unsigned) into mo + d stride; whether one of the codes is a
-   NaN (0x7F, 0xFF: the digits cannot carry it). */
-static inline int digits32(const digit_tables *t, __m512i w, int16_t *o, int64_t stride,
-                           int16_t *mo) {
+/* The three digits of 32 codes (zero-extended to int16 lanes), digit d into o + d stride;
+   whether one of the codes is a NaN (0x7F, 0xFF: the digits cannot carry it). */
+static inline int digits32(const digit_tables *t, __m512i w, int16_t *o, int64_t stride) {
     const __mmask32 neg = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x80));
     const __mmask32 upper = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40));
     const __m512i idx = _mm512_and_si512(w, _mm512_set1_epi16(0x3F));
@@ -87,18 +84,18 @@ static inline int digits32(const digit_tables *t, __m512i w, int16_t *o, int64_t
         const __m512i v = _mm512_mask_blend_epi16(upper, lo, hi);
         _mm512_storeu_si512(o + d * stride,
                             _mm512_mask_sub_epi16(v, neg, _mm512_setzero_si512(), v));
-        if (mo)
-            _mm512_storeu_si512(mo + d * stride, v);
     }
     return _mm512_cmpeq_epi16_mask(_mm512_and_si512(w, _mm512_set1_epi16(0x7F)),
                                    _mm512_set1_epi16(0x7F)) != 0;
 }
 
-/* One expert's rhs codes [K][N] into out [K/128][ceil(N/16)][64][3][16][2], the layout
-   above, and where abs_out is not NULL those of their magnitudes into abs_out.  Returns 1
-   if a code is a NaN (its digits are then zeros), else 0. */
-static int pack_rhs(const digit_tables *t, const uint8_t *codes, int64_t k, int64_t n,
-                    int16_t *out, int16_t *abs_out) {
+/* One expert's rhs codes [K][N] (pcodes, k, n) into pout [K/128][ceil(N/16)][64][3][16][2]
+   int16, the layout above.  Returns 1 if a code is a NaN (its digits are then zeros), else
+   0. */
+int fp8check_vnni_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t pout) {
+    const digit_tables tables = make_tables(), *t = &tables;
+    const uint8_t *codes = (const uint8_t *)pcodes;
+    int16_t *out = (int16_t *)pout;
     const int64_t nv = (n + 15) / 16;
     int nan = 0;
     for (int64_t kb = 0; kb < k / 128; kb++)
@@ -113,55 +110,42 @@ static int pack_rhs(const digit_tables *t, const uint8_t *codes, int64_t k, int6
                 __m256i both = _mm256_set_m128i(_mm_unpackhi_epi8(x0, x1),
                                                 _mm_unpacklo_epi8(x0, x1));
                 const int64_t q = o + p * 96;
-                nan |= digits32(t, _mm512_cvtepu8_epi16(both), out + q, 32,
-                                abs_out ? abs_out + q : NULL);
+                nan |= digits32(t, _mm512_cvtepu8_epi16(both), out + q, 32);
             }
         }
     return nan;
 }
 
-/* `pack_rhs` of the codes (pcodes, k, n) into pout. */
-int fp8check_vnni_pack_rhs(uint64_t pcodes, int64_t k, int64_t n, uint64_t pout) {
-    const digit_tables t = make_tables();
-    return pack_rhs(&t, (const uint8_t *)pcodes, k, n, (int16_t *)pout, NULL);
-}
-
 /* Digits of rows [r0, r0 + ROWS) of one K block of the lhs codes (rows past `rows` are
-   zero) into panel [ROWS][3][128], and where abs_panel is not NULL those of their
-   magnitudes into abs_panel; 1 if a code is a NaN, else 0. */
+   zero) into panel [ROWS][3][128]; 1 if a code is a NaN, else 0. */
 __attribute__((noinline)) static int pack_lhs(const digit_tables *t, const uint8_t *codes,
                                                int64_t lda, int64_t rows, int64_t r0,
-                                               int64_t kb, int16_t *panel, int16_t *abs_panel) {
+                                               int64_t kb, int16_t *panel) {
     int nan = 0;
     for (int r = 0; r < ROWS; r++) {
         if (r0 + r >= rows) {
             memset(panel + r * 384, 0, 384 * sizeof(int16_t));
-            if (abs_panel)
-                memset(abs_panel + r * 384, 0, 384 * sizeof(int16_t));
             continue;
         }
         const uint8_t *src = codes + (r0 + r) * lda + 128 * kb;
         for (int c = 0; c < 128; c += 32) {
             __m256i x = _mm256_loadu_si256((const __m256i *)(src + c));
-            const int64_t o = r * 384 + c;
-            nan |= digits32(t, _mm512_cvtepu8_epi16(x), panel + o, 128,
-                            abs_panel ? abs_panel + o : NULL);
+            nan |= digits32(t, _mm512_cvtepu8_epi16(x), panel + r * 384 + c, 128);
         }
     }
     return nan;
 }
 
-/* The exact partials of ROWS rows x 16 columns as float64 in units of `unit` (2^-18:
-   value units; 1: units of 2^-18; exact: see the header): panel [ROWS][3][128], one
-   packed rhs column vector of the same K block; p_out[r][0] columns 0-7, p_out[r][1]
-   columns 8-15 of row r. */
+/* The exact partials of ROWS rows x 16 columns as float64 in value units (exact: see the
+   header): panel [ROWS][3][128], one packed rhs column vector of the same K block;
+   p_out[r][0] columns 0-7, p_out[r][1] columns 8-15 of row r. */
 /* noinline, as pack_lhs: inlined into one loop nest, the digit tables' 12 registers would
    crowd the 24 accumulators out. */
 __attribute__((noinline)) static void partials(const int16_t *panel, const int16_t *bvec,
-                                               __m512d p_out[ROWS][2], double unit) {
+                                               __m512d p_out[ROWS][2]) {
     __m512i acc[ROWS][3];
     dots((const int32_t *)panel, bvec, PAIRS, acc);
-    const __m512d c9 = _mm512_set1_pd(512.0), u = _mm512_set1_pd(unit);
+    const __m512d c9 = _mm512_set1_pd(512.0), u = _mm512_set1_pd(0x1p-18);
     for (int r = 0; r < ROWS; r++) {
         __m512i h = acc[r][0], l = acc[r][1];
         __m512i x = _mm512_sub_epi32(_mm512_sub_epi32(acc[r][2], h), l);
@@ -201,6 +185,15 @@ __attribute__((noinline)) static void partials(const int16_t *panel, const int16
    below 2^44: exact in float64.  A third of the dot products of the three-digit split
    above; the l terms, rare on such data, cost a few float64 operations each (every value
    of a block far below its largest is one: such data runs slower, never wrong).
+
+   The magnitudes' partial Q = sum_k |a_k| |b_k| (the production pass's) the same way: h
+   and l carry X's sign, so |X| = 2^s |h| + |l| and
+
+       Q = 2^(s_a + s_b) sum_k |h^a_k| |h^b_k| + sum_k (|l^a_k| |b_k| + 2^s_a |h^a_k| |l^b_k|),
+
+   one more VPDPWSSD a pair on |h| (`window_lhs`' and `window_rhs`' magnitudes: the same
+   int32 bound) and the same remainders' terms in absolute value (the same float64
+   bounds: exact).
 
    Layouts: packed rhs [KB][V3][64][3][32] int16 (V3 = ceil(N / 48) groups of three column
    vectors): for K block kb, group v, K pair p and vector j, lanes 2c, 2c + 1 hold h of
@@ -255,14 +248,15 @@ static inline int max_exponent(const uint8_t *codes) {
 }
 
 /* One group's rhs for the windowed path.  Fills, for codes [k][n]:
-     bp    the packed h (layout above, V3 = nv3 groups);
+     bp    the packed h (layout above, V3 = nv3 groups), and where bq is not NULL the
+           packed |h| into bq (the production pass's magnitudes);
      pw    [K/128][48 nv3] the power of two 2^s_b of each K block and column;
      res, roff  the residuals of each (K block, group) kb * nv3 + v, in
            res[roff[kb * nv3 + v] .. roff[kb * nv3 + v + 1]), k within the block, c within
            the group;
    with scratch cols of 2 (48 nv3 + 64) bytes.  Returns 1 if a code is a NaN, else 0. */
 static int window_rhs(const uint8_t *codes, int64_t k, int64_t n, int64_t nv3, int16_t *bp,
-                      double *pw, residual *res, int64_t *roff, uint8_t *cols) {
+                      int16_t *bq, double *pw, residual *res, int64_t *roff, uint8_t *cols) {
     const int64_t kbn = k / 128, np = WCOLS * nv3;
     uint8_t *colmax = cols, *shift = cols + np + 64;
     int64_t count = 0;
@@ -302,6 +296,9 @@ static int window_rhs(const uint8_t *codes, int64_t k, int64_t n, int64_t nv3, i
                     const __m512i h = window32(_mm512_cvtepu8_epi16(both), s, &rm, &nm);
                     nan |= nm;
                     _mm512_storeu_si512(o + p * 96 + 32 * j, h);
+                    if (bq)
+                        _mm512_storeu_si512(bq + (o - bp) + p * 96 + 32 * j,
+                                            _mm512_abs_epi16(h));
                     for (; rm; rm &= rm - 1) {
                         const int lane = __builtin_ctz(rm);
                         const int kk = 2 * p + (lane & 1), c = 16 * j + lane / 2;
@@ -338,17 +335,21 @@ static void block_values(const uint8_t *codes, int64_t n, int64_t np, int64_t kb
 }
 
 /* Rows [r0, r0 + ROWS) of one K block of the lhs codes (rows past `rows` are zero) for
-   the windowed path: their h three times into panel [ROWS][3][128], 2^s_a into pw[ROWS],
+   the windowed path: their h three times into panel [ROWS][3][128] (and |h| so into
+   qpanel where it is not NULL: the production pass's magnitudes), 2^s_a into pw[ROWS],
    their residuals into res, row r's in res[row[r] .. row[r + 1]) (k within the block, c
    the row); returns the residuals' count, or -1 if a code is a NaN. */
 static int window_lhs(const uint8_t *codes, int64_t lda, int64_t rows, int64_t r0,
-                      int64_t kb, int16_t *panel, double *pw, residual *res, int *row) {
+                      int64_t kb, int16_t *panel, int16_t *qpanel, double *pw, residual *res,
+                      int *row) {
     int count = 0;
     for (int r = 0; r < ROWS; r++) {
         row[r] = count;
         pw[r] = 1.0;
         if (r0 + r >= rows) {
             memset(panel + r * 384, 0, 384 * sizeof(int16_t));
+            if (qpanel)
+                memset(qpanel + r * 384, 0, 384 * sizeof(int16_t));
             continue;
         }
         const uint8_t *src = codes + (r0 + r) * lda + 128 * kb;
@@ -361,8 +362,11 @@ static int window_lhs(const uint8_t *codes, int64_t lda, int64_t rows, int64_t r
                 _mm512_set1_epi16((int16_t)s), &rm, &nm);
             if (nm)
                 return -1;
-            for (int d = 0; d < 3; d++)
+            for (int d = 0; d < 3; d++) {
                 _mm512_storeu_si512(panel + r * 384 + d * 128 + c, h);
+                if (qpanel)
+                    _mm512_storeu_si512(qpanel + r * 384 + d * 128 + c, _mm512_abs_epi16(h));
+            }
             for (; rm; rm &= rm - 1) {
                 const int kk = c + __builtin_ctz(rm);
                 res[count++] = (residual){(int16_t)kk, (int16_t)r, code_residual(src[kk], s)};
@@ -396,39 +400,116 @@ static inline void transpose8(const double *from, __m512d y[8]) {
     }
 }
 
+/* The production pass's rows of one group (`fp8check_vnni_exact_gmm`): where they go and
+   their running state (exact_gmm.h's `consume_row`), element (r, c) of the rows at
+   r * np + c (np = 48 nv3) of acc, total, sigma and mag; bq the rhs's packed |h|
+   (`window_rhs`), values its values [k][np] (`block_values` of every K block, made once
+   for the group's passes). */
+typedef struct {
+    const exact_sink *sink;
+    const int16_t *bq;
+    const float *values;
+    float *acc;
+    double *total, *sigma, *mag;
+} pass_rows;
+
+/* The rhs residuals' terms of one K block and column group (rb[0 .. nrb), `window_rhs`)
+   down each column, fix[column][row] += l^b_k times the row's 2^s_a h^a_k (aht[k][row]),
+   and with magnitudes (fixq not NULL) fixq[column][row] += |l^b_k| |2^s_a h^a_k|. */
+static inline void rhs_terms(const residual *rb, int nrb, const double *aht, double *fix,
+                             double *fixq) {
+    for (int i = 0; i < nrb; i++) {
+        double *f = fix + rb[i].c * ROWS;
+        const __m512d l = _mm512_set1_pd((double)rb[i].l), x = _mm512_loadu_pd(aht + rb[i].k * ROWS);
+        _mm512_storeu_pd(f, _mm512_fmadd_pd(l, x, _mm512_loadu_pd(f)));
+        if (fixq) {
+            double *g = fixq + rb[i].c * ROWS;
+            _mm512_storeu_pd(g, _mm512_fmadd_pd(_mm512_abs_pd(l), _mm512_abs_pd(x),
+                                                _mm512_loadu_pd(g)));
+        }
+    }
+}
+
+/* The terms of 16 columns [16 j, 16 j + 16) of fix [column][row] (`rhs_terms`), by row:
+   col[h][r] holds row r's of columns 16 j + 8 h ..; fix's are zeroed for the next
+   column group. */
+static inline void columns_by_row(double *fix, int j, __m512d col[2][8]) {
+    for (int h = 0; h < 2; h++) {
+        double *f = fix + (16 * j + 8 * h) * ROWS;
+        transpose8(f, col[h]);
+        for (int c = 0; c < 8; c++)
+            _mm512_store_pd(f + c * ROWS, _mm512_setzero_pd());
+    }
+}
+
+/* One row's exact partial (units of 2^-18, the header's P = 2^(s_a + s_b) H + R) of 16
+   columns: d the row's int32 H of them (VPDPWSSD's), fa its 2^s_a, pwb the columns'
+   2^s_b, col the rhs residuals' terms (`columns_by_row`, NULL for none), the lhs
+   residuals' l^a_k b_k from lres[0 .. nl) and the K block's rhs values x (row k at
+   x + k * np: `block_values`); with `magnitudes`, the same of |a| |b| from the magnitudes'
+   H, terms and |l^a_k| |b_k|. */
+static inline void row_partial(__m512i d, __m512d fa, const double *pwb,
+                               const __m512d (*col)[8], int r, const residual *lres, int nl,
+                               const float *x, int64_t np, int magnitudes, __m512d p[2]) {
+    for (int h = 0; h < 2; h++) {
+        const __m512d hd = _mm512_cvtepi32_pd(h ? _mm512_extracti64x4_epi64(d, 1)
+                                                : _mm512_castsi512_si256(d));
+        p[h] = _mm512_mul_pd(hd, _mm512_mul_pd(fa, _mm512_loadu_pd(pwb + 8 * h)));
+        if (col)
+            p[h] = _mm512_add_pd(p[h], col[h][r]);
+    }
+    for (int i = 0; i < nl; i++) { /* l^a_k b_k */
+        const float *xk = x + lres[i].k * np;
+        const double l = (double)lres[i].l;
+        const __m512d lv = _mm512_set1_pd(magnitudes ? (l < 0 ? -l : l) : l);
+        for (int h = 0; h < 2; h++) {
+            const __m512d b = _mm512_cvtps_pd(_mm256_loadu_ps(xk + 8 * h));
+            p[h] = _mm512_fmadd_pd(lv, magnitudes ? _mm512_abs_pd(b) : b, p[h]);
+        }
+    }
+}
+
 /* Rows [0, rows) of one group's output, all columns, recipe `code` (0 deepgemm,
    1 cublas, 2 tokamax), on the windowed path: a their lhs codes [rows][k] (row stride lda
    bytes), the group's rhs codes b [k][n] and as `window_rhs` made it (bp, pw, res, roff:
-   nv3 groups of 48 columns), xb scratch of 128 * 48 nv3 floats (`block_values`), sa
-   [rows][k / 128] and sb [k / 128][nb] the scales, out [rows][n] float32 (row stride ldo
-   floats), overwritten: the first K block stores, the others accumulate
-   (a zero start gives the same bits: every recipe adds +0 to its first term).  Returns 1,
-   at once, when a lhs code is a NaN, else 0. */
+   nv3 groups of 48 columns), xb scratch of 128 * 48 nv3 floats (`block_values`; unused
+   with a pass, which has them all), sa
+   [rows][k / 128] and sb [k / 128][nb] the scales.  With pass NULL: out [rows][n] float32
+   (row stride ldo floats), overwritten: the first K block stores, the others accumulate
+   (a zero start gives the same bits: every recipe adds +0 to its first term).  With a
+   pass (the production check's, its rows these): each exact partial and that of the
+   magnitudes into `consume_row` (the recipe, the exact value, |A||B| into the pass's
+   sink), out unused.  Returns 1, at once, when a lhs code is a NaN, else 0. */
 static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const uint8_t *b,
                  const int16_t *bp, const double *pwb, float *xb, const residual *rres,
                  const int64_t *roff, int64_t n, int64_t nv3, const float *sa,
-                 const float *sb, int64_t nb, int64_t code, float *out, int64_t ldo) {
+                 const float *sb, int64_t nb, int64_t code, float *out, int64_t ldo,
+                 const pass_rows *pass) {
     const int64_t kbn = k / 128, np = WCOLS * nv3;
-    _Alignas(64) int16_t panel[ROWS * 384];
-    _Alignas(64) double pwa[ROWS], aht[128 * ROWS], fixt[WCOLS * ROWS];
+    _Alignas(64) int16_t panel[ROWS * 384], qpanel[ROWS * 384];
+    _Alignas(64) double pwa[ROWS], aht[128 * ROWS], fixt[WCOLS * ROWS], fixq[WCOLS * ROWS];
     residual lres[ROWS * 128];
     int lrow[ROWS + 1];
-    /* fixt is zero between column groups: only columns below n hold residuals, and the
-       combination zeroes each 16 it reads */
+    /* fixt (fixq) is zero between column groups: only columns below n hold residuals,
+       and the combination zeroes each 16 it reads */
     memset(fixt, 0, sizeof fixt);
-    __m512i acc[ROWS][3];
-    if (kbn == 0)
+    memset(fixq, 0, sizeof fixq);
+    __m512i acc[ROWS][3], accq[ROWS][3];
+    if (kbn == 0 && !pass)
         for (int64_t r = 0; r < rows; r++)
             memset(out + r * ldo, 0, n * sizeof(float));
     for (int64_t kb = 0; kb < kbn; kb++) {
-        block_values(b, n, np, kb, xb);
+        if (!pass)
+            block_values(b, n, np, kb, xb);
+        const float *xk = pass ? pass->values + kb * 128 * np : xb;
         for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
             /* the next tile's codes, on their way while this one computes */
             for (int64_t r = r0 + ROWS; r < r0 + 2 * ROWS && r < rows; r++) {
                 _mm_prefetch((const char *)(a + r * lda + 128 * kb), _MM_HINT_T0);
                 _mm_prefetch((const char *)(a + r * lda + 128 * kb + 64), _MM_HINT_T0);
             }
-            const int nl = window_lhs(a, lda, rows, r0, kb, panel, pwa, lres, lrow);
+            const int nl = window_lhs(a, lda, rows, r0, kb, panel, pass ? qpanel : NULL, pwa,
+                                      lres, lrow);
             if (nl < 0)
                 return 1;
             const int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
@@ -448,16 +529,12 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const u
                 }
             for (int64_t v = 0; v < nv3; v++) {
                 dots((const int32_t *)panel, bp + (kb * nv3 + v) * VEC_I16, PAIRS, acc);
+                if (pass)
+                    dots((const int32_t *)qpanel, pass->bq + (kb * nv3 + v) * VEC_I16, PAIRS,
+                         accq);
                 const residual *rb = rres + roff[kb * nv3 + v];
                 const int nrb = (int)(roff[kb * nv3 + v + 1] - roff[kb * nv3 + v]);
-                if (nrb) { /* 2^s_a h^a_k l^b_k down each column, [column][row] */
-                    for (int i = 0; i < nrb; i++) {
-                        double *f = fixt + rb[i].c * ROWS;
-                        _mm512_storeu_pd(f, _mm512_fmadd_pd(
-                            _mm512_set1_pd((double)rb[i].l),
-                            _mm512_loadu_pd(aht + rb[i].k * ROWS), _mm512_loadu_pd(f)));
-                    }
-                }
+                rhs_terms(rb, nrb, aht, fixt, pass ? fixq : NULL);
                 for (int j = 0; j < 3; j++) {
                     const int64_t c0 = WCOLS * v + 16 * j;
                     if (c0 >= n)
@@ -465,35 +542,32 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const u
                     const int64_t valid = n - c0 < 16 ? n - c0 : 16;
                     const __mmask16 m = (__mmask16)((1u << valid) - 1);
                     const float s_b = sb[kb * nb + c0 / 128];
-                    __m512d col[2][8]; /* the rhs residuals' terms, by row */
-                    if (nrb)
-                        for (int h = 0; h < 2; h++) {
-                            double *f = fixt + (16 * j + 8 * h) * ROWS;
-                            transpose8(f, col[h]);
-                            for (int c = 0; c < 8; c++) /* zero again for the next group */
-                                _mm512_store_pd(f + c * ROWS, _mm512_setzero_pd());
-                        }
+                    __m512d col[2][8], colq[2][8]; /* the rhs residuals' terms, by row */
+                    if (nrb) {
+                        columns_by_row(fixt, j, col);
+                        if (pass)
+                            columns_by_row(fixq, j, colq);
+                    }
                     for (int64_t r = 0; r < nr; r++) {
-                        __m512d p[2];
                         const __m512d fa = _mm512_set1_pd(pwa[r]);
-                        for (int h = 0; h < 2; h++) {
-                            const __m512d hd = _mm512_cvtepi32_pd(
-                                h ? _mm512_extracti64x4_epi64(acc[r][j], 1)
-                                  : _mm512_castsi512_si256(acc[r][j]));
-                            p[h] = _mm512_mul_pd(hd, _mm512_mul_pd(
-                                fa, _mm512_loadu_pd(pwb + kb * np + c0 + 8 * h)));
-                            if (nrb)
-                                p[h] = _mm512_add_pd(p[h], col[h][r]);
-                        }
-                        for (int i = lrow[r]; i < lrow[r + 1]; i++) { /* l^a_k b_k */
-                            const float *x = xb + lres[i].k * np + c0;
-                            const __m512d l = _mm512_set1_pd((double)lres[i].l);
-                            for (int h = 0; h < 2; h++)
-                                p[h] = _mm512_fmadd_pd(
-                                    l, _mm512_cvtps_pd(_mm256_loadu_ps(x + 8 * h)), p[h]);
+                        const residual *lr = lres + lrow[r];
+                        const int nlr = lrow[r + 1] - lrow[r];
+                        const float *x = xk + c0;
+                        __m512d p[2];
+                        row_partial(acc[r][j], fa, pwb + kb * np + c0, nrb ? col : NULL,
+                                    (int)r, lr, nlr, x, np, 0, p);
+                        const float s_a = sa[(r0 + r) * kbn + kb];
+                        if (pass) {
+                            __m512d q[2];
+                            row_partial(accq[r][j], fa, pwb + kb * np + c0, nrb ? colq : NULL,
+                                        (int)r, lr, nlr, x, np, 1, q);
+                            const int64_t e = (r0 + r) * np + c0;
+                            consume_row(pass->sink, pass->acc + e, pass->total + e,
+                                        pass->sigma + e, pass->mag + e, p, q, s_a, s_b, kb,
+                                        (r0 + r) * n + c0, m);
+                            continue;
                         }
                         float *o = out + (r0 + r) * ldo + c0;
-                        const float s_a = sa[(r0 + r) * kbn + kb];
                         const __m512 prev = kb ? _mm512_maskz_loadu_ps(m, o) : _mm512_setzero_ps();
                         _mm512_mask_storeu_ps(o, m, recipe_step(code, rn32_row(p), s_a, s_b, prev));
                     }
@@ -535,9 +609,10 @@ int fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t 
         int64_t r0, r1;
         if (!share_rows(offs, gi, m0, m1, &r0, &r1))
             continue;
-        nan = window_rhs(b + gi * k * n, k, n, nv3, bp, pw, res, roff, cols) ||
+        nan = window_rhs(b + gi * k * n, k, n, nv3, bp, NULL, pw, res, roff, cols) ||
               group(a + r0 * lda, lda, r1 - r0, k, b + gi * k * n, bp, pw, xb, res, roff, n,
-                    nv3, sa + r0 * kbn, sb + gi * kbn * nb, nb, code, out + r0 * ldo, ldo);
+                    nv3, sa + r0 * kbn, sb + gi * kbn * nb, nb, code, out + r0 * ldo, ldo,
+                    NULL);
     }
     _mm_setcsr(csr);
     free(bp);
@@ -566,10 +641,10 @@ int fp8check_vnni_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, ui
     __m512d p[ROWS][2];
     for (int64_t kb = 0; kb < kbn; kb++)
         for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
-            pack_lhs(&t, a, lda, rows, r0, kb, panel, NULL);
+            pack_lhs(&t, a, lda, rows, r0, kb, panel);
             const int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
             for (int64_t v = 0; v < nv; v++) {
-                partials(panel, bp + (kb * nv + v) * VEC_I16, p, 0x1p-18);
+                partials(panel, bp + (kb * nv + v) * VEC_I16, p);
                 const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
                 const __mmask8 m0 = (__mmask8)((1u << (valid < 8 ? valid : 8)) - 1);
                 const __mmask8 m1 = (__mmask8)(valid > 8 ? (1u << (valid - 8)) - 1 : 0);
@@ -592,13 +667,15 @@ int fp8check_vnni_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, ui
      offs     [G + 1] int64, the first row of each group and the end of the last.
    Out, each [M][n], the groups' rows in [m0, m1) written, all other rows left alone: the
    recipe float32, the exact value float64, |A||B| float64 (its sum times `scale`) and
-   undecided uint8 (1 where the exact value must be recomputed, else 0).  A group's rhs is
-   packed once (its digits and its magnitudes'), its rows go `rows_per_pass` at a time (a
-   multiple of ROWS): their panels, every K block's (12 bytes a code), packed once and
-   read from L2, and each column vector taken through all its K blocks with the pass's
-   state of those 16 columns (28 bytes an element) in L1.  Returns 0; 1 when a code it
-   reads is a NaN (it stops there, its outputs meaning nothing: the caller takes another
-   path); -1 (nothing written) when its scratch cannot be allocated. */
+   undecided uint8 (1 where the exact value must be recomputed, else 0).  On the recipes'
+   windowed path (`group`): a group's rhs windowed once (its h and |h|), its rows taken
+   in passes of at most `rows_per_pass` (a multiple of ROWS), fewer where the pass's state
+   (28 bytes an element: `pass_rows`) would pass PASS_STATE_BYTES, each pass through all
+   the K blocks.  Returns 0; 1 when a code it reads is a NaN (it stops there, its outputs
+   meaning nothing: the caller takes another path); -1 (nothing written) when its scratch
+   cannot be allocated. */
+#define PASS_STATE_BYTES (448 << 10) /* of L2, with the K block's rhs beside it */
+
 int fp8check_vnni_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint64_t poffs,
                             int64_t g, int64_t m0, int64_t m1, uint64_t psa, uint64_t psb,
                             int64_t nb, int64_t code, int64_t rows_per_pass, uint64_t pout,
@@ -607,67 +684,46 @@ int fp8check_vnni_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint
     const uint8_t *a = (const uint8_t *)pa, *b = (const uint8_t *)pb;
     const int64_t *offs = (const int64_t *)poffs;
     const float *sa = (const float *)psa, *sb = (const float *)psb;
-    const int64_t kbn = k / 128, nv = (n + 15) / 16, w = 16 * nv;
-    const int64_t packed = kbn * nv * VEC_I16, panels = kbn * rows_per_pass * 384;
-    /* the rhs's digits and its magnitudes', the pass's panels and theirs (int16), then
-       the pass's state: recipe (float), exact total and sigma, |A||B| (double) */
-    int16_t *bp = aligned_alloc(64, (2 * packed + 2 * panels) * sizeof(int16_t)
-                                        + rows_per_pass * w * 28 + 64);
-    if (!bp)
-        return -1;
-    int16_t *bq = bp + packed, *pp = bq + packed, *pq = pp + panels;
-    double *total = (double *)(pq + panels), *sigma = total + rows_per_pass * w;
-    double *mag = sigma + rows_per_pass * w;
-    float *acc = (float *)(mag + rows_per_pass * w);
+    const int64_t kbn = k / 128, nv3 = (n + WCOLS - 1) / WCOLS, np = WCOLS * nv3;
+    int64_t pass_max = PASS_STATE_BYTES / (28 * np) / ROWS * ROWS;
+    pass_max = pass_max < ROWS ? ROWS : pass_max > rows_per_pass ? rows_per_pass : pass_max;
+    int16_t *bp = malloc((2 * kbn * nv3 * VEC_I16 + 1) * sizeof(int16_t));
+    double *pw = malloc((kbn * np + 1) * sizeof(double));
+    float *values = malloc((k * np + 1) * sizeof(float));
+    residual *res = malloc((k * np + 1) * sizeof(residual));
+    int64_t *roff = malloc((kbn * nv3 + 1) * sizeof(int64_t));
+    uint8_t *cols = malloc(2 * (np + 64));
+    double *state = aligned_alloc(64, pass_max * np * 28 + 64);
+    int nan = bp && pw && values && res && roff && cols && state ? 0 : -1;
+    int16_t *bq = bp ? bp + kbn * nv3 * VEC_I16 : NULL;
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
-    const digit_tables t = make_tables();
-    __m512d p[ROWS][2], q[ROWS][2];
-    int nan = 0;
     for (int64_t gi = 0; gi < g && !nan; gi++) {
         int64_t r0, r1;
         if (!share_rows(offs, gi, m0, m1, &r0, &r1))
             continue;
-        nan = pack_rhs(&t, b + gi * k * n, k, n, bp, bq);
-        if (nan)
-            break;
-        for (int64_t rb = r0; rb < r1 && !nan; rb += rows_per_pass) {
-            const int64_t nr = r1 - rb < rows_per_pass ? r1 - rb : rows_per_pass;
-            const int64_t e = rb * n;
-            /* panel [row group][kb] of ROWS x 384 int16 */
-            for (int64_t r = 0; r < nr && !nan; r += ROWS)
-                for (int64_t kb = 0; kb < kbn; kb++) {
-                    const int64_t at = ((r / ROWS) * kbn + kb) * ROWS * 384;
-                    nan |= pack_lhs(&t, a + rb * k, k, nr, r, kb, pp + at, pq + at);
-                }
-            if (nan)
-                break;
-            const exact_sink s = {code, kbn, n, nb, sa + rb * kbn, sb + gi * kbn * nb,
-                                  (float *)pout + e, (double *)pexact + e, (double *)pmag + e,
-                                  (uint8_t *)pundecided + e, 2.0 * kbn * (kbn + 1) * 0x1p-105,
-                                  scale};
-            for (int64_t v = 0; v < nv; v++) {
-                const int64_t valid = n - 16 * v < 16 ? n - 16 * v : 16;
-                const __mmask16 m = (__mmask16)((1u << valid) - 1);
-                for (int64_t kb = 0; kb < kbn; kb++) {
-                    const float s_b = s.sb[kb * nb + (16 * v) / 128];
-                    const int64_t bt = (kb * nv + v) * VEC_I16;
-                    for (int64_t r = 0; r < nr; r += ROWS) {
-                        const int64_t at = ((r / ROWS) * kbn + kb) * ROWS * 384;
-                        partials(pp + at, bp + bt, p, 1.0);
-                        partials(pq + at, bq + bt, q, 1.0);
-                        for (int64_t i = r; i < nr && i < r + ROWS; i++) {
-                            const int64_t st = i * w + 16 * v;
-                            consume_row(&s, acc + st, total + st, sigma + st, mag + st,
-                                        p[i - r], q[i - r], s.sa[i * kbn + kb], s_b, kb,
-                                        i * n + 16 * v, m);
-                        }
-                    }
-                }
-            }
+        nan = window_rhs(b + gi * k * n, k, n, nv3, bp, bq, pw, res, roff, cols);
+        for (int64_t kb = 0; kb < kbn && !nan; kb++)
+            block_values(b + gi * k * n, n, np, kb, values + kb * 128 * np);
+        for (int64_t rb = r0; rb < r1 && !nan; rb += pass_max) {
+            const int64_t nr = r1 - rb < pass_max ? r1 - rb : pass_max, e = rb * n;
+            const exact_sink sink = {code, kbn, n, nb, sa + rb * kbn, sb + gi * kbn * nb,
+                                     (float *)pout + e, (double *)pexact + e,
+                                     (double *)pmag + e, (uint8_t *)pundecided + e,
+                                     2.0 * kbn * (kbn + 1) * 0x1p-105, scale};
+            const pass_rows pass = {&sink, bq, values, (float *)(state + 3 * pass_max * np),
+                                    state, state + pass_max * np, state + 2 * pass_max * np};
+            nan = group(a + rb * k, k, nr, k, b + gi * k * n, bp, pw, NULL, res, roff, n, nv3,
+                        sa + rb * kbn, sb + gi * kbn * nb, nb, code, NULL, 0, &pass);
         }
     }
     _mm_setcsr(csr);
     free(bp);
+    free(pw);
+    free(values);
+    free(res);
+    free(roff);
+    free(cols);
+    free(state);
     return nan;
 }
