@@ -443,28 +443,36 @@ static inline void columns_by_row(double *fix, int j, __m512d col[2][8]) {
 }
 
 /* One row's exact partial (units of 2^-18, the header's P = 2^(s_a + s_b) H + R) of 16
-   columns: d the row's int32 H of them (VPDPWSSD's), fa its 2^s_a, pwb the columns'
-   2^s_b, col the rhs residuals' terms (`columns_by_row`, NULL for none), the lhs
-   residuals' l^a_k b_k from lres[0 .. nl) and the K block's rhs values x (row k at
-   x + k * np: `block_values`); with `magnitudes`, the same of |a| |b| from the magnitudes'
-   H, terms and |l^a_k| |b_k|. */
-static inline void row_partial(__m512i d, __m512d fa, const double *pwb,
-                               const __m512d (*col)[8], int r, const residual *lres, int nl,
-                               const float *x, int64_t np, int magnitudes, __m512d p[2]) {
+   columns into p: d the row's int32 H of them (VPDPWSSD's), fa its 2^s_a, pwb the
+   columns' 2^s_b, col the rhs residuals' terms (`columns_by_row`, NULL for none), the
+   lhs residuals' l^a_k b_k from lres[0 .. nl) and the K block's rhs values x (row k at
+   x + k * np: `block_values`).  Where q is not NULL, the same of the magnitudes into q:
+   dq their H, colq their rhs terms, |l^a_k| |b_k|. */
+static inline void row_partial(__m512i d, __m512i dq, __m512d fa, const double *pwb,
+                               const __m512d (*col)[8], const __m512d (*colq)[8], int r,
+                               const residual *lres, int nl, const float *x, int64_t np,
+                               __m512d p[2], __m512d q[2]) {
     for (int h = 0; h < 2; h++) {
-        const __m512d hd = _mm512_cvtepi32_pd(h ? _mm512_extracti64x4_epi64(d, 1)
-                                                : _mm512_castsi512_si256(d));
-        p[h] = _mm512_mul_pd(hd, _mm512_mul_pd(fa, _mm512_loadu_pd(pwb + 8 * h)));
+        const __m512d f = _mm512_mul_pd(fa, _mm512_loadu_pd(pwb + 8 * h));
+        p[h] = _mm512_mul_pd(_mm512_cvtepi32_pd(h ? _mm512_extracti64x4_epi64(d, 1)
+                                                  : _mm512_castsi512_si256(d)), f);
         if (col)
             p[h] = _mm512_add_pd(p[h], col[h][r]);
+        if (q) {
+            q[h] = _mm512_mul_pd(_mm512_cvtepi32_pd(h ? _mm512_extracti64x4_epi64(dq, 1)
+                                                      : _mm512_castsi512_si256(dq)), f);
+            if (colq)
+                q[h] = _mm512_add_pd(q[h], colq[h][r]);
+        }
     }
     for (int i = 0; i < nl; i++) { /* l^a_k b_k */
         const float *xk = x + lres[i].k * np;
-        const double l = (double)lres[i].l;
-        const __m512d lv = _mm512_set1_pd(magnitudes ? (l < 0 ? -l : l) : l);
+        const __m512d l = _mm512_set1_pd((double)lres[i].l);
         for (int h = 0; h < 2; h++) {
             const __m512d b = _mm512_cvtps_pd(_mm256_loadu_ps(xk + 8 * h));
-            p[h] = _mm512_fmadd_pd(lv, magnitudes ? _mm512_abs_pd(b) : b, p[h]);
+            p[h] = _mm512_fmadd_pd(l, b, p[h]);
+            if (q)
+                q[h] = _mm512_fmadd_pd(_mm512_abs_pd(l), _mm512_abs_pd(b), q[h]);
         }
     }
 }
@@ -528,6 +536,13 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const u
                         _mm512_store_pd(aht + (k8 + i) * ROWS, y[i]);
                 }
             for (int64_t v = 0; v < nv3; v++) {
+                /* the lines the lhs residuals' terms read in the next column group, on
+                   their way while this one's dot products run */
+                if (v + 1 < nv3)
+                    for (int i = 0; i < nl; i++)
+                        for (int c = 0; c < WCOLS; c += 16)
+                            _mm_prefetch((const char *)(xk + lres[i].k * np + WCOLS * (v + 1) + c),
+                                         _MM_HINT_T0);
                 dots((const int32_t *)panel, bp + (kb * nv3 + v) * VEC_I16, PAIRS, acc);
                 if (pass)
                     dots((const int32_t *)qpanel, pass->bq + (kb * nv3 + v) * VEC_I16, PAIRS,
@@ -553,14 +568,12 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const u
                         const residual *lr = lres + lrow[r];
                         const int nlr = lrow[r + 1] - lrow[r];
                         const float *x = xk + c0;
-                        __m512d p[2];
-                        row_partial(acc[r][j], fa, pwb + kb * np + c0, nrb ? col : NULL,
-                                    (int)r, lr, nlr, x, np, 0, p);
+                        __m512d p[2], q[2];
+                        row_partial(acc[r][j], pass ? accq[r][j] : acc[r][j], fa, pwb + kb * np + c0,
+                                    nrb ? col : NULL, nrb ? colq : NULL, (int)r, lr, nlr, x, np,
+                                    p, pass ? q : NULL);
                         const float s_a = sa[(r0 + r) * kbn + kb];
                         if (pass) {
-                            __m512d q[2];
-                            row_partial(accq[r][j], fa, pwb + kb * np + c0, nrb ? colq : NULL,
-                                        (int)r, lr, nlr, x, np, 1, q);
                             const int64_t e = (r0 + r) * np + c0;
                             consume_row(pass->sink, pass->acc + e, pass->total + e,
                                         pass->sigma + e, pass->mag + e, p, q, s_a, s_b, kb,
