@@ -537,8 +537,9 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const u
                 }
             for (int64_t v = 0; v < nv3; v++) {
                 /* the lines the lhs residuals' terms read in the next column group, on
-                   their way while this one's dot products run */
-                if (v + 1 < nv3)
+                   their way while this one's dot products run (a pass's values are the
+                   whole group's, mostly out of L2; the recipes' K block's are in it) */
+                if (pass && v + 1 < nv3)
                     for (int i = 0; i < nl; i++)
                         for (int c = 0; c < WCOLS; c += 16)
                             _mm_prefetch((const char *)(xk + lres[i].k * np + WCOLS * (v + 1) + c),
