@@ -173,7 +173,7 @@ def operand_lines(pairs: Sequence[tuple[np.ndarray, np.ndarray]],
         held += [a, b]  # the calls read them
     # The kernels count the lines holding a non-finite value (their E is 255): with none
     # in all the pairs, no pair's E need be looked at.
-    any_bad = _one_round(shares) > 0 if shares else False
+    any_bad = _one_round(shares) > 0
     return [(la, lb, not any_bad or bool((la[0] != 255).all() and (lb[0] != 255).all()))
             for la, lb in found]
 
@@ -225,6 +225,5 @@ def matmul(problems: Sequence[Problem], d: int) -> list[np.ndarray]:
                              flagged.ctypes.data))
                        for r0, r1, c0, c1 in cuts])
         flags.append(flagged)
-    if shares:
-        _one_round(shares)
+    _one_round(shares)
     return flags
