@@ -334,6 +334,57 @@ static void block_values(const uint8_t *codes, int64_t n, int64_t np, int64_t kb
         }
 }
 
+/* One group's rhs on the windowed path, for the recipes' loop and the production pass
+   alike (`group`): codes [k][n] (np = 48 nv3 columns, kbn K blocks), and from
+   `window_rhs` the packed h (bp), with magnitudes the packed |h| (bq; NULL without),
+   2^s_b (pw) and the residuals (res, roff); `values` the rhs values (`block_values`): of
+   every K block ([k][np], made once per group) where `all_values`, else the current K
+   block's ([128][np], made by `group` as it reaches it); `cols` window_rhs's scratch. */
+typedef struct {
+    const uint8_t *codes;
+    int64_t k, n, kbn, nv3, np;
+    int16_t *bp, *bq;
+    double *pw;
+    float *values;
+    residual *res;
+    int64_t *roff;
+    uint8_t *cols;
+    int all_values;
+} windowed_rhs;
+
+static void rhs_free(windowed_rhs *w) {
+    free(w->bp), free(w->pw), free(w->values), free(w->res), free(w->roff), free(w->cols);
+}
+
+/* Scratch for the windowed rhs of k x n codes, with magnitudes and every K block's values
+   where `pass` (the production pass's); 0, or -1 (all freed) when it cannot be allocated. */
+static int rhs_alloc(windowed_rhs *w, int64_t k, int64_t n, int pass) {
+    const int64_t kbn = k / 128, nv3 = (n + WCOLS - 1) / WCOLS, np = WCOLS * nv3;
+    const int64_t planes = (pass ? 2 : 1) * kbn * nv3 * VEC_I16;
+    *w = (windowed_rhs){NULL, k, n, kbn, nv3, np, malloc((planes + 1) * sizeof(int16_t)),
+                        NULL, malloc((kbn * np + 1) * sizeof(double)),
+                        malloc(((pass ? k : 128) * np + 1) * sizeof(float)),
+                        malloc((k * np + 1) * sizeof(residual)),
+                        malloc((kbn * nv3 + 1) * sizeof(int64_t)), malloc(2 * (np + 64)), pass};
+    if (!(w->bp && w->pw && w->values && w->res && w->roff && w->cols)) {
+        rhs_free(w);
+        return -1;
+    }
+    w->bq = pass ? w->bp + kbn * nv3 * VEC_I16 : NULL;
+    return 0;
+}
+
+/* The windowed rhs of one group's codes [k][n] (`window_rhs`, and every K block's values
+   where `all_values`); 1 if a code is a NaN, else 0. */
+static int rhs_window(windowed_rhs *w, const uint8_t *codes) {
+    w->codes = codes;
+    if (window_rhs(codes, w->k, w->n, w->nv3, w->bp, w->bq, w->pw, w->res, w->roff, w->cols))
+        return 1;
+    for (int64_t kb = 0; kb < w->kbn && w->all_values; kb++)
+        block_values(codes, w->n, w->np, kb, w->values + kb * 128 * w->np);
+    return 0;
+}
+
 /* Rows [r0, r0 + ROWS) of one K block of the lhs codes (rows past `rows` are zero) for
    the windowed path: their h three times into panel [ROWS][3][128] (and |h| so into
    qpanel where it is not NULL: the production pass's magnitudes), 2^s_a into pw[ROWS],
@@ -402,13 +453,9 @@ static inline void transpose8(const double *from, __m512d y[8]) {
 
 /* The production pass's rows of one group (`fp8check_vnni_exact_gmm`): where they go and
    their running state (exact_gmm.h's `consume_row`), element (r, c) of the rows at
-   r * np + c (np = 48 nv3) of acc, total, sigma and mag; bq the rhs's packed |h|
-   (`window_rhs`), values its values [k][np] (`block_values` of every K block, made once
-   for the group's passes). */
+   r * np + c (np = 48 nv3) of acc, total, sigma and mag. */
 typedef struct {
     const exact_sink *sink;
-    const int16_t *bq;
-    const float *values;
     float *acc;
     double *total, *sigma, *mag;
 } pass_rows;
@@ -479,21 +526,21 @@ static inline void row_partial(__m512i d, __m512i dq, __m512d fa, const double *
 
 /* Rows [0, rows) of one group's output, all columns, recipe `code` (0 deepgemm,
    1 cublas, 2 tokamax), on the windowed path: a their lhs codes [rows][k] (row stride lda
-   bytes), the group's rhs codes b [k][n] and as `window_rhs` made it (bp, pw, res, roff:
-   nv3 groups of 48 columns), xb scratch of 128 * 48 nv3 floats (`block_values`; unused
-   with a pass, which has them all), sa
-   [rows][k / 128] and sb [k / 128][nb] the scales.  With pass NULL: out [rows][n] float32
+   bytes), w the group's windowed rhs (`rhs_window`), sa [rows][k / 128] and
+   sb [k / 128][nb] the scales.  With pass NULL: out [rows][n] float32
    (row stride ldo floats), overwritten: the first K block stores, the others accumulate
    (a zero start gives the same bits: every recipe adds +0 to its first term).  With a
    pass (the production check's, its rows these): each exact partial and that of the
    magnitudes into `consume_row` (the recipe, the exact value, |A||B| into the pass's
    sink), out unused.  Returns 1, at once, when a lhs code is a NaN, else 0. */
-static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const uint8_t *b,
-                 const int16_t *bp, const double *pwb, float *xb, const residual *rres,
-                 const int64_t *roff, int64_t n, int64_t nv3, const float *sa,
-                 const float *sb, int64_t nb, int64_t code, float *out, int64_t ldo,
-                 const pass_rows *pass) {
-    const int64_t kbn = k / 128, np = WCOLS * nv3;
+static int group(const uint8_t *a, int64_t lda, int64_t rows, const windowed_rhs *w,
+                 const float *sa, const float *sb, int64_t nb, int64_t code, float *out,
+                 int64_t ldo, const pass_rows *pass) {
+    const int64_t kbn = w->kbn, nv3 = w->nv3, np = w->np, n = w->n;
+    const int16_t *bp = w->bp;
+    const double *pwb = w->pw;
+    const residual *rres = w->res;
+    const int64_t *roff = w->roff;
     _Alignas(64) int16_t panel[ROWS * 384], qpanel[ROWS * 384];
     _Alignas(64) double pwa[ROWS], aht[128 * ROWS], fixt[WCOLS * ROWS], fixq[WCOLS * ROWS];
     residual lres[ROWS * 128];
@@ -507,9 +554,9 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const u
         for (int64_t r = 0; r < rows; r++)
             memset(out + r * ldo, 0, n * sizeof(float));
     for (int64_t kb = 0; kb < kbn; kb++) {
-        if (!pass)
-            block_values(b, n, np, kb, xb);
-        const float *xk = pass ? pass->values + kb * 128 * np : xb;
+        if (!w->all_values)
+            block_values(w->codes, n, np, kb, w->values);
+        const float *xk = w->values + (w->all_values ? kb * 128 * np : 0);
         for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
             /* the next tile's codes, on their way while this one computes */
             for (int64_t r = r0 + ROWS; r < r0 + 2 * ROWS && r < rows; r++) {
@@ -546,7 +593,7 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, int64_t k, const u
                                          _MM_HINT_T0);
                 dots((const int32_t *)panel, bp + (kb * nv3 + v) * VEC_I16, PAIRS, acc);
                 if (pass)
-                    dots((const int32_t *)qpanel, pass->bq + (kb * nv3 + v) * VEC_I16, PAIRS,
+                    dots((const int32_t *)qpanel, w->bq + (kb * nv3 + v) * VEC_I16, PAIRS,
                          accq);
                 const residual *rb = rres + roff[kb * nv3 + v];
                 const int nrb = (int)(roff[kb * nv3 + v + 1] - roff[kb * nv3 + v]);
@@ -609,32 +656,23 @@ int fp8check_vnni_gmm(uint64_t pa, int64_t lda, int64_t k, uint64_t pb, int64_t 
     const int64_t *offs = (const int64_t *)poffs;
     const float *sa = (const float *)psa, *sb = (const float *)psb;
     float *out = (float *)pout;
-    const int64_t kbn = k / 128, nv3 = (n + WCOLS - 1) / WCOLS, np = WCOLS * nv3;
-    int16_t *bp = malloc((kbn * nv3 * VEC_I16 + 1) * sizeof(int16_t));
-    double *pw = malloc((kbn * np + 1) * sizeof(double));
-    float *xb = malloc(128 * np * sizeof(float));
-    residual *res = malloc((k * np + 1) * sizeof(residual));
-    int64_t *roff = malloc((kbn * nv3 + 1) * sizeof(int64_t));
-    uint8_t *cols = malloc(2 * (np + 64));
-    int nan = bp && pw && xb && res && roff && cols ? 0 : -1;
+    const int64_t kbn = k / 128;
+    windowed_rhs w;
+    if (rhs_alloc(&w, k, n, 0))
+        return -1;
+    int nan = 0;
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
     for (int64_t gi = 0; gi < g && !nan; gi++) {
         int64_t r0, r1;
         if (!share_rows(offs, gi, m0, m1, &r0, &r1))
             continue;
-        nan = window_rhs(b + gi * k * n, k, n, nv3, bp, NULL, pw, res, roff, cols) ||
-              group(a + r0 * lda, lda, r1 - r0, k, b + gi * k * n, bp, pw, xb, res, roff, n,
-                    nv3, sa + r0 * kbn, sb + gi * kbn * nb, nb, code, out + r0 * ldo, ldo,
-                    NULL);
+        nan = rhs_window(&w, b + gi * k * n) ||
+              group(a + r0 * lda, lda, r1 - r0, &w, sa + r0 * kbn, sb + gi * kbn * nb, nb,
+                    code, out + r0 * ldo, ldo, NULL);
     }
     _mm_setcsr(csr);
-    free(bp);
-    free(pw);
-    free(xb);
-    free(res);
-    free(roff);
-    free(cols);
+    rhs_free(&w);
     return nan;
 }
 
@@ -701,43 +739,32 @@ int fp8check_vnni_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint
     const int64_t kbn = k / 128, nv3 = (n + WCOLS - 1) / WCOLS, np = WCOLS * nv3;
     int64_t pass_max = PASS_STATE_BYTES / (28 * np) / ROWS * ROWS;
     pass_max = pass_max < ROWS ? ROWS : pass_max > rows_per_pass ? rows_per_pass : pass_max;
-    int16_t *bp = malloc((2 * kbn * nv3 * VEC_I16 + 1) * sizeof(int16_t));
-    double *pw = malloc((kbn * np + 1) * sizeof(double));
-    float *values = malloc((k * np + 1) * sizeof(float));
-    residual *res = malloc((k * np + 1) * sizeof(residual));
-    int64_t *roff = malloc((kbn * nv3 + 1) * sizeof(int64_t));
-    uint8_t *cols = malloc(2 * (np + 64));
+    windowed_rhs w;
+    if (rhs_alloc(&w, k, n, 1))
+        return -1;
     double *state = aligned_alloc(64, pass_max * np * 28 + 64);
-    int nan = bp && pw && values && res && roff && cols && state ? 0 : -1;
-    int16_t *bq = bp ? bp + kbn * nv3 * VEC_I16 : NULL;
+    int nan = state ? 0 : -1;
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(0x1F80); /* round to nearest even, no flush-to-zero, no denormals-are-zero */
     for (int64_t gi = 0; gi < g && !nan; gi++) {
         int64_t r0, r1;
         if (!share_rows(offs, gi, m0, m1, &r0, &r1))
             continue;
-        nan = window_rhs(b + gi * k * n, k, n, nv3, bp, bq, pw, res, roff, cols);
-        for (int64_t kb = 0; kb < kbn && !nan; kb++)
-            block_values(b + gi * k * n, n, np, kb, values + kb * 128 * np);
+        nan = rhs_window(&w, b + gi * k * n);
         for (int64_t rb = r0; rb < r1 && !nan; rb += pass_max) {
             const int64_t nr = r1 - rb < pass_max ? r1 - rb : pass_max, e = rb * n;
             const exact_sink sink = {code, kbn, n, nb, sa + rb * kbn, sb + gi * kbn * nb,
                                      (float *)pout + e, (double *)pexact + e,
                                      (double *)pmag + e, (uint8_t *)pundecided + e,
                                      2.0 * kbn * (kbn + 1) * 0x1p-105, scale};
-            const pass_rows pass = {&sink, bq, values, (float *)(state + 3 * pass_max * np),
-                                    state, state + pass_max * np, state + 2 * pass_max * np};
-            nan = group(a + rb * k, k, nr, k, b + gi * k * n, bp, pw, NULL, res, roff, n, nv3,
-                        sa + rb * kbn, sb + gi * kbn * nb, nb, code, NULL, 0, &pass);
+            const pass_rows pass = {&sink, (float *)(state + 3 * pass_max * np), state,
+                                    state + pass_max * np, state + 2 * pass_max * np};
+            nan = group(a + rb * k, k, nr, &w, sa + rb * kbn, sb + gi * kbn * nb, nb, code,
+                        NULL, 0, &pass);
         }
     }
     _mm_setcsr(csr);
-    free(bp);
-    free(pw);
-    free(values);
-    free(res);
-    free(roff);
-    free(cols);
+    rhs_free(&w);
     free(state);
     return nan;
 }
