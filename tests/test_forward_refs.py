@@ -16,8 +16,10 @@ from fp8check.references import QTensor, abs_product, gmm, quantize
 from fp8check.references import forward_refs as fr
 from tests.test_partials_paths import PATHS, _adversarial, _bits, _only
 
+# (M, K, N, G); the last's N is 23 of the windowed path's column groups (48 columns), the
+# last ragged
 SHAPES = [(300, 256, 128, 4), (45, 2048, 256, 3), (1, 128, 128, 1), (37, 384, 200, 3),
-          (9, 128, 40, 2), (700, 256, 150, 2)]
+          (9, 128, 40, 2), (700, 256, 150, 2), (70, 256, 1100, 2)]
 
 
 def _cancelling(lhs: QTensor, rhs: QTensor) -> None:
@@ -71,6 +73,20 @@ def test_one_pass_gives_the_three_references(accum, out_dtype, shape, monkeypatc
         assert not got[1][:4].any()
 
 
+def test_rhs_residuals_in_one_column_group_of_a_slice(pass_path):
+    """rhs codes near 448 everywhere (no residual of the windowed digit) but a few tiny
+    ones (exponent 1, far below their column's window) in one column of the 13th column
+    group of 48, K block 1 only: the residuals' terms reach that group's columns alone,
+    with the same bits."""
+    rng = np.random.default_rng()
+    lhs, rhs, gs = _adversarial(rng, 40, 256, 1100, 2)
+    b = rhs.values.view(np.uint8)
+    b[:] = rng.integers(0x70, 0x78, b.shape) | rng.choice([0, 0x80], b.shape)
+    b[:, 130:140, 528 + 48 + 7] = 0x09  # 2^-6 * 1.125 against 256..448
+    want = _want(lhs, rhs, gs, np.float32, "deepgemm")
+    _check(fr.gmm_references(lhs, rhs, gs, np.float32, "deepgemm"), want)
+
+
 @pytest.mark.parametrize("shape", SHAPES[:4])
 def test_undecided_elements_take_the_exact_fallback(shape, monkeypatch, pass_path):
     """Every element sent to the superaccumulator fallback (`_exact_at`) as if the
@@ -96,7 +112,7 @@ class _PoisonedEmpty:
         return a
 
 
-@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[3], SHAPES[5]])
+@pytest.mark.parametrize("shape", [SHAPES[0], SHAPES[3], SHAPES[5], SHAPES[6]])
 def test_every_element_is_written(shape, monkeypatch, pass_path):
     """The outputs and the pass's buffers are allocated unset (`np.empty`, not zeros that
     would cost a pass): with them filled with NaN bytes, the same bits, the rows past the
