@@ -16,8 +16,8 @@ Prints, measured in this one run, the CPU's relevant flags and then:
   of the reference gmm (standing in for a kernel's output) and of the streamed layer-1
   metrics on it (`fp8check.measures.totals.gmm_metric_totals`: the recipe, exact value and
   |A||B| from one pass per row chunk, `references.forward_refs`, then the metrics), each
-  the best of six calls timed back to back with itself (`in_a_row`), their ratio beside
-  its target (<= 2.0x), and
+  the best of its first call and six more timed back to back with itself (`in_a_row`),
+  their ratio beside its target (<= 2.0x), and
   the check's memory beyond its inputs (the peak resident set during its first call minus
   the resident set holding the operands and output; target <= 1 GiB), each shape in a
   fresh subprocess, after a call on a small problem (numba's compilation not timed).
