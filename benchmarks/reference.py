@@ -73,7 +73,7 @@ def in_a_row(fns, rounds=2, repeat=3):
     took 1.5-1.8 s against 0.62-0.74 s after another gmm (wo, Zen 4: the pages of its
     512 MiB output; the check's allocations had freed others), so timing the two
     alternately flattered the check's ratio (wo printed 1.6x where back to back gives
-    3.8-4.5x)."""
+    3.5-4.5x)."""
     times = [[] for _ in fns]
     for _ in range(rounds):
         for fn, t in zip(fns, times, strict=True):

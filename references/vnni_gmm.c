@@ -736,12 +736,13 @@ int fp8check_vnni_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint
     const uint8_t *a = (const uint8_t *)pa, *b = (const uint8_t *)pb;
     const int64_t *offs = (const int64_t *)poffs;
     const float *sa = (const float *)psa, *sb = (const float *)psb;
-    const int64_t kbn = k / 128, nv3 = (n + WCOLS - 1) / WCOLS, np = WCOLS * nv3;
-    int64_t pass_max = PASS_STATE_BYTES / (28 * np) / ROWS * ROWS;
-    pass_max = pass_max < ROWS ? ROWS : pass_max > rows_per_pass ? rows_per_pass : pass_max;
+    const int64_t kbn = k / 128;
     windowed_rhs w;
     if (rhs_alloc(&w, k, n, 1))
         return -1;
+    const int64_t np = w.np;
+    int64_t pass_max = PASS_STATE_BYTES / (28 * np) / ROWS * ROWS;
+    pass_max = pass_max < ROWS ? ROWS : pass_max > rows_per_pass ? rows_per_pass : pass_max;
     double *state = aligned_alloc(64, pass_max * np * 28 + 64);
     int nan = state ? 0 : -1;
     const unsigned csr = _mm_getcsr();

@@ -73,7 +73,7 @@ def test_one_pass_gives_the_three_references(accum, out_dtype, shape, monkeypatc
         assert not got[1][:4].any()
 
 
-def test_rhs_residuals_in_one_column_group_of_a_slice(pass_path):
+def test_rhs_residuals_in_one_later_column_group(pass_path):
     """rhs codes near 448 everywhere (no residual of the windowed digit) but a few tiny
     ones (exponent 1, far below their column's window) in one column of the 13th column
     group of 48, K block 1 only: the residuals' terms reach that group's columns alone,
