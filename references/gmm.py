@@ -51,13 +51,15 @@ one C pass too where `mma.deepgemm_gmm` applies, else block by block
 
 from __future__ import annotations
 
+import ctypes
+
 import ml_dtypes
 import numba
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 from threadpoolctl import threadpool_limits
 
-from fp8check.references import amx, mma, vnni
+from fp8check.references import amx, cbuild, mma, vnni
 from fp8check.references.casts import to_float64
 from fp8check.references.certified import round_certified, scaled_terms_exact
 from fp8check.references.exact import (
@@ -579,14 +581,26 @@ def gmm(lhs: QTensor | np.ndarray, rhs: QTensor | np.ndarray, group_sizes: Array
 
 
 def zeroed(shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
-    """np.zeros(shape, dtype) with its pages written here, in one pass.  An output np.zeros
-    leaves unmapped is first touched by the kernels' threads, and their page faults at once
-    cost more than this pass: at the dev shape on two threads (best of 9, the two timed
-    alternately in one process), tgmm (a 128 MiB output) took 236 ms against 193 ms
-    written first, the forward gmm (16 MiB) 95-119 ms against 79-81 ms."""
+    """np.zeros(shape, dtype) with its pages written here, in one pass split among the
+    threads (`cbuild.run_parallel`).  An output np.zeros leaves unmapped is first touched
+    by the kernels' threads, and their page faults at once cost more than this pass: at
+    the dev shape on two threads (best of 9, the two timed alternately in one process),
+    tgmm (a 128 MiB output) took 236 ms against 193 ms written first, the forward gmm
+    (16 MiB) 95-119 ms against 79-81 ms.  One thread writing it took 43 ms of tgmm's
+    float64 output (256 MiB; AMX machine, Granite Rapids class), two 19 ms."""
     out = np.empty(shape, dtype)
-    out.fill(0)
+    nbytes = out.nbytes
+    parts = min(numba.get_num_threads(), max(1, nbytes >> 22))  # 4 MiB a thread at least
+    cuts = [nbytes * i // parts // 4096 * 4096 for i in range(parts)] + [nbytes]
+    cbuild.run_parallel([(_memset_zero, (out.ctypes.data + c0, c1 - c0))
+                         for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True) if c1 > c0])
     return out
+
+
+def _memset_zero(address: int, nbytes: int) -> int:
+    """Zero nbytes at address (ctypes' memset drops the GIL: the threads run in parallel)."""
+    ctypes.memset(address, 0, nbytes)
+    return 0
 
 
 def _checked_gmm_args(lhs, rhs, group_sizes, out_dtype, accum: str | None,

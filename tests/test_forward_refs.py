@@ -125,6 +125,27 @@ def test_every_element_is_written(shape, monkeypatch, pass_path):
     assert gs.sum() < lhs.shape[0] and not any(a[gs.sum():].any() for a in got)
 
 
+def test_buffers_reused_with_stale_bytes_give_the_same_bits(pass_path):
+    """Successive calls into one `Buffers` (the production check's chunks): each call's
+    outputs are the references of its own operands, bit for bit, though the memory
+    holds NaN bytes and an earlier, larger call's values; the rows past its last group
+    zero; the memory is reused, not reallocated."""
+    rng = np.random.default_rng()
+    buffers = fr.Buffers()
+    big = _adversarial(rng, 300, 256, 200, 3)
+    _check(fr.gmm_references(*big, np.float32, "deepgemm", buffers=buffers),
+           _want(*big, np.float32, "deepgemm"))
+    for name, dtype in (("recipe", np.float32), ("exact", np.float64), ("abs_ab", np.float64),
+                        ("flags", np.uint8)):
+        buffers.take(name, (300, 200), dtype).view(np.uint8)[::2] = 0xFF  # every other row
+    lhs, rhs, gs = _adversarial(rng, 37, 384, 200, 3)
+    assert gs.sum() < lhs.shape[0]
+    got = fr.gmm_references(lhs, rhs, gs, np.float32, "cublas", buffers=buffers)
+    _check(got, _want(lhs, rhs, gs, np.float32, "cublas"))
+    assert not any(a[gs.sum():].any() for a in got)
+    assert np.shares_memory(got[1], buffers.take("exact", (1, 1), np.float64))
+
+
 @pytest.mark.parametrize("fault", ["nan-code", "inf-scale", "hopper", "blackwell", "e5m2",
                                    "no-digit-path"])
 def test_other_operands_give_the_same_results(fault, monkeypatch):

@@ -8,6 +8,7 @@ import pytest
 
 from fp8check.references import QTensor, abs_product, dequantize, dgrad, gmm, quantize, tgmm
 from tests.oracle import fma_f32, rn32, round_fraction
+from tests.test_forward_refs import _PoisonedEmpty
 
 UNIT = {"e4m3fn": 9, "e5m2": 16}  # every value is an integer multiple of 2^-UNIT
 
@@ -231,3 +232,18 @@ def test_bad_dtypes_and_accum():
     with pytest.raises(ValueError, match="needs blockwise"):
         gmm(np.ones((4, 128), np.float32), np.ones((1, 128, 128), np.float32), np.array([4]),
             accum="deepgemm")
+
+
+@pytest.mark.parametrize(("shape", "dtype"), [
+    ((0, 5), np.float32), ((3,), ml_dtypes.bfloat16), ((1 << 19, 3), np.float64),
+    ((4, 1 << 20), np.float32), ((7, 1 << 19), ml_dtypes.bfloat16)])
+def test_zeroed_writes_every_byte(shape, dtype, monkeypatch):
+    """The outputs' zeroing split among the threads (`gmm.zeroed`) covers every byte of
+    memory that held garbage, at sizes below, at and past its split (4 MiB a thread), in
+    byte counts that are no multiple of a page."""
+    import importlib
+
+    gmm_module = importlib.import_module("fp8check.references.gmm")
+    monkeypatch.setattr(gmm_module, "np", _PoisonedEmpty())
+    out = gmm_module.zeroed(shape, dtype)
+    assert out.shape == shape and out.dtype == dtype and not out.view(np.uint8).any()

@@ -167,12 +167,13 @@ def _max(buf, n):
 
 
 @numba.njit(cache=True)
-def _tile_signs(ob, ag, c0, ncols, block, start, b, row_z, head, tile_z):
+def _tile_signs(ob, ag, c0, ncols, block, start, b, row_z, head, row_chunk, tile_z):
     """The sign test's z of out's elements ob (flat from c0, rows of `ncols`) against ag,
     both modes, summed per (row, `block`-column tile) segment into row_z (head[b] for a
-    row that starts before `start`, block b's first element) and tile_z[b]; returns the
-    number of nonzero z and of non-finite ag (a reference must be finite)."""
-    nonzero = bad = 0
+    row that starts before `start`, block b's first element) and into tile_z[b, chunk of
+    the row (row_chunk), tile] (modes on the last axis, then the count of nonzero z);
+    returns the number of non-finite ag (a reference must be finite)."""
+    bad = 0
     pos, stop = c0, c0 + ob.shape[0]
     while pos < stop:
         i = pos // ncols
@@ -190,47 +191,50 @@ def _tile_signs(ob, ag, c0, ncols, block, start, b, row_z, head, tile_z):
             zs += z
             nz += z * z
             nf += np.int32(not abs(a) <= _F32_MAX)
-        nonzero += nz
         bad += nf
         acc = row_z[i] if i * ncols >= start else head[b]
         acc[0] += zm
         acc[1] += zs
-        tile_z[b, tile, 0] += zm
-        tile_z[b, tile, 1] += zs
+        at = tile_z[b, row_chunk[i], tile]
+        at[0] += zm
+        at[1] += zs
+        at[2] += nz
         pos = seg
-    return nonzero, bad
+    return bad
 
 
 # error_model="numpy": no zero-divisor check on the ratio's division (its denominator is
 # at least half the format's smallest subnormal), which costs the loop 2.5x on Zen 4.
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor, against,
-            ncols, block):
+            ncols, block, row_chunk, chunks):
     """Per block of _BLOCK elements: ints [nonfinite, ulp max, ulp off, over bound, ref
-    mismatches, invalid exact / abs_ab, nonzero sign-test z, non-finite sign-test
-    reference, first flat index of the bound max (-1 if none)] and floats [bound max,
-    signal, noise].  Elementwise values go through
-    small buffers so that the elementwise loop and each reduction vectorize.
+    mismatches, invalid exact / abs_ab, non-finite sign-test reference, first flat
+    index of the bound max (-1 if none)] and floats [bound max, signal, noise].
+    Elementwise values go through small buffers so that the elementwise loop and each
+    reduction vectorize.
 
     With `against` 1 (RN(exact)) or 2 (ref), also the sign test's z (`metrics.sign_z`,
     modes magnitude and signed) of out, rows of `ncols`, against it, summed while the
     block is in cache: per row (row_z [rows, 2], a row's sums before the block it starts
     in going to head [blocks, 2] instead: one writer per element of row_z) and per
-    `block`-column tile (tile_z [blocks, tiles, 2]).  Every z is -1, 0 or 1, so these
-    float64 sums are exact integers in any order."""
+    `block`-column tile of each of the `chunks` row chunks (row_chunk [rows]: each row's),
+    with the count of nonzero z (tile_z [blocks, chunks, tiles, 3]).  Every z is -1, 0 or
+    1, so these float64 sums are exact integers in any order."""
     n = out.shape[0]
     nb = (n + _BLOCK - 1) // _BLOCK
-    ints = np.zeros((nb, 9), np.int64)
+    ints = np.zeros((nb, 8), np.int64)
     flt = np.zeros((nb, 3), np.float64)
     rows = n // ncols if against else 0
     tiles = (ncols + block - 1) // block if against else 0
-    row_z, head, tile_z = np.zeros((rows, 2)), np.zeros((nb, 2)), np.zeros((nb, tiles, 2))
+    row_z, head = np.zeros((rows, 2)), np.zeros((nb, 2))
+    tile_z = np.zeros((nb, chunks if against else 0, tiles, 3))
     for b in numba.prange(nb):
         sq, dd, rr = np.empty(_SUB), np.empty(_SUB), np.empty(_SUB)
         dist = np.empty(_SUB, np.int64)
         ag = np.empty(_SUB, np.float32)
         flt[b, 0] = -1.0
-        ints[b, 8] = -1
+        ints[b, 7] = -1
         end = min(n, (b + 1) * _BLOCK)
         for c0 in range(b * _BLOCK, end, _SUB):
             m = min(_SUB, end - c0)
@@ -261,10 +265,8 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor
                     # -0 == +0; a NaN never matches (as ulp_distance: NaN is ULP_NAN away)
                     mismatch += ((a != r) & ((a | r) != _NEG_ZERO)) | (dist[t] == ULP_NAN)
             if against:
-                nonzero, bad_against = _tile_signs(ob, ag, c0, ncols, block, b * _BLOCK, b,
-                                                   row_z, head, tile_z)
-                ints[b, 6] += nonzero
-                ints[b, 7] += bad_against
+                ints[b, 6] += _tile_signs(ob, ag, c0, ncols, block, b * _BLOCK, b, row_z,
+                                          head, row_chunk, tile_z)
             ints[b, 0] += nonfinite
             ints[b, 1] = max(ints[b, 1], ulp_max)
             ints[b, 2] += ulp_off
@@ -277,7 +279,7 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor
                 t = 0
                 while t < m - 1 and rr[t] != top:
                     t += 1
-                ints[b, 8] = c0 + t
+                ints[b, 7] = c0 + t
             flt[b, 1] += _sum(sq, m)
             flt[b, 2] += _sum(dd, m)
     for b in range(nb):  # the rows' sums from the blocks after the one they start in
@@ -307,19 +309,21 @@ def metric_totals(out, exact, abs_ab, k: int, *, u: float = 2.0**-24, n: int | N
 @dataclass(frozen=True)
 class _Signs:
     """The sign test's z of an output's rows against a reference, summed in one pass with
-    the metrics (`_reduce`): per row and per column tile, modes (magnitude, signed) on
-    the last axis, and the count of nonzero z (z^2: the same in both modes)."""
+    the metrics (`_reduce`): per row, and per column tile of each row chunk with the
+    count of nonzero z (z^2: the same in both modes); modes (magnitude, signed) first on
+    the last axis."""
 
     row_z: np.ndarray  # [rows, 2]
-    tile_z: np.ndarray  # [tiles, 2]
-    nonzero: int
+    tile_z: np.ndarray  # [chunks, tiles, 3]
 
 
 def _totals(out, exact, abs_ab, k: int, *, u: float, n: int | None, ref, underflow: float,
-            against: int = 0, block: int = 1) -> tuple[MetricTotals, _Signs | None]:
+            against: int = 0, block: int = 1, row_chunk: np.ndarray | None = None,
+            ) -> tuple[MetricTotals, _Signs | None]:
     """`metric_totals`, and with `against` 1 (RN(exact)) or 2 (`ref`) the `_Signs` of out
-    [rows, N] against it in `block`-column tiles (ValueError, as `metrics.bias_sums`,
-    where it is not finite)."""
+    [rows, N] against it in `block`-column tiles, the tiles' sums per row chunk
+    (`row_chunk`: each row's, 0 .. chunks - 1; default one chunk) (ValueError, as
+    `metrics.bias_sums`, where it is not finite)."""
     out = np.asarray(out)
     shift = _ULP_SHIFT.get(out.dtype)
     if shift is None:
@@ -340,18 +344,22 @@ def _totals(out, exact, abs_ab, k: int, *, u: float, n: int | None, ref, underfl
     r32 = _f32_view(ref, "ref") if ref is not None else o32
     p = fmt.mantissa_bits + 1
     floor = underflow_floor(underflow, gamma, "metric_totals")
+    ncols = max(1, out.shape[-1] if out.ndim else 1)
+    if row_chunk is None:
+        row_chunk = np.zeros(o32.size // ncols if against else 0, np.int64)
     ints, flt, row_z, tile_z = _reduce(
         o32, ex, ab, r32, ref is not None, gamma, p, fmt.min_exponent, fmt.mantissa_bits,
-        shift, floor, against, max(1, out.shape[-1] if out.ndim else 1), block)
+        shift, floor, against, ncols, block, row_chunk,
+        int(row_chunk.max()) + 1 if row_chunk.size else 0)
     if ints[:, 5].any():  # checked in the same pass: a separate one would double the cost
         raise ValueError("metric_totals: exact and abs_ab must be finite, abs_ab >= 0")
-    if ints[:, 7].any():
+    if ints[:, 6].any():
         raise ValueError("bias_sums: ref contains NaN or Inf; a reference must be finite")
-    signs = _Signs(row_z, tile_z.sum(axis=0), int(ints[:, 6].sum())) if against else None
+    signs = _Signs(row_z, tile_z.sum(axis=0)) if against else None
     if not ints.shape[0]:
         return MetricTotals.empty(ref is not None), signs
     best = int(np.argmax(flt[:, 0]))  # first block holding the max, then its first element
-    arg = ints[best, 8]
+    arg = ints[best, 7]
     return MetricTotals(
         n=int(o32.size), n_nonfinite=int(ints[:, 0].sum()), ulp_max=int(ints[:, 1].max()),
         n_ulp_off=int(ints[:, 2].sum()), bound_ratio_max=float(flt[best, 0]),
@@ -376,31 +384,48 @@ class ReferenceChunk:
     ref: np.ndarray | None
 
 
-def gmm_reference_chunks(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
-                         rows_per_chunk: int, interval: int = DEFAULT_INTERVAL,
-                         ) -> Iterator[ReferenceChunk]:
-    """The references of the compared rows (below sum(group_sizes)) of a gmm-fp8 output,
-    lhs [M,K] (1x128) and rhs [G,K,N] (128x128) QTensors, in row order, one group's rows at
-    most `rows_per_chunk` at a time (a large group in several chunks, an empty group in
-    none); with `accum`, also `gmm(..., out_dtype, accum, interval=interval)`.  Memory is
-    O(rows_per_chunk (K + N)): the references of consecutive chunks that fit in one chunk's
-    rows are computed together (a call per group would pack each group's rhs for every
-    thread and pay the call's fixed cost per group: the same values, per element), from one
-    pass over the exact partials where it can (`references.forward_refs.gmm_references`)."""
+@dataclass(frozen=True)
+class _ReferenceBatch:
+    """Consecutive row chunks ((group, start, stop) each, in row order) of a gmm-fp8
+    output whose references were computed together: rows [start, stop) of the output,
+    the arrays as `ReferenceChunk`'s over those rows."""
+
+    chunks: list[tuple[int, int, int]]
+    start: int
+    stop: int
+    exact: np.ndarray
+    abs_ab: np.ndarray
+    ref: np.ndarray | None
+
+    def chunk_of_rows(self) -> np.ndarray:
+        """Each row's chunk (0 .. len(chunks) - 1), int64 [stop - start]."""
+        sizes = [r1 - r0 for _, r0, r1 in self.chunks]
+        return np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+
+
+def _reference_batches(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
+                       rows_per_chunk: int, interval: int, caller: str,
+                       reuse: bool = False) -> Iterator[_ReferenceBatch]:
+    """`gmm_reference_chunks`' chunks in batches of at most `rows_per_chunk` rows, each
+    batch's references from one call (a call per group would pack each group's rhs for
+    every thread and pay the call's fixed cost per group: the same values, per element),
+    from one pass over the exact partials where it can
+    (`references.forward_refs.gmm_references`), with `reuse` into the same memory each
+    batch (`forward_refs.Buffers`: a batch's arrays are then valid until the next)."""
     from fp8check.references import abs_product, gmm
-    from fp8check.references.forward_refs import gmm_references
+    from fp8check.references.forward_refs import Buffers, gmm_references
     from fp8check.references.gmm import check_group_sizes, group_offsets
     from fp8check.references.quant import QTensor
 
     if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):
-        raise ValueError("gmm_reference_chunks: lhs and rhs must be QTensors")
+        raise ValueError(f"{caller}: lhs and rhs must be QTensors")
     if int(rows_per_chunk) != rows_per_chunk or rows_per_chunk < 1:
-        raise ValueError(f"gmm_reference_chunks: rows_per_chunk must be >= 1, got "
-                         f"{rows_per_chunk!r}")
+        raise ValueError(f"{caller}: rows_per_chunk must be >= 1, got {rows_per_chunk!r}")
     g = rhs.shape[0]
     offs = group_offsets(check_group_sizes(group_sizes, g, lhs.shape[0]))
     chunks = [(gi, r0, min(r0 + rows_per_chunk, offs[gi + 1])) for gi in range(g)
               for r0 in range(offs[gi], offs[gi + 1], rows_per_chunk)]
+    buffers = Buffers() if reuse else None
     i = 0
     while i < len(chunks):
         j = i + 1
@@ -414,12 +439,27 @@ def gmm_reference_chunks(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
             abs_ab = abs_product(a, b, sizes)
         else:
             ref, exact, abs_ab = gmm_references(a, b, sizes, out_dtype, accum,
-                                                interval=interval)
-        for gi, r0, r1 in chunks[i:j]:
-            rows = slice(r0 - b0, r1 - b0)
-            yield ReferenceChunk(gi, r0, r1, exact[rows], abs_ab[rows],
-                                 None if ref is None else ref[rows])
+                                                interval=interval, buffers=buffers)
+        yield _ReferenceBatch(chunks[i:j], b0, b1, exact, abs_ab, ref)
         i = j
+
+
+def gmm_reference_chunks(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
+                         rows_per_chunk: int, interval: int = DEFAULT_INTERVAL,
+                         ) -> Iterator[ReferenceChunk]:
+    """The references of the compared rows (below sum(group_sizes)) of a gmm-fp8 output,
+    lhs [M,K] (1x128) and rhs [G,K,N] (128x128) QTensors, in row order, one group's rows at
+    most `rows_per_chunk` at a time (a large group in several chunks, an empty group in
+    none); with `accum`, also `gmm(..., out_dtype, accum, interval=interval)`.  Memory is
+    O(rows_per_chunk (K + N)): the references of consecutive chunks that fit in one chunk's
+    rows are computed together (`_reference_batches`)."""
+    for batch in _reference_batches(lhs, rhs, group_sizes, out_dtype, accum=accum,
+                                    rows_per_chunk=rows_per_chunk, interval=interval,
+                                    caller="gmm_reference_chunks"):
+        for gi, r0, r1 in batch.chunks:
+            rows = slice(r0 - batch.start, r1 - batch.start)
+            yield ReferenceChunk(gi, r0, r1, batch.exact[rows], batch.abs_ab[rows],
+                                 None if batch.ref is None else batch.ref[rows])
 
 
 def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepgemm",
@@ -432,7 +472,9 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     (`interval`: a tensor-core recipe's promotion interval); `u` is the accumulator's unit
     roundoff of the bound.  Only rows below sum(group_sizes) are compared, as in the gate.
     The bound's underflow term is the operands' (`underflow.fp8_model`), for a kernel that
-    flushes subnormals when `ftz`."""
+    flushes subnormals when `ftz`.  The metrics of the chunks whose references were
+    computed together are reduced in one pass (a pass per chunk paid its fixed cost per
+    group: at production wi, 256 groups, about as much as the reduction itself)."""
     from fp8check.measures.underflow import fp8_model
     from fp8check.references.gmm import TENSOR_CORE_ACCUMS
     from fp8check.references.quant import QTensor
@@ -449,14 +491,21 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     bias = _BiasTotals(g, n, block)
     # bias against RN(exact), or against the model a tensor-core kernel declares
     against = 2 if accum in TENSOR_CORE_ACCUMS else 1
-    for c in gmm_reference_chunks(lhs, rhs, group_sizes, out.dtype, accum=accum,
-                                  rows_per_chunk=rows_per_chunk, interval=interval):
-        part, signs = _totals(out[c.start:c.stop], c.exact, c.abs_ab, lhs.shape[1], u=u,
-                              n=None, ref=c.ref, underflow=underflow, against=against,
-                              block=block)
+    for batch in _reference_batches(lhs, rhs, group_sizes, out.dtype, accum=accum,
+                                    rows_per_chunk=rows_per_chunk, interval=interval,
+                                    caller="gmm_metric_totals", reuse=True):
+        rows = out[batch.start:batch.stop]
+        part, signs = _totals(rows, batch.exact, batch.abs_ab, lhs.shape[1], u=u, n=None,
+                              ref=batch.ref, underflow=underflow, against=against,
+                              block=block, row_chunk=batch.chunk_of_rows())
         assert signs is not None
-        total = total.merge(part, c.start * n)
-        bias.add(signs, c.group, finite=not part.n_nonfinite)
+        total = total.merge(part, batch.start * n)
+        for i, (gi, r0, r1) in enumerate(batch.chunks):
+            # a chunk with NaN or Inf in out adds no signs (the output fails; the criterion
+            # reports inf); which chunks, looked at only where the batch has any
+            at = slice(r0 - batch.start, r1 - batch.start)
+            finite = not part.n_nonfinite or bool(np.isfinite(_f32_view(rows[at], "out")).all())
+            bias.add(signs.row_z[at], signs.tile_z[i], gi, finite=finite)
     return dataclasses.replace(total, bias=bias.sums())
 
 
@@ -469,18 +518,20 @@ class _BiasTotals:
         self.tile_width = np.minimum(block, n - block * np.arange(self.tiles))
         self.chunks = {mode: BiasChunks(n_groups, n, block) for mode in BIAS_MODES}
 
-    def add(self, signs: _Signs, group: int, *, finite: bool) -> None:
-        """The next rows' `signs` (of group `group`); none where out is not `finite` there
-        (`finite` fails the output, and the criterion reports inf)."""
-        rows = signs.row_z.shape[0]
+    def add(self, row_z: np.ndarray, tile_z: np.ndarray, group: int, *, finite: bool,
+            ) -> None:
+        """The next rows' signs (`_Signs`' of one chunk: row_z [rows, 2], tile_z [tiles,
+        3]), of group `group`; none where out is not `finite` there (`finite` fails the
+        output, and the criterion reports inf)."""
+        rows = row_z.shape[0]
         at = slice(group * self.tiles, (group + 1) * self.tiles)
-        row_z = signs.row_z if finite else np.zeros((rows, 2))
-        tile_z = signs.tile_z if finite else np.zeros((self.tiles, 2))
+        row_z = row_z if finite else np.zeros((rows, 2))
+        tile_z = tile_z if finite else np.zeros((self.tiles, 3))
         row_counts = np.full(rows, self.n if finite else 0, np.int64)
         tile_counts = rows * self.tile_width if finite else 0
         for i, mode in enumerate(BIAS_MODES):
             self.chunks[mode].add(np.ascontiguousarray(row_z[:, i]), row_counts, tile_z[:, i],
-                                  tile_counts, float(signs.nonzero if finite else 0), at)
+                                  tile_counts, float(tile_z[:, 2].sum()), at)
 
     def sums(self) -> dict[str, BiasSums]:
         """The `BiasSums` of each mode (`BIAS_MODES`) of the rows added."""
