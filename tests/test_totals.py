@@ -7,6 +7,7 @@ up to summation order (relative 1e-12: n 2^-53 for n <= 10^6 terms of one sign).
 
 import dataclasses
 import math
+import time
 
 import ml_dtypes
 import numpy as np
@@ -187,6 +188,22 @@ def test_gmm_metric_totals_catches_a_wrong_group_and_passes_the_recipe_itself():
     bad[:64] = gmm(lq, quantize(np.ones((2, 256, 128), np.float32), (128, 128)), gs)[:64]
     s = gmm_metric_totals(bad, lq, rq, gs)
     assert s.n_over_bound > 0 and s.bound_ratio_max > 1e3 and s.bound_ratio_argmax < 64 * 128
+
+
+def test_gmm_metric_totals_says_where_its_time_goes():
+    """`seconds` gets each phase's wall time added (two calls: the sums grow), within the
+    call's own, and leaves the totals as they are."""
+    lq, rq, gs = _problem(1, [40, 0, 90], n=256)
+    out = gmm(lq, rq, gs, accum="cublas")
+    seconds = {"references": 0.0, "metrics": 0.0, "other": 1.0}
+    t = time.perf_counter()
+    got = gmm_metric_totals(out, lq, rq, gs, rows_per_chunk=32, seconds=seconds)
+    took = time.perf_counter() - t
+    first = dict(seconds)
+    assert first["other"] == 1.0 and first["references"] > 0 and first["metrics"] > 0
+    assert first["references"] + first["metrics"] <= took
+    assert got == gmm_metric_totals(out, lq, rq, gs, rows_per_chunk=32, seconds=seconds)
+    assert all(seconds[k] > first[k] for k in ("references", "metrics"))
 
 
 def test_gmm_metric_totals_rejects_bad_input():

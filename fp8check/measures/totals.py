@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -464,7 +465,8 @@ def gmm_reference_chunks(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
 
 def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepgemm",
                 rows_per_chunk: int = 2048, u: float = 2.0**-24,
-                interval: int = DEFAULT_INTERVAL, ftz: bool = False) -> MetricTotals:
+                interval: int = DEFAULT_INTERVAL, ftz: bool = False,
+                seconds: dict[str, float] | None = None) -> MetricTotals:
     """`metric_totals` of a gmm-fp8 output `out` [M, N] (float32 or bfloat16) against the
     exact reference of lhs [M,K] (1x128) and rhs [G,K,N] (128x128) QTensors, streamed
     `rows_per_chunk` rows of one group at a time (`gmm_reference_chunks`); `accum` (None to
@@ -474,7 +476,10 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     The bound's underflow term is the operands' (`underflow.fp8_model`), for a kernel that
     flushes subnormals when `ftz`.  The metrics of the chunks whose references were
     computed together are reduced in one pass (a pass per chunk paid its fixed cost per
-    group: at production wi, 256 groups, about as much as the reduction itself)."""
+    group: at production wi, 256 groups, about as much as the reduction itself).  With
+    `seconds`, the wall seconds of its two phases are added to it under "references" (the
+    three references' pass) and "metrics" (their reduction): where the time goes
+    (`benchmarks/reference.py`)."""
     from fp8check.measures.underflow import fp8_model
     from fp8check.references.gmm import TENSOR_CORE_ACCUMS
     from fp8check.references.quant import QTensor
@@ -491,9 +496,13 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     bias = _BiasTotals(g, n, block)
     # bias against RN(exact), or against the model a tensor-core kernel declares
     against = 2 if accum in TENSOR_CORE_ACCUMS else 1
+    phases = dict.fromkeys(("references", "metrics"), 0.0)
+    t = time.perf_counter()
     for batch in _reference_batches(lhs, rhs, group_sizes, out.dtype, accum=accum,
                                     rows_per_chunk=rows_per_chunk, interval=interval,
                                     caller="gmm_metric_totals", reuse=True):
+        phases["references"] += time.perf_counter() - t
+        t = time.perf_counter()
         rows = out[batch.start:batch.stop]
         part, signs = _totals(rows, batch.exact, batch.abs_ab, lhs.shape[1], u=u, n=None,
                               ref=batch.ref, underflow=underflow, against=against,
@@ -506,6 +515,12 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
             at = slice(r0 - batch.start, r1 - batch.start)
             finite = not part.n_nonfinite or bool(np.isfinite(_f32_view(rows[at], "out")).all())
             bias.add(signs.row_z[at], signs.tile_z[i], gi, finite=finite)
+        phases["metrics"] += time.perf_counter() - t
+        t = time.perf_counter()
+    phases["references"] += time.perf_counter() - t  # the last batch's check for more
+    if seconds is not None:
+        for phase, took in phases.items():
+            seconds[phase] = seconds.get(phase, 0.0) + took
     return dataclasses.replace(total, bias=bias.sums())
 
 
