@@ -13,8 +13,8 @@ gate's wall time against the summed work and the workers' capacity (wall x jobs)
 is neither is start-up (each process's imports and kernel loading), waiting on the last
 batch, and writing the documents.  Then the work done inside compilers and interpreters
 fp8check runs but does not write (`outside_work`) and the wall time it takes at best on
-the workers, beside `make gate`'s target (`TARGET_S`, issue 40), the layers, the kernels and the
-biggest single results.  The report is the HTML rendering of the run's document.
+the workers, beside `make gate`'s target (`TARGET_S`, issue 40); the layers, the kernels
+and the biggest single results.  The report is the HTML rendering of the run's document.
 """
 
 from __future__ import annotations
