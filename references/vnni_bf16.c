@@ -3,28 +3,33 @@
    and the rounding; this file forms v = sum_t X_a X_b (bf16_exact.h) with VPDPWSSD, where
    the CPU has no AMX.
 
-   Exactness of v.  Split X (|X| < 2^23, an integer) into balanced digits X = 2^12 h + l:
-   l = ((X + 2048) mod 4096) - 2048 in [-2048, 2047] and h = (X - l) / 4096, so
-   |h| <= 2048, and let t = h + l.  |t| <= 4095: t = 4096 would need h = 2048 and l = 2048,
-   out of range; t = -4096 would need h = -2048, l = -2048, X = -2^23 - 2^11, past |X|'s
-   bound; and h = 2048 forces l <= -1 (X = 2^23 + l < 2^23), h = -2048 forces l >= 1.
-   For the positions t of one K block of 128 (Karatsuba, as vnni_gmm.c),
+   Exactness of v.  Split X (an integer, X = +-S 2^k with S <= 255 and 0 <= k <= D = 15:
+   bf16_exact.h) into balanced digits X = 2^12 h + l: l = ((X + 2048) mod 4096) - 2048 in
+   [-2048, 2047] and h = (X - l) / 4096, and let t = h + l.  For k >= 12, X is a multiple
+   of 4096: l = 0 and |h| = S 2^(k - 12) <= 2040.  For k <= 11, |X| <= 255 * 2^11, so
+   |h| <= (255 * 2^11 + 2^11) / 2^12 = 128.  So every digit fits int16 (|t| <= 2048 + 128),
+   and per position |h_a h_b| <= 2040^2, |l_a l_b| <= 2^22 and |h_a l_b + l_a h_b| <=
+   2040 * 2^11 (a factor with k >= 12 has l = 0; two with k <= 11 give at most 2^19).
+   Over the positions of a run of RUN = 3 K blocks of 128 (Karatsuba, as vnni_gmm.c),
 
-       sum X_a X_b = 2^24 H + 2^12 (S - H - L) + L,
+       sum X_a X_b = 2^24 H + 2^12 M + L,   M = S - H - L,
        H = sum h_a h_b,  L = sum l_a l_b,  S = sum t_a t_b.
 
    VPDPWSSD multiplies int16 pairs exactly and adds them into int32 lanes with wrap-around,
-   so each lane ends at its true sum modulo 2^32, which is the true sum itself when that is
-   below 2^31 in magnitude: |S| <= 128 * 4095^2 = 2146435200 < 2^31 - 1, |H|, |L| <= 128 *
-   2^22 = 2^29, and S - H - L = sum (h_a l_b + l_a h_b), |.| <= 2^30, exact in int32 too.
-   The block's 2^24 H + 2^12 (S - H - L) + L is formed in int64 (|.| <= 128 * 2^46 = 2^53)
-   and the blocks summed there: v exact, |v| < L 2^46 <= 2^60 for L <= 2^14.  Three int16
-   dot products per position where a plain two-digit split needs four.
+   so each lane ends at its true sum modulo 2^32: the true sum itself when that and every
+   partial sum are below 2^31 in magnitude.  Over 384 positions |H| <= 384 * 2040^2 =
+   1598054400, |L| <= 384 * 2^22 = 1610612736 and |M| = |sum (h_a l_b + l_a h_b)| <=
+   384 * 2040 * 2^11 = 1604321280, all below 2^31 - 1 = 2147483647 (a fourth block could
+   take L to 2^31).  S may wrap, but S - H - L taken modulo 2^32 is M, which fits: exact.
+   The run's 2^24 H + 2^12 M + L is formed in int64 and the runs summed there: v exact,
+   |v| < len 2^46 <= 2^60 for a line of len <= 2^14 positions.  Three int16 dot products
+   per position where a plain two-digit split needs four, and one int64 step per run.
 
-   Layouts (`PAIRS` positions pairs to a K block of 128, the last block's pairs past L zero):
-     b tiles  [nt][KB][PAIRS][3][16][2] int16 (KB = ceil(L / 128)): lane (col, q) of
+   Layouts (`PAIRS` positions pairs to a K block of 128, the last block's pairs past len
+   zero):
+     b tiles  [nt][KB][PAIRS][3][16][2] int16 (KB = ceil(len / 128)): lane (col, q) of
               [ct][kb][p][d] is digit d (h, l, t) of X_b at t = 128 kb + 2 p + q, column
-              16 ct + col (zero past L and n): the operand VPDPWSSD multiplies by a
+              16 ct + col (zero past len and n): the operand VPDPWSSD multiplies by a
               broadcast pair;
      a panels [ROWS-row groups][KB][ROWS][3][PAIRS] int32: the pair p of digit d of one
               row, (X_a at 128 kb + 2 p, at 128 kb + 2 p + 1) as two int16, the broadcast
@@ -38,6 +43,7 @@
 #define TILE_I16 (PAIRS * 96) /* int16 of one column tile's K block */
 #define PANEL_I32 (ROWS * 3 * PAIRS) /* int32 of one row group's K block */
 #define CHUNK_ROWS 64      /* rows of a whose panels are made at once */
+#define RUN 3              /* K blocks whose int32 sums are kept before int64 (header) */
 
 /* The digits h, l, h + l (header) of 16 X in int32 lanes. */
 static inline void split3(__m512i x, __m512i d[3]) {
@@ -169,29 +175,30 @@ static void a_panels(const uint16_t *a, int64_t s_i, int64_t s_t, int64_t i0, in
 }
 
 /* v (header) of one row group x one column tile into t1s[r][col], int64: the group's
-   panels (KB blocks), the column tile's tiles, `len` positions. */
+   panels (KB blocks), the column tile's tiles, `len` positions.  The int32 sums run over
+   RUN blocks before they are combined into int64 (header). */
 __attribute__((noinline)) static void tile_values(const int32_t *panel, const int16_t *tile,
                                                   int64_t len, int64_t t1s[ROWS][16]) {
     const int64_t kbn = (len + 127) / 128;
-    for (int64_t kb = 0; kb < kbn; kb++) {
-        const int32_t *a = panel + kb * PANEL_I32;
-        const int16_t *bq = tile + kb * TILE_I16;
-        const int64_t left = len - 128 * kb, pairs = left >= 128 ? PAIRS : (left + 1) / 2;
+    for (int64_t k0 = 0; k0 < kbn; k0 += RUN) {
         __m512i acc[ROWS][3];
-        dots(a, bq, pairs, acc);
+        for (int64_t kb = k0; kb < kbn && kb < k0 + RUN; kb++) {
+            const int64_t left = len - 128 * kb, pairs = left >= 128 ? PAIRS : (left + 1) / 2;
+            dots(panel + kb * PANEL_I32, tile + kb * TILE_I16, pairs, kb > k0, acc);
+        }
         for (int r = 0; r < ROWS; r++) {
             const __m512i h = acc[r][0], l = acc[r][1];
             const __m512i mid = _mm512_sub_epi32(_mm512_sub_epi32(acc[r][2], h), l);
             for (int q = 0; q < 2; q++) {
 #define HALF(x) _mm512_cvtepi32_epi64(q ? _mm512_extracti64x4_epi64(x, 1) \
                                         : _mm512_castsi512_si256(x))
-                const __m512i block = _mm512_add_epi64(
+                const __m512i run = _mm512_add_epi64(
                     _mm512_add_epi64(_mm512_slli_epi64(HALF(h), 24),
                                      _mm512_slli_epi64(HALF(mid), 12)), HALF(l));
 #undef HALF
                 __m512i *o = (__m512i *)(t1s[r] + 8 * q);
-                _mm512_storeu_si512(o, kb ? _mm512_add_epi64(_mm512_loadu_si512(o), block)
-                                          : block);
+                _mm512_storeu_si512(o, k0 ? _mm512_add_epi64(_mm512_loadu_si512(o), run)
+                                          : run);
             }
         }
     }

@@ -144,7 +144,7 @@ __attribute__((noinline)) static int pack_lhs(const digit_tables *t, const uint8
 __attribute__((noinline)) static void partials(const int16_t *panel, const int16_t *bvec,
                                                __m512d p_out[ROWS][2]) {
     __m512i acc[ROWS][3];
-    dots((const int32_t *)panel, bvec, PAIRS, acc);
+    dots((const int32_t *)panel, bvec, PAIRS, 0, acc);
     const __m512d c9 = _mm512_set1_pd(512.0), u = _mm512_set1_pd(0x1p-18);
     for (int r = 0; r < ROWS; r++) {
         __m512i h = acc[r][0], l = acc[r][1];
@@ -591,9 +591,9 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, const windowed_rhs
                         for (int c = 0; c < WCOLS; c += 16)
                             _mm_prefetch((const char *)(xk + lres[i].k * np + WCOLS * (v + 1) + c),
                                          _MM_HINT_T0);
-                dots((const int32_t *)panel, bp + (kb * nv3 + v) * VEC_I16, PAIRS, acc);
+                dots((const int32_t *)panel, bp + (kb * nv3 + v) * VEC_I16, PAIRS, 0, acc);
                 if (pass)
-                    dots((const int32_t *)qpanel, w->bq + (kb * nv3 + v) * VEC_I16, PAIRS,
+                    dots((const int32_t *)qpanel, w->bq + (kb * nv3 + v) * VEC_I16, PAIRS, 0,
                          accq);
                 const residual *rb = rres + roff[kb * nv3 + v];
                 const int nrb = (int)(roff[kb * nv3 + v + 1] - roff[kb * nv3 + v]);

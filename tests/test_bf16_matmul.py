@@ -224,6 +224,38 @@ def test_kernel_sums_past_2_to_53_units(kernel_calls):
     assert len(kernel_calls) == len(OUT_DTYPES)
 
 
+def _digit_extremes(rng, m, k, n, case):
+    """bf16 a [m, k], b [k, n] whose balanced 12-bit digits (vnni_bf16.c) drive one of the
+    int32 sums of the first 384 positions (a run of three K blocks) to its bound:
+    "H": every value 255/128 at its line's largest exponent (h = 2040, l = 0), one sign;
+    "L": every value but each line's last (its largest, 1.0) an odd significand 2^-4 down
+    (l = -2048: the run's sum of l_a l_b is 384 * 2^22, and would reach 2^31 over 512);
+    "M": a as "H", b as "L" (h_a l_b = -2040 * 2048 at each position)."""
+    top = np.full((m, k), 255 / 128), np.full((k, n), 255 / 128)
+    low = []
+    for shape in ((m, k), (k, n)):
+        x = rng.choice([-1, 1], shape) * (1 + (2 * rng.integers(0, 64, shape) + 1) / 128) / 16
+        low.append(x)
+    low[0][:, -1], low[1][-1, :] = 1.0, 1.0
+    a, b = {"H": top, "L": low, "M": (top[0], low[1])}[case]
+    return a.astype(BF16), b.astype(BF16)
+
+
+@pytest.mark.parametrize("case", ["H", "L", "M"])
+def test_kernel_digit_sums_at_their_bounds(kernel_calls, case):
+    """Data that takes each int32 digit sum of a run of K blocks to its bound (no
+    residuals; t1 past 2^53 units in the "H" case, the exact fixed point's), lines of 520
+    positions (a run of three blocks and one of the rest): against the term-by-term
+    superaccumulator."""
+    a, b = _digit_extremes(np.random.default_rng(5), 9, 520, 17, case)
+    [((_, res_a), (_, res_b), _)] = bf16_matmul.operand_lines([(a, b)], bf16_matmul.WINDOW)
+    assert not res_a.any() and not res_b.any()
+    for dt in OUT_DTYPES:
+        want = matmul.exact_matmul_terms(_f32(a), _f32(b), *precision_of(dt)).astype(dt)
+        _same_bits(matmul.exact_matmul(a, b, dt), want)
+    assert len(kernel_calls) == len(OUT_DTYPES)
+
+
 def test_tgmm_and_dgrad_on_the_kernel_equal_the_split_path(kernel_calls):
     """Groups of realistic size with an empty one and a residual row past the last group;
     Gaussian values with a few far below their lines (residuals)."""
