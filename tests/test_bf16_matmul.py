@@ -232,10 +232,8 @@ def _digit_extremes(rng, m, k, n, case):
     (l = -2048: the run's sum of l_a l_b is 384 * 2^22, and would reach 2^31 over 512);
     "M": a as "H", b as "L" (h_a l_b = -2040 * 2048 at each position)."""
     top = np.full((m, k), 255 / 128), np.full((k, n), 255 / 128)
-    low = []
-    for shape in ((m, k), (k, n)):
-        x = rng.choice([-1, 1], shape) * (1 + (2 * rng.integers(0, 64, shape) + 1) / 128) / 16
-        low.append(x)
+    low = [rng.choice([-1, 1], shape) * (1 + (2 * rng.integers(0, 64, shape) + 1) / 128) / 16
+           for shape in ((m, k), (k, n))]
     low[0][:, -1], low[1][-1, :] = 1.0, 1.0
     a, b = {"H": top, "L": low, "M": (top[0], low[1])}[case]
     return a.astype(BF16), b.astype(BF16)
