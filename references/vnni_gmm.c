@@ -314,32 +314,38 @@ static int window_rhs(const uint8_t *codes, int64_t k, int64_t n, int64_t nv3, i
     return nan != 0;
 }
 
+/* The values of 16 e4m3fn codes at c (the lanes under m; zero elsewhere) as int32, in
+   units of 2^-9 (exact: below 2^18). */
+static inline __m512i code_values(const uint8_t *c, __mmask16 m) {
+    const __m512i w = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, c));
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(w, 3), _mm512_set1_epi32(15));
+    const __m512i f = _mm512_and_si512(w, _mm512_set1_epi32(7));
+    const __mmask16 normal = _mm512_test_epi32_mask(e, e);
+    const __m512i sig = _mm512_mask_or_epi32(f, normal, f, _mm512_set1_epi32(8));
+    const __m512i base = _mm512_maskz_sub_epi32(normal, e, _mm512_set1_epi32(1));
+    const __m512i x = _mm512_sllv_epi32(sig, base);
+    const __mmask16 neg = _mm512_test_epi32_mask(w, _mm512_set1_epi32(0x80));
+    return _mm512_mask_sub_epi32(x, neg, _mm512_setzero_si512(), x);
+}
+
 /* The values of rows [128 kb, 128 kb + 128) of one group's rhs codes [k][n] into xb
    [128][np] float32, in units of 2^-9 (exact: below 2^18), zero past n. */
 static void block_values(const uint8_t *codes, int64_t n, int64_t np, int64_t kb, float *xb) {
     for (int64_t r = 0; r < 128; r++)
         for (int64_t c = 0; c < np; c += 16) {
             const int64_t valid = n - c >= 16 ? 16 : (n - c > 0 ? n - c : 0);
-            const __m512i w = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(
-                (__mmask16)((1u << valid) - 1), codes + (128 * kb + r) * n + c));
-            const __m512i e = _mm512_and_si512(_mm512_srli_epi32(w, 3), _mm512_set1_epi32(15));
-            const __m512i f = _mm512_and_si512(w, _mm512_set1_epi32(7));
-            const __mmask16 normal = _mm512_test_epi32_mask(e, e);
-            const __m512i sig = _mm512_mask_or_epi32(f, normal, f, _mm512_set1_epi32(8));
-            const __m512i base = _mm512_maskz_sub_epi32(normal, e, _mm512_set1_epi32(1));
-            const __m512i x = _mm512_sllv_epi32(sig, base);
-            const __mmask16 neg = _mm512_test_epi32_mask(w, _mm512_set1_epi32(0x80));
-            _mm512_storeu_ps(xb + r * np + c, _mm512_cvtepi32_ps(
-                _mm512_mask_sub_epi32(x, neg, _mm512_setzero_si512(), x)));
+            _mm512_storeu_ps(xb + r * np + c, _mm512_cvtepi32_ps(code_values(
+                codes + (128 * kb + r) * n + c, (__mmask16)((1u << valid) - 1))));
         }
 }
 
 /* One group's rhs on the windowed path, for the recipes' loop and the production pass
    alike (`group`): codes [k][n] (np = 48 nv3 columns, kbn K blocks), and from
    `window_rhs` the packed h (bp), with magnitudes the packed |h| (bq; NULL without),
-   2^s_b (pw) and the residuals (res, roff); `values` the rhs values (`block_values`): of
-   every K block ([k][np], made once per group) where `all_values`, else the current K
-   block's ([128][np], made by `group` as it reaches it); `cols` window_rhs's scratch. */
+   2^s_b (pw) and the residuals (res, roff); for the recipes' loop `values`, the current K
+   block's rhs values ([128][np], `block_values`, made by `group` as it reaches it: the
+   pass, which takes each K block once a pass, reads the codes instead); `cols`
+   window_rhs's scratch. */
 typedef struct {
     const uint8_t *codes;
     int64_t k, n, kbn, nv3, np;
@@ -349,24 +355,23 @@ typedef struct {
     residual *res;
     int64_t *roff;
     uint8_t *cols;
-    int all_values;
 } windowed_rhs;
 
 static void rhs_free(windowed_rhs *w) {
     free(w->bp), free(w->pw), free(w->values), free(w->res), free(w->roff), free(w->cols);
 }
 
-/* Scratch for the windowed rhs of k x n codes, with magnitudes and every K block's values
-   where `pass` (the production pass's); 0, or -1 (all freed) when it cannot be allocated. */
+/* Scratch for the windowed rhs of k x n codes, with magnitudes and without values where
+   `pass` (the production pass's); 0, or -1 (all freed) when it cannot be allocated. */
 static int rhs_alloc(windowed_rhs *w, int64_t k, int64_t n, int pass) {
     const int64_t kbn = k / 128, nv3 = (n + WCOLS - 1) / WCOLS, np = WCOLS * nv3;
     const int64_t planes = (pass ? 2 : 1) * kbn * nv3 * VEC_I16;
     *w = (windowed_rhs){NULL, k, n, kbn, nv3, np, malloc((planes + 1) * sizeof(int16_t)),
                         NULL, malloc((kbn * np + 1) * sizeof(double)),
-                        malloc(((pass ? k : 128) * np + 1) * sizeof(float)),
+                        pass ? NULL : malloc((128 * np + 1) * sizeof(float)),
                         malloc((k * np + 1) * sizeof(residual)),
-                        malloc((kbn * nv3 + 1) * sizeof(int64_t)), malloc(2 * (np + 64)), pass};
-    if (!(w->bp && w->pw && w->values && w->res && w->roff && w->cols)) {
+                        malloc((kbn * nv3 + 1) * sizeof(int64_t)), malloc(2 * (np + 64))};
+    if (!(w->bp && w->pw && (pass || w->values) && w->res && w->roff && w->cols)) {
         rhs_free(w);
         return -1;
     }
@@ -374,15 +379,11 @@ static int rhs_alloc(windowed_rhs *w, int64_t k, int64_t n, int pass) {
     return 0;
 }
 
-/* The windowed rhs of one group's codes [k][n] (`window_rhs`, and every K block's values
-   where `all_values`); 1 if a code is a NaN, else 0. */
+/* The windowed rhs of one group's codes [k][n] (`window_rhs`); 1 if a code is a NaN,
+   else 0. */
 static int rhs_window(windowed_rhs *w, const uint8_t *codes) {
     w->codes = codes;
-    if (window_rhs(codes, w->k, w->n, w->nv3, w->bp, w->bq, w->pw, w->res, w->roff, w->cols))
-        return 1;
-    for (int64_t kb = 0; kb < w->kbn && w->all_values; kb++)
-        block_values(codes, w->n, w->np, kb, w->values + kb * 128 * w->np);
-    return 0;
+    return window_rhs(codes, w->k, w->n, w->nv3, w->bp, w->bq, w->pw, w->res, w->roff, w->cols);
 }
 
 /* Rows [r0, r0 + ROWS) of one K block of the lhs codes (rows past `rows` are zero) for
@@ -492,13 +493,15 @@ static inline void columns_by_row(double *fix, int j, __m512d col[2][8]) {
 /* One row's exact partial (units of 2^-18, the header's P = 2^(s_a + s_b) H + R) of 16
    columns into p: d the row's int32 H of them (VPDPWSSD's), fa its 2^s_a, pwb the
    columns' 2^s_b, col the rhs residuals' terms (`columns_by_row`, NULL for none), the
-   lhs residuals' l^a_k b_k from lres[0 .. nl) and the K block's rhs values x (row k at
+   lhs residuals' l^a_k b_k from lres[0 .. nl) and the K block's rhs values: from its
+   codes, row k at xc + k * n under m (`code_values`), or without xc x's row k (at
    x + k * np: `block_values`).  Where q is not NULL, the same of the magnitudes into q:
    dq their H, colq their rhs terms, |l^a_k| |b_k|. */
 static inline void row_partial(__m512i d, __m512i dq, __m512d fa, const double *pwb,
                                const __m512d (*col)[8], const __m512d (*colq)[8], int r,
                                const residual *lres, int nl, const float *x, int64_t np,
-                               __m512d p[2], __m512d q[2]) {
+                               const uint8_t *xc, int64_t n, __mmask16 m, __m512d p[2],
+                               __m512d q[2]) {
     for (int h = 0; h < 2; h++) {
         const __m512d f = _mm512_mul_pd(fa, _mm512_loadu_pd(pwb + 8 * h));
         p[h] = _mm512_mul_pd(_mm512_cvtepi32_pd(h ? _mm512_extracti64x4_epi64(d, 1)
@@ -513,10 +516,12 @@ static inline void row_partial(__m512i d, __m512i dq, __m512d fa, const double *
         }
     }
     for (int i = 0; i < nl; i++) { /* l^a_k b_k */
-        const float *xk = x + lres[i].k * np;
         const __m512d l = _mm512_set1_pd((double)lres[i].l);
+        const __m512i bc = xc ? code_values(xc + lres[i].k * n, m) : _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
-            const __m512d b = _mm512_cvtps_pd(_mm256_loadu_ps(xk + 8 * h));
+            const __m512d b = xc ? _mm512_cvtepi32_pd(h ? _mm512_extracti64x4_epi64(bc, 1)
+                                                        : _mm512_castsi512_si256(bc))
+                                 : _mm512_cvtps_pd(_mm256_loadu_ps(x + lres[i].k * np + 8 * h));
             p[h] = _mm512_fmadd_pd(l, b, p[h]);
             if (q)
                 q[h] = _mm512_fmadd_pd(_mm512_abs_pd(l), _mm512_abs_pd(b), q[h]);
@@ -554,9 +559,10 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, const windowed_rhs
         for (int64_t r = 0; r < rows; r++)
             memset(out + r * ldo, 0, n * sizeof(float));
     for (int64_t kb = 0; kb < kbn; kb++) {
-        if (!w->all_values)
+        /* the K block's rhs: values for the recipes, the codes for a pass */
+        const uint8_t *xc = w->codes + 128 * kb * n;
+        if (!pass)
             block_values(w->codes, n, np, kb, w->values);
-        const float *xk = w->values + (w->all_values ? kb * 128 * np : 0);
         for (int64_t r0 = 0; r0 < rows; r0 += ROWS) {
             /* the next tile's codes, on their way while this one computes */
             for (int64_t r = r0 + ROWS; r < r0 + 2 * ROWS && r < rows; r++) {
@@ -567,6 +573,9 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, const windowed_rhs
                                       lres, lrow);
             if (nl < 0)
                 return 1;
+            if (pass)
+                for (int i = 0; i < nl; i++)
+                    _mm_prefetch((const char *)(xc + lres[i].k * n), _MM_HINT_T0);
             const int64_t nr = rows - r0 < ROWS ? rows - r0 : ROWS;
             /* 2^s_a h^a of each K position and row, for the rhs residuals' terms */
             if (roff[(kb + 1) * nv3] > roff[kb * nv3])
@@ -583,14 +592,15 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, const windowed_rhs
                         _mm512_store_pd(aht + (k8 + i) * ROWS, y[i]);
                 }
             for (int64_t v = 0; v < nv3; v++) {
-                /* the lines the lhs residuals' terms read in the next column group, on
-                   their way while this one's dot products run (a pass's values are the
-                   whole group's, mostly out of L2; the recipes' K block's are in it) */
+                /* the codes the lhs residuals' terms read in the next column group, on
+                   their way while this one's dot products run (a pass's K block was last
+                   read a pass ago, mostly out of L2; the recipes' values are in it) */
                 if (pass && v + 1 < nv3)
-                    for (int i = 0; i < nl; i++)
-                        for (int c = 0; c < WCOLS; c += 16)
-                            _mm_prefetch((const char *)(xk + lres[i].k * np + WCOLS * (v + 1) + c),
-                                         _MM_HINT_T0);
+                    for (int i = 0; i < nl; i++) {
+                        const uint8_t *c = xc + lres[i].k * n + WCOLS * (v + 1);
+                        _mm_prefetch((const char *)c, _MM_HINT_T0);
+                        _mm_prefetch((const char *)(c + WCOLS - 1), _MM_HINT_T0);
+                    }
                 dots((const int32_t *)panel, bp + (kb * nv3 + v) * VEC_I16, PAIRS, 0, acc);
                 if (pass)
                     dots((const int32_t *)qpanel, w->bq + (kb * nv3 + v) * VEC_I16, PAIRS, 0,
@@ -615,11 +625,11 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, const windowed_rhs
                         const __m512d fa = _mm512_set1_pd(pwa[r]);
                         const residual *lr = lres + lrow[r];
                         const int nlr = lrow[r + 1] - lrow[r];
-                        const float *x = xk + c0;
                         __m512d p[2], q[2];
                         row_partial(acc[r][j], pass ? accq[r][j] : acc[r][j], fa, pwb + kb * np + c0,
-                                    nrb ? col : NULL, nrb ? colq : NULL, (int)r, lr, nlr, x, np,
-                                    p, pass ? q : NULL);
+                                    nrb ? col : NULL, nrb ? colq : NULL, (int)r, lr, nlr,
+                                    pass ? NULL : w->values + c0, np,
+                                    pass ? xc + c0 : NULL, n, m, p, pass ? q : NULL);
                         const float s_a = sa[(r0 + r) * kbn + kb];
                         if (pass) {
                             const int64_t e = (r0 + r) * np + c0;
