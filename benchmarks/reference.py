@@ -15,10 +15,11 @@ Prints, measured in this one run, the CPU's relevant flags and then:
 * production shapes wi (M=65536, K=2048, N=512, G=256) and wo (K and N swapped): the time
   of the reference gmm (standing in for a kernel's output) and of the streamed layer-1
   metrics on it (`fp8check.measures.totals.gmm_metric_totals`: the recipe, exact value and
-  |A||B| from one pass per row chunk, `references.forward_refs`, then the metrics), each
-  the best of its first call and six more timed back to back with itself (`in_a_row`),
-  their ratio beside its target (<= 2.0x), where one more call's time goes (the three
-  references' pass, the metrics' reduction: `gmm_metric_totals(seconds=)`), and
+  |A||B| from one pass per row chunk, `references.forward_refs`, with the metrics summed
+  per row in that pass), each the best of its first call and six more timed back to back
+  with itself (`in_a_row`), their ratio beside its target (<= 2.0x), where one more
+  call's time goes (the pass, the rest of the reduction: `gmm_metric_totals(seconds=)`),
+  and
   the check's memory beyond its inputs (the peak resident set during its first call minus
   the resident set holding the operands and output; target <= 1 GiB), each shape in a
   fresh subprocess, after a call on a small problem (numba's compilation not timed).
@@ -295,8 +296,9 @@ def production():
               f"reference, |A||B|, recipe, ULP/bound/SQNR) {r['metrics_s']:.1f} s = "
               f"{ratio:.1f}x the reference gmm (target <= {PRODUCTION_TARGET:.1f}x "
               f"{'met' if ratio <= PRODUCTION_TARGET else 'NOT met'}; in one more call, "
-              f"the references' pass {r['phases']['references']:.2f} s and the metrics' "
-              f"reduction {r['phases']['metrics']:.2f} s); memory beyond the "
+              f"the references' pass with the metrics summed in it "
+              f"{r['phases']['references']:.2f} s and the rest of the reduction "
+              f"{r['phases']['metrics']:.2f} s); memory beyond the "
               f"inputs ({r['inputs_gib']:.2f} GiB resident) {mem:.2f} GiB, {how} (target <= "
               f"{PRODUCTION_MEMORY_GIB:.0f} GiB "
               f"{'met' if mem <= PRODUCTION_MEMORY_GIB else 'NOT met'}); bit-exact "

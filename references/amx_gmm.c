@@ -396,7 +396,7 @@ static void consume_exact(const exact_sink *s, tile_state *st, int32_t c[5][16][
         exact_row(c, r, v);
         exact_row(cabs, r, q);
         consume_row(s, st->acc[r], st->total[r], st->sigma[r], st->mag[r], v, q,
-                    s->sa[(r0 + r) * s->kbn + kb], s_b, kb, (r0 + r) * s->n + 16 * ct, m);
+                    s->sa[(r0 + r) * s->kbn + kb], s_b, kb, r0 + r, 16 * ct, m);
     }
 }
 
@@ -439,6 +439,7 @@ static int exact_pass(const digit_table *t, const int8_t *planes, const int8_t *
         for (int64_t r0 = 0; r0 < rows; r0 += 16)
             for (int64_t ct = c0; ct < c1; ct++) {
                 const int8_t *tiles = col + (ct - c0) * 2 * col_size, *abs_tiles = tiles + col_size;
+                prefetch_metric_rows(s, r0, rows - r0 < 16 ? rows - r0 : 16, 16 * ct, 16);
                 for (int64_t kb = 0; kb < s->kbn; kb++) {
                     const int64_t at = kb * 3 * plane + r0 * 128, bt = kb * 6 * 1024;
                     tile_sums(planes + at, plane, tiles + bt, 1, 0);
@@ -461,7 +462,9 @@ static int exact_pass(const digit_table *t, const int8_t *planes, const int8_t *
    Out, each [M][n], the groups' rows in [m0, m1)
    written, all other rows left alone: the recipe float32, the exact value float64
    (`finish_exact`), |A||B| float64 (its sum times `scale`) and undecided uint8 (1 where
-   the exact value must be recomputed, else 0).  A group's rows go `rows_per_pass` at a
+   the exact value must be recomputed, else 0); with pmetrics (an exact_gmm.h
+   metric_rows, else 0) the first three only where undecided, the others' metrics summed
+   into its rows (rows from the call's first).  A group's rows go `rows_per_pass` at a
    time (a multiple of 16, at most CHUNK_ROWS; their planes should fit in L2:
    `exact_pass`).  Returns 0; 1 when a code it reads (the share's lhs rows, the rhs of
    their groups) is a NaN, which the digits cannot carry: it stops there, its outputs
@@ -471,7 +474,8 @@ static int exact_pass(const digit_table *t, const int8_t *planes, const int8_t *
 int fp8check_amx_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint64_t poffs,
                            int64_t g, int64_t m0, int64_t m1, uint64_t psa, uint64_t psb,
                            int64_t nb, int64_t code, int64_t rows_per_pass, uint64_t pout,
-                           uint64_t pexact, uint64_t pmag, uint64_t pundecided, double scale) {
+                           uint64_t pexact, uint64_t pmag, uint64_t pundecided, double scale,
+                           uint64_t pmetrics) {
     const uint8_t *a = (const uint8_t *)pa, *b = (const uint8_t *)pb;
     const int64_t *offs = (const int64_t *)poffs;
     const int64_t kbn = k / 128, planes_size = kbn * 3 * CHUNK_ROWS * 128;
@@ -502,7 +506,7 @@ int fp8check_amx_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint6
                                   (const float *)psb + gi * kbn * nb, (float *)pout + e,
                                   (double *)pexact + e, (double *)pmag + e,
                                   (uint8_t *)pundecided + e, 2.0 * kbn * (kbn + 1) * 0x1p-105,
-                                  scale};
+                                  scale, (const metric_rows *)pmetrics, rb};
             nan = exact_pass(&t, planes, abs_planes, nr, b + gi * k * n, col, cb, &s);
         }
     }

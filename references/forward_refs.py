@@ -18,11 +18,17 @@ writes the three into the outputs.  The exact value is therefore the correctly r
 one whatever the path; an element the certified bound cannot decide (rare: a near-tie) is
 recomputed by the superaccumulator (`_exact_at`).  Elsewhere, and where the pass meets a
 NaN code: `gmm_and_exact` and `abs_product`, the same bits.
+
+`gmm_metric_rows` runs the same pass with the production check's metrics of an output
+under test summed per row in it (exact_gmm.h's `row_metrics`) instead of the three
+references written out: 21 bytes an element neither stored nor read back.
 """
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import ml_dtypes
 import numba
@@ -119,24 +125,109 @@ def gmm_references(lhs: QTensor, rhs: QTensor, group_sizes: ArrayLike,
     integer-digit pass writes into their memory (`Buffers`: valid until the next call)."""
     m, n, accum, dt, gs = _checked_gmm_args(lhs, rhs, group_sizes, out_dtype, accum,
                                             interval)
-    path = _digit_path()
-    k = lhs.values.shape[1]
-    if (path is None or accum not in RECIPE_CODES or lhs.fmt != "e4m3fn" or k == 0
-            or not (np.isfinite(lhs.scales).all() and np.isfinite(rhs.scales).all())
-            or (refs := _exact_pass(path, lhs, rhs, gs, accum, m, n, k,
-                                    buffers.take if buffers else _fresh)) is None):
+    path = _pass_path(lhs, rhs, accum)
+    if path is None or (refs := _exact_pass(path, lhs, rhs, gs, accum, m, n,
+                                            buffers.take if buffers else _fresh)) is None:
         recipe, exact = gmm_and_exact(lhs, rhs, gs, dt, accum, interval=interval)
         return recipe, exact, blockwise_abs_product(lhs, rhs, gs)
-    recipe32, exact, abs_ab = refs
+    recipe32, exact, abs_ab, _ = refs
     return recipe32 if dt == recipe32.dtype else recipe32.astype(dt), exact, abs_ab
 
 
-def _exact_pass(path: DigitPath, lhs: QTensor, rhs: QTensor, gs: np.ndarray,
-                accum: str, m: int, n: int, k: int, take: Callable[..., np.ndarray],
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+ROW_INTS = ("nonfinite", "ulp_max", "ulp_off", "over_bound", "ref_mismatch", "bad",
+            "bad_sign_ref", "argmax")
+"""The columns of `RowMetrics.ints` (exact_gmm.h's metric_rows)."""
+ROW_FLTS = ("ratio_max", "signal", "noise")
+"""The columns of `RowMetrics.flts`."""
+
+
+class _MetricRowsC(ctypes.Structure):
+    """exact_gmm.h's metric_rows."""
+
+    _fields_ = [("out", ctypes.c_void_p), ("bf16", ctypes.c_int64),
+                ("gamma", ctypes.c_double), ("floor", ctypes.c_double),
+                ("ints", ctypes.c_void_p), ("flts", ctypes.c_void_p),
+                ("signs", ctypes.c_void_p)]
+
+
+@dataclass(frozen=True)
+class RowMetrics:
+    """An output's metrics as the C pass sums them per row (exact_gmm.h's metric_rows,
+    of the elements whose exact value it decided), and the elements it left undecided.
+
+    ints [rows, ROW_INTS] int64, flts [rows, ROW_FLTS] float64, signs [rows, ceil(N/128),
+    3] int32 (the sign test's z against RN(exact), magnitude and signed modes, and the
+    count of nonzero z, per 128-column tile); the undecided elements at (rows_u, cols_u)
+    in row-major order with their recipe (float32), exact value (recomputed: float64)
+    and |A||B| (float64), whose metrics the caller adds."""
+
+    ints: np.ndarray
+    flts: np.ndarray
+    signs: np.ndarray
+    rows_u: np.ndarray
+    cols_u: np.ndarray
+    recipe_u: np.ndarray
+    exact_u: np.ndarray
+    abs_ab_u: np.ndarray
+
+
+def gmm_metric_rows(lhs: QTensor, rhs: QTensor, group_sizes: np.ndarray, out: np.ndarray,
+                    accum: str, *, gamma: float, floor: float, buffers: Buffers | None = None,
+                    ) -> RowMetrics | None:
+    """The production check's metrics of `out` [M, N] (float32 or bfloat16, C-contiguous:
+    the output under test, its rows those of lhs) against the references of
+    `gmm_references(lhs, rhs, group_sizes, out.dtype, accum)`, summed per row of the
+    groups (`RowMetrics`) in the C pass itself; `gamma` and `floor` the bound's slope and
+    underflow term (`metrics.gamma_n`, `metrics.underflow_floor`).  None where that pass
+    does not run here (no integer-digit path, operands it does not take, a NaN code):
+    the caller computes the references another way.  group_sizes as `gmm_references`
+    checks them (ValueError otherwise)."""
+    m, n, accum, _, gs = _checked_gmm_args(lhs, rhs, group_sizes, out.dtype, accum,
+                                           DEFAULT_INTERVAL)
+    if (out.dtype not in (np.float32, ml_dtypes.bfloat16) or out.shape != (m, n)
+            or not out.flags.c_contiguous):
+        raise ValueError(f"gmm_metric_rows: out must be C-contiguous float32 or bfloat16 "
+                         f"{(m, n)}, got {out.dtype} {out.shape}")
+    path = _pass_path(lhs, rhs, accum)
+    if path is None:
+        return None
+    rows = int(gs.sum())
+    ints = np.zeros((rows, len(ROW_INTS)), np.int64)
+    ints[:, ROW_INTS.index("argmax")] = -1
+    flts = np.zeros((rows, len(ROW_FLTS)))
+    flts[:, ROW_FLTS.index("ratio_max")] = -1.0
+    signs = np.zeros((rows, -(-n // BLOCK), 3), np.int32)
+    c = _MetricRowsC(out.ctypes.data, int(out.dtype == ml_dtypes.bfloat16), gamma, floor,
+                     ints.ctypes.data, flts.ctypes.data, signs.ctypes.data)
+    refs = _exact_pass(path, lhs, rhs, gs, accum, m, n, buffers.take if buffers else _fresh,
+                       ctypes.addressof(c))
+    if refs is None:
+        return None
+    recipe32, exact, abs_ab, (ru, cu) = refs
+    return RowMetrics(ints, flts, signs, ru, cu, recipe32[ru, cu], exact[ru, cu],
+                      abs_ab[ru, cu])
+
+
+def _pass_path(lhs: QTensor, rhs: QTensor, accum: str) -> DigitPath | None:
+    """The integer-digit path the C pass runs on for these operands (e4m3fn, finite
+    scales, K > 0, a recipe on the exact partials), or None."""
+    path = _digit_path()
+    if (path is None or accum not in RECIPE_CODES or lhs.fmt != "e4m3fn"
+            or lhs.values.shape[1] == 0
+            or not (np.isfinite(lhs.scales).all() and np.isfinite(rhs.scales).all())):
+        return None
+    return path
+
+
+def _exact_pass(path: DigitPath, lhs: QTensor, rhs: QTensor, gs: np.ndarray, accum: str,
+                m: int, n: int, take: Callable[..., np.ndarray], metrics: int = 0,
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                           tuple[np.ndarray, np.ndarray]] | None:
     """(recipe in float32, exact value, |A||B|) [m, n] of e4m3fn operands with finite
     scales from the path's C pass (`<prefix>_exact_gmm`) on the threads' row shares, the
-    undecided elements recomputed, in arrays from `take` (`Buffers.take`'s signature);
+    undecided elements recomputed, in arrays from `take` (`Buffers.take`'s signature),
+    and the undecided elements' (rows, columns); with `metrics` (the address of a
+    `_MetricRowsC`) the three only where undecided, the metrics summed into its rows;
     None where the pass met a NaN code."""
     offs = group_offsets(gs)
     # the pass writes every row of the groups: only the rows past them are zeroed (np.zeros
@@ -145,6 +236,7 @@ def _exact_pass(path: DigitPath, lhs: QTensor, rhs: QTensor, gs: np.ndarray,
     exact, abs_ab = take("exact", (m, n), np.float64), take("abs_ab", (m, n), np.float64)
     for out in (recipe32, exact, abs_ab):
         out[offs[-1]:] = 0
+    k = lhs.values.shape[1]
     a_codes = np.ascontiguousarray(lhs.values.view(np.uint8))
     sa = np.ascontiguousarray(lhs.scales, dtype=np.float32)
     pass_rows = min(_MAX_PASS_ROWS, max(16, _PLANES_BYTES // (path.pass_bytes * k) // 16 * 16))
@@ -157,7 +249,7 @@ def _exact_pass(path: DigitPath, lhs: QTensor, rhs: QTensor, gs: np.ndarray,
         (fn, (a_codes.ctypes.data, k, b_codes.ctypes.data, n, offs.ctypes.data, len(gs), c0, c1,
               sa.ctypes.data, sb.ctypes.data, sb.shape[2], RECIPE_CODES[accum], pass_rows,
               recipe32.ctypes.data, exact.ctypes.data, abs_ab.ctypes.data, flags.ctypes.data,
-              factor(k)))
+              factor(k), metrics))
         for c0, c1 in zip(cuts[:-1], cuts[1:], strict=True) if c1 > c0])
     if 1 in done:
         return None
@@ -167,4 +259,4 @@ def _exact_pass(path: DigitPath, lhs: QTensor, rhs: QTensor, gs: np.ndarray,
         r0, r1, at = int(offs[g]), int(offs[g + 1]), groups_u == g
         exact[rows_u[at], cols_u[at]] = _exact_at(a_codes[r0:r1], b_codes[g], _LUT_E4M3,
                                                   sa[r0:r1], sb[g], rows_u[at] - r0, cols_u[at])
-    return recipe32, exact, abs_ab
+    return recipe32, exact, abs_ab, (rows_u, cols_u)

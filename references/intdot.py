@@ -13,9 +13,10 @@ Each path's C file exports, with these signatures (pointers as uint64):
 * `<prefix>_partials(a, lda, rows, k, packed, n, out, ldk) -> int`: the exact 128-wide
   K-block partials of rows of one group in float64 (no NaN codes: the caller checks);
 * `<prefix>_exact_gmm(a, k, b, n, offsets, g, m0, m1, sa, sb, nb, code, rows_per_pass,
-  out, exact, mag, undecided, scale) -> int`: the production check's pass over rows
-  [m0, m1) (references/forward_refs.py, exact_gmm.h): the recipe, the exact value and
-  |A||B| at once; 1 when a code it reads is a NaN;
+  out, exact, mag, undecided, scale, metrics) -> int`: the production check's pass over
+  rows [m0, m1) (references/forward_refs.py, exact_gmm.h): the recipe, the exact value
+  and |A||B| at once, or with `metrics` (exact_gmm.h's metric_rows, else 0) their metrics
+  against an output under test; 1 when a code it reads is a NaN;
 
 the last three returning -1 when their scratch cannot be allocated.  Every path gives the
 float64 BLAS path's bits (each C file's header has its exactness argument).
@@ -80,7 +81,7 @@ class DigitPath:
                                        _P, _I], ctypes.c_int),
                               ("partials", [_P, _I, _I, _I, _P, _I, _P, _I], ctypes.c_int),
                               ("exact_gmm", [_P, _I, _P, _I, _P, _I, _I, _I, _P, _P, _I,
-                                             _I, _I, _P, _P, _P, _P, ctypes.c_double],
+                                             _I, _I, _P, _P, _P, _P, ctypes.c_double, _P],
                                ctypes.c_int)):
             f = getattr(lib, f"{self.prefix}_{fn}")
             f.argtypes, f.restype = args, ret

@@ -601,6 +601,9 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, const windowed_rhs
                         _mm_prefetch((const char *)c, _MM_HINT_T0);
                         _mm_prefetch((const char *)(c + WCOLS - 1), _MM_HINT_T0);
                     }
+                if (pass && kb == kbn - 1) /* the output under test, for the metrics */
+                    prefetch_metric_rows(pass->sink, r0, nr, WCOLS * v,
+                                         n - WCOLS * v < WCOLS ? n - WCOLS * v : WCOLS);
                 dots((const int32_t *)panel, bp + (kb * nv3 + v) * VEC_I16, PAIRS, 0, acc);
                 if (pass)
                     dots((const int32_t *)qpanel, w->bq + (kb * nv3 + v) * VEC_I16, PAIRS, 0,
@@ -635,7 +638,7 @@ static int group(const uint8_t *a, int64_t lda, int64_t rows, const windowed_rhs
                             const int64_t e = (r0 + r) * np + c0;
                             consume_row(pass->sink, pass->acc + e, pass->total + e,
                                         pass->sigma + e, pass->mag + e, p, q, s_a, s_b, kb,
-                                        (r0 + r) * n + c0, m);
+                                        r0 + r, c0, m);
                             continue;
                         }
                         float *o = out + (r0 + r) * ldo + c0;
@@ -729,7 +732,9 @@ int fp8check_vnni_partials(uint64_t pa, int64_t lda, int64_t rows, int64_t k, ui
      offs     [G + 1] int64, the first row of each group and the end of the last.
    Out, each [M][n], the groups' rows in [m0, m1) written, all other rows left alone: the
    recipe float32, the exact value float64, |A||B| float64 (its sum times `scale`) and
-   undecided uint8 (1 where the exact value must be recomputed, else 0).  On the recipes'
+   undecided uint8 (1 where the exact value must be recomputed, else 0); with pmetrics
+   (an exact_gmm.h metric_rows, else 0) the first three only where undecided, the
+   others' metrics summed into its rows (rows from the call's first).  On the recipes'
    windowed path (`group`): a group's rhs windowed once (its h and |h|), its rows taken
    in passes of at most `rows_per_pass` (a multiple of ROWS), fewer where the pass's state
    (28 bytes an element: `pass_rows`) would pass PASS_STATE_BYTES, each pass through all
@@ -742,7 +747,7 @@ int fp8check_vnni_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint
                             int64_t g, int64_t m0, int64_t m1, uint64_t psa, uint64_t psb,
                             int64_t nb, int64_t code, int64_t rows_per_pass, uint64_t pout,
                             uint64_t pexact, uint64_t pmag, uint64_t pundecided,
-                            double scale) {
+                            double scale, uint64_t pmetrics) {
     const uint8_t *a = (const uint8_t *)pa, *b = (const uint8_t *)pb;
     const int64_t *offs = (const int64_t *)poffs;
     const float *sa = (const float *)psa, *sb = (const float *)psb;
@@ -767,7 +772,8 @@ int fp8check_vnni_exact_gmm(uint64_t pa, int64_t k, uint64_t pb, int64_t n, uint
             const exact_sink sink = {code, kbn, n, nb, sa + rb * kbn, sb + gi * kbn * nb,
                                      (float *)pout + e, (double *)pexact + e,
                                      (double *)pmag + e, (uint8_t *)pundecided + e,
-                                     2.0 * kbn * (kbn + 1) * 0x1p-105, scale};
+                                     2.0 * kbn * (kbn + 1) * 0x1p-105, scale,
+                                     (const metric_rows *)pmetrics, rb};
             const pass_rows pass = {&sink, (float *)(state + 3 * pass_max * np), state,
                                     state + pass_max * np, state + 2 * pass_max * np};
             nan = group(a + rb * k, k, nr, &w, sa + rb * kbn, sb + gi * kbn * nb, nb, code,

@@ -1,4 +1,5 @@
-"""Suite-wide pytest configuration: the hypothesis profiles.
+"""Suite-wide pytest configuration: the hypothesis profiles, and the fixture that runs a
+test on each integer-digit path of the e4m3 gmm reference (`pass_path`).
 
 fp8check's own `fp8check-ci` profile is the default (`fp8check.inputs.hypothesis_profiles`):
 derandomized, so every run of the suite draws the same examples and a failure reproduces
@@ -16,12 +17,21 @@ from hypothesis import settings
 from fp8check.config import load_config
 from fp8check.gate.plan import jsonl_path
 from fp8check.inputs.hypothesis_profiles import CI_PROFILE
+from tests.test_partials_paths import PATHS, _only
 
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", CI_PROFILE))
 
 # The sample user suite is run by tests/test_plugin_user_example.py through pytester (as a
 # user's own run, in a subprocess), not collected as part of this one.
 collect_ignore = ["user_example"]
+
+
+@pytest.fixture(params=sorted(PATHS))
+def pass_path(request, monkeypatch):
+    """Each integer-digit path in turn as the one the gmm reference and the production
+    check's pass run on (skipped where this CPU lacks it)."""
+    _only(request.param, monkeypatch)
+    return request.param
 
 
 def _gate_outputs() -> dict[Path, int | None]:

@@ -14,7 +14,7 @@ import pytest
 
 from fp8check.references import QTensor, abs_product, gmm, quantize
 from fp8check.references import forward_refs as fr
-from tests.test_partials_paths import PATHS, _adversarial, _bits, _only
+from tests.test_partials_paths import PATHS, _adversarial, _bits
 
 # (M, K, N, G); the last's N is 23 of the windowed path's column groups (48 columns), the
 # last ragged
@@ -45,14 +45,6 @@ def _check(got, want) -> None:
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_array_equal(_bits(g), _bits(w))
-
-
-@pytest.fixture(params=sorted(PATHS))
-def pass_path(request, monkeypatch):
-    """Each integer-digit path in turn as the one the pass runs on (skipped where this CPU
-    lacks it)."""
-    _only(request.param, monkeypatch)
-    return request.param
 
 
 @pytest.mark.parametrize("accum", ["deepgemm", "cublas", "tokamax"])

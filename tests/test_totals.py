@@ -25,6 +25,7 @@ from fp8check.measures.totals import (
 from fp8check.references import abs_product, gmm, quantize
 from fp8check.references.casts import rounded
 from fp8check.references.gmm import TENSOR_CORE_ACCUMS
+from tests.test_partials_paths import _adversarial as _adversarial_operands
 
 BF16 = ml_dtypes.bfloat16
 
@@ -278,3 +279,118 @@ def test_gmm_metric_totals_bias_needs_a_finite_reference():
     out = np.zeros((lq.shape[0], 128), np.float32)
     with pytest.raises(ValueError, match="ref contains NaN or Inf"):
         gmm_metric_totals(out, big, rq, gs)
+
+
+_EXACT_FIELDS = ("n", "n_nonfinite", "ulp_max", "n_ulp_off", "bound_ratio_max",
+                 "bound_ratio_argmax", "n_over_bound", "n_ref_mismatch")
+
+
+def _both_ways(out, lq, rq, gs, monkeypatch, **kw):
+    """gmm_metric_totals with the metrics summed in the references' C pass (asserted to
+    run, with the count of elements it left undecided) and with the C pass writing the
+    references for `_reduce` (`forward_refs.gmm_metric_rows` answering None)."""
+    from fp8check.references import forward_refs
+
+    real, undecided = forward_refs.gmm_metric_rows, []
+
+    def spy(*a, **k):
+        summed = real(*a, **k)
+        assert summed is not None  # the pass ran and summed the metrics
+        undecided.append(summed.rows_u.size)
+        return summed
+
+    monkeypatch.setattr(forward_refs, "gmm_metric_rows", spy)
+    fused = gmm_metric_totals(out, lq, rq, gs, **kw)
+    assert undecided
+    monkeypatch.setattr(forward_refs, "gmm_metric_rows", lambda *a, **k: None)
+    arrays = gmm_metric_totals(out, lq, rq, gs, **kw)
+    return fused, arrays, sum(undecided)
+
+
+def _assert_same_totals(fused, arrays):
+    """Every count, max and argmax and the sign-test sums bit for bit; the float64 sums up
+    to their order (per row in the pass)."""
+    for key in _EXACT_FIELDS:
+        assert getattr(fused, key) == getattr(arrays, key), key
+    assert fused.signal == pytest.approx(arrays.signal, rel=1e-12, abs=0)
+    assert fused.noise == pytest.approx(arrays.noise, rel=1e-12, abs=0)
+    assert fused.bias is not None and arrays.bias is not None
+    for mode, w in arrays.bias.items():
+        s = fused.bias[mode]
+        for key in ("row_sums", "row_counts", "col_sums", "col_counts"):
+            a, b = getattr(s, key), getattr(w, key)
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (mode, key)
+        assert s.sq == w.sq, mode
+
+
+def _perturbed(out, rng, nonfinite, wild=True):
+    """out with a fifth of its elements one ulp up or down; where `wild` also zeros, -0s
+    and outliers a thousand times too large; a NaN and an Inf where `nonfinite`."""
+    flat = out.reshape(-1)
+    pick = rng.choice(flat.size, flat.size // 5, replace=False)
+    step = rng.choice([-np.inf, np.inf], pick.size).astype(np.float32)
+    flat[pick] = np.nextafter(flat[pick].astype(np.float32), step).astype(out.dtype)
+    if not wild:
+        return out
+    flat[rng.choice(flat.size, 30)] = 0.0
+    flat[rng.choice(flat.size, 30)] = -0.0
+    at = rng.choice(flat.size, 5)
+    flat[at] = (flat[at].astype(np.float32) * 1000).astype(out.dtype)
+    if nonfinite:
+        flat[7], flat[-3] = np.nan, np.inf
+    return out
+
+
+@pytest.mark.parametrize("accum", ["deepgemm", "cublas", "tokamax"])
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("shape", [(300, 256, 200, 4), (45, 2048, 256, 3), (70, 128, 1100, 2)])
+def test_the_pass_sums_the_metrics_the_references_give(accum, dtype, shape, monkeypatch,
+                                                       pass_path):
+    """The metrics summed per row inside the references' C pass (exact_gmm.h's
+    `row_metrics`, on each integer-digit path) against `_reduce` on the references the
+    same pass writes: every e4m3 value, scales over many binades, empty groups, rows past
+    the groups, N not a multiple of 16 or 128, outputs off by ulps, zeros of both signs,
+    outliers, NaN and Inf."""
+    rng = np.random.default_rng()
+    lq, rq, gs = _adversarial_operands(rng, *shape)
+    out = _perturbed(gmm(lq, rq, gs, dtype, accum="cublas"), rng, dtype == np.float32)
+    fused, arrays, _ = _both_ways(out, lq, rq, gs, monkeypatch, accum=accum,
+                                  rows_per_chunk=int(rng.integers(16, 100)))
+    _assert_same_totals(fused, arrays)
+    assert fused.n_ulp_off > 0 and fused.n_ref_mismatch > 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_undecided_elements_are_added_after_the_pass(dtype, monkeypatch, pass_path):
+    """Rows whose every exact value is a float64 rounding tie (1 + 2^-53 from two K
+    blocks' scales), which the pass leaves undecided and the caller recomputes, among
+    random rows: their metrics are added after the pass, the bound ratio's max and its
+    first argmax among them (a decided element of the same row and ratio at a later
+    column must not take it), and every total is the arrays path's."""
+    rng = np.random.default_rng()
+    m, k, n = 64, 256, 200
+    lq = quantize(rng.standard_normal((m, k), dtype=np.float32))
+    rq = quantize(rng.standard_normal((2, k, n), dtype=np.float32), (128, 128))
+    a, b = lq.values.view(np.uint8), rq.values.view(np.uint8)
+    ties = np.arange(3, m, 5)
+    one = np.float32(1).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    a[ties] = 0
+    a[ties, 0] = a[ties, 128] = a[ties, 129] = one
+    lq.scales[ties] = [1, 2.0**-27]
+    b[:, 0], b[:, 128], b[:, 129] = one, one, 0
+    b[:, 129, 150] = np.float32(2.0**-9).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    rq.scales[:, 0], rq.scales[:, 1] = 1, 2.0**-26
+    gs = np.array([40, 24], np.int32)
+    out = _perturbed(gmm(lq, rq, gs, dtype, accum="deepgemm"), rng, False, wild=False)
+    r = ties[2]
+    # exact 1 (a tie: undecided) at column 5, 1 + 2^-52 (1 + 2^-53 + 2^-62: decided) at
+    # column 150; out 2^127 at both, whose bound ratio is then 2^127 / (ulp(2^127) / 2)
+    # at both, the rest of the bound far below its last bit
+    out[r, 5] = out[r, 150] = 2.0**127
+    fused, arrays, undecided = _both_ways(out, lq, rq, gs, monkeypatch, accum="deepgemm",
+                                          rows_per_chunk=32)
+    assert ties.size * (n - 1) <= undecided < ties.size * n + 40
+    _assert_same_totals(fused, arrays)
+    assert fused.bound_ratio_argmax == r * n + 5 and fused.n_over_bound >= 2
+    mant = 23 if dtype == np.float32 else 7
+    assert fused.bound_ratio_max == 2.0 ** (mant + 1)

@@ -25,8 +25,10 @@ when reduced:
 reference one row chunk of one group at a time (all three from one pass over the exact
 partials, `references.forward_refs`): memory is the output plus operands plus O(chunk), never a
 float64 copy of a whole operand or output.  `gmm_metric_totals` streams an output through
-`metric_totals` on those chunks, and `MetricTotals.merge` combines them; the layer-1
-criteria engine reads the same chunks (`fp8check.layers.op.chunks.StreamedChunks`).
+`metric_totals` on those chunks, and `MetricTotals.merge` combines them; where that pass
+runs (`references.forward_refs.gmm_metric_rows`) the metrics are summed per row inside
+it instead, the references never written out.  The layer-1 criteria engine reads the
+same chunks (`fp8check.layers.op.chunks.StreamedChunks`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import ml_dtypes
 import numba
@@ -55,6 +58,10 @@ from fp8check.measures.metrics import (
     underflow_floor,
 )
 from fp8check.references.gmm import DEFAULT_INTERVAL
+from fp8check.references.quant import BLOCK, QTensor
+
+if TYPE_CHECKING:
+    from fp8check.references.forward_refs import Buffers, RowMetrics
 
 _BLOCK = 1 << 16  # elements per parallel work item; fixes the order of the float64 sums
 _SUB = 1024  # elements per vectorized sub-block (buffers stay in L1)
@@ -135,6 +142,29 @@ def _rounded(x, p, emin):
     and bfloat16's overflow rule)."""
     q = max(exponent(x), emin) - (p - 1)  # exponent of the last kept bit
     return np.float32(np.rint(x * pow2(-q)) * pow2(q))
+
+
+@numba.njit(cache=True, inline="always")
+def _rn(ex, p, emin, shift):
+    """RN(ex) in out's format (`p` significant bits, smallest normal 2^emin, `shift` its
+    bits below float32's), as float32."""
+    return np.float32(ex) if shift == 0 else _rounded(ex, p, emin)  # f32: one RNE cast
+
+
+@numba.njit(cache=True, inline="always")
+def _ulps(o32, r, shift):
+    """The ULP distance of o32 to r (out's format, `shift` as in `_rn`); ULP_NAN where o32
+    is NaN."""
+    d = abs(_ordered(o32) - _ordered(r)) >> shift
+    return d if o32 == o32 else ULP_NAN
+
+
+@numba.njit(cache=True, inline="always")
+def _mismatch(o32, ref32, d):
+    """Whether o32's bits differ from ref32's (-0 == +0; a NaN never matches, as
+    ulp_distance: its d is ULP_NAN)."""
+    a, r = bits_f32(o32), bits_f32(ref32)
+    return ((a != r) & ((a | r) != _NEG_ZERO)) | (d == ULP_NAN)
 
 
 @numba.njit(cache=True, inline="always")
@@ -246,9 +276,8 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor
             for t in range(m):
                 o32, ex = ob[t], eb[t]
                 o = np.float64(o32)
-                r = np.float32(ex) if shift == 0 else _rounded(ex, p, emin)  # f32: one RNE cast
-                d = abs(_ordered(o32) - _ordered(r)) >> shift
-                dist[t] = d if o == o else ULP_NAN
+                r = _rn(ex, p, emin, shift)
+                dist[t] = _ulps(o32, r, shift)
                 rr[t] = ratio_of(o, ex, ab[t], gamma, emin, mant, floor)
                 sq[t] = ex * ex
                 dd[t] = (o - ex) * (o - ex) if abs(o) <= F64_MAX else 0.0
@@ -259,12 +288,12 @@ def _reduce(out, exact, abs_ab, ref, has_ref, gamma, p, emin, mant, shift, floor
                 ulp_off += dist[t] != 0
                 over += rr[t] > 1.0
                 nonfinite += rr[t] == math.inf  # a finite o's ratio is < 2^280
+                # an exact value and |A||B| not a reference's (written out: as an inline
+                # function this test cost the loop 5-15%)
                 bad += not (abs(eb[t]) <= F64_MAX and 0.0 <= ab[t] <= F64_MAX)
             if has_ref:
                 for t in range(m):
-                    a, r = bits_f32(ob[t]), bits_f32(fb[t])
-                    # -0 == +0; a NaN never matches (as ulp_distance: NaN is ULP_NAN away)
-                    mismatch += ((a != r) & ((a | r) != _NEG_ZERO)) | (dist[t] == ULP_NAN)
+                    mismatch += _mismatch(ob[t], fb[t], dist[t])
             if against:
                 ints[b, 6] += _tile_signs(ob, ag, c0, ncols, block, b * _BLOCK, b, row_z,
                                           head, row_chunk, tile_z)
@@ -386,17 +415,18 @@ class ReferenceChunk:
 
 
 @dataclass(frozen=True)
-class _ReferenceBatch:
+class _Batch:
     """Consecutive row chunks ((group, start, stop) each, in row order) of a gmm-fp8
-    output whose references were computed together: rows [start, stop) of the output,
-    the arrays as `ReferenceChunk`'s over those rows."""
+    output whose references are computed together: rows [start, stop) of the output, of
+    lhs (QTensor) and of its groups' `sizes` there, against rhs's groups from the first
+    chunk's (QTensor)."""
 
     chunks: list[tuple[int, int, int]]
     start: int
     stop: int
-    exact: np.ndarray
-    abs_ab: np.ndarray
-    ref: np.ndarray | None
+    lhs: QTensor
+    rhs: QTensor
+    sizes: np.ndarray
 
     def chunk_of_rows(self) -> np.ndarray:
         """Each row's chunk (0 .. len(chunks) - 1), int64 [stop - start]."""
@@ -404,19 +434,22 @@ class _ReferenceBatch:
         return np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
 
 
-def _reference_batches(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
-                       rows_per_chunk: int, interval: int, caller: str,
-                       reuse: bool = False) -> Iterator[_ReferenceBatch]:
+@dataclass(frozen=True)
+class _ReferenceBatch:
+    """A `_Batch`'s references over its rows, the arrays as `ReferenceChunk`'s."""
+
+    batch: _Batch
+    exact: np.ndarray
+    abs_ab: np.ndarray
+    ref: np.ndarray | None
+
+
+def _batches(lhs, rhs, group_sizes, *, rows_per_chunk: int, caller: str) -> Iterator[_Batch]:
     """`gmm_reference_chunks`' chunks in batches of at most `rows_per_chunk` rows, each
-    batch's references from one call (a call per group would pack each group's rhs for
-    every thread and pay the call's fixed cost per group: the same values, per element),
-    from one pass over the exact partials where it can
-    (`references.forward_refs.gmm_references`), with `reuse` into the same memory each
-    batch (`forward_refs.Buffers`: a batch's arrays are then valid until the next)."""
-    from fp8check.references import abs_product, gmm
-    from fp8check.references.forward_refs import Buffers, gmm_references
+    batch's references to come from one call (a call per group would pack each group's rhs
+    for every thread and pay the call's fixed cost per group: the same values, per
+    element).  ValueError from `caller` for bad input."""
     from fp8check.references.gmm import check_group_sizes, group_offsets
-    from fp8check.references.quant import QTensor
 
     if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):
         raise ValueError(f"{caller}: lhs and rhs must be QTensors")
@@ -426,7 +459,6 @@ def _reference_batches(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
     offs = group_offsets(check_group_sizes(group_sizes, g, lhs.shape[0]))
     chunks = [(gi, r0, min(r0 + rows_per_chunk, offs[gi + 1])) for gi in range(g)
               for r0 in range(offs[gi], offs[gi + 1], rows_per_chunk)]
-    buffers = Buffers() if reuse else None
     i = 0
     while i < len(chunks):
         j = i + 1
@@ -434,15 +466,25 @@ def _reference_batches(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
             j += 1
         (g0, b0, _), (g1, _, b1) = chunks[i], chunks[j - 1]
         sizes = np.clip(offs[g0 + 1:g1 + 2], b0, b1) - np.clip(offs[g0:g1 + 1], b0, b1)
-        a, b = lhs.leading(b0, b1), rhs.leading(g0, g1 + 1)
-        if accum is None:
-            ref, exact = None, gmm(a, b, sizes, out_dtype=np.float64, accum="exact")
-            abs_ab = abs_product(a, b, sizes)
-        else:
-            ref, exact, abs_ab = gmm_references(a, b, sizes, out_dtype, accum,
-                                                interval=interval, buffers=buffers)
-        yield _ReferenceBatch(chunks[i:j], b0, b1, exact, abs_ab, ref)
+        yield _Batch(chunks[i:j], b0, b1, lhs.leading(b0, b1), rhs.leading(g0, g1 + 1), sizes)
         i = j
+
+
+def _references(batch: _Batch, out_dtype, *, accum: str | None, interval: int,
+                buffers: Buffers | None = None) -> _ReferenceBatch:
+    """A batch's references from one pass over the exact partials where it can
+    (`references.forward_refs.gmm_references`), into `buffers`' memory where given (a
+    batch's arrays are then valid until the next)."""
+    from fp8check.references import abs_product, gmm
+    from fp8check.references.forward_refs import gmm_references
+
+    a, b, sizes = batch.lhs, batch.rhs, batch.sizes
+    if accum is None:
+        exact = gmm(a, b, sizes, out_dtype=np.float64, accum="exact")
+        return _ReferenceBatch(batch, exact, abs_product(a, b, sizes), None)
+    ref, exact, abs_ab = gmm_references(a, b, sizes, out_dtype, accum, interval=interval,
+                                        buffers=buffers)
+    return _ReferenceBatch(batch, exact, abs_ab, ref)
 
 
 def gmm_reference_chunks(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
@@ -453,14 +495,14 @@ def gmm_reference_chunks(lhs, rhs, group_sizes, out_dtype, *, accum: str | None,
     most `rows_per_chunk` at a time (a large group in several chunks, an empty group in
     none); with `accum`, also `gmm(..., out_dtype, accum, interval=interval)`.  Memory is
     O(rows_per_chunk (K + N)): the references of consecutive chunks that fit in one chunk's
-    rows are computed together (`_reference_batches`)."""
-    for batch in _reference_batches(lhs, rhs, group_sizes, out_dtype, accum=accum,
-                                    rows_per_chunk=rows_per_chunk, interval=interval,
-                                    caller="gmm_reference_chunks"):
+    rows are computed together (`_batches`)."""
+    for batch in _batches(lhs, rhs, group_sizes, rows_per_chunk=rows_per_chunk,
+                          caller="gmm_reference_chunks"):
+        refs = _references(batch, out_dtype, accum=accum, interval=interval)
         for gi, r0, r1 in batch.chunks:
             rows = slice(r0 - batch.start, r1 - batch.start)
-            yield ReferenceChunk(gi, r0, r1, batch.exact[rows], batch.abs_ab[rows],
-                                 None if batch.ref is None else batch.ref[rows])
+            yield ReferenceChunk(gi, r0, r1, refs.exact[rows], refs.abs_ab[rows],
+                                 None if refs.ref is None else refs.ref[rows])
 
 
 def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepgemm",
@@ -474,15 +516,23 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     (`interval`: a tensor-core recipe's promotion interval); `u` is the accumulator's unit
     roundoff of the bound.  Only rows below sum(group_sizes) are compared, as in the gate.
     The bound's underflow term is the operands' (`underflow.fp8_model`), for a kernel that
-    flushes subnormals when `ftz`.  The metrics of the chunks whose references were
-    computed together are reduced in one pass (a pass per chunk paid its fixed cost per
-    group: at production wi, 256 groups, about as much as the reduction itself).  With
-    `seconds`, the wall seconds of its two phases are added to it under "references" (the
-    three references' pass) and "metrics" (their reduction): where the time goes
-    (`benchmarks/reference.py`)."""
+    flushes subnormals when `ftz`.
+
+    Where the references' C pass runs (`references.forward_refs.gmm_metric_rows`: an
+    integer-digit path, e4m3fn operands, a recipe on the exact partials) the metrics are
+    summed per row in that pass, the few elements whose exact value it leaves undecided
+    added after (`_add_undecided`); elsewhere the metrics of the chunks whose references
+    were computed together are reduced in one pass (`metric_totals`' own; a pass per chunk
+    paid its fixed cost per group: at production wi, 256 groups, about as much as the
+    reduction itself).  The two give the same totals, but for the float64 sums' order
+    (`signal`, `noise`: per row in the C pass).  With `seconds`, the wall seconds of its
+    two phases are added to it under "references" (the references' pass, with the
+    metrics where it sums them) and "metrics" (the reduction after it): where the time
+    goes (`benchmarks/reference.py`)."""
     from fp8check.measures.underflow import fp8_model
+    from fp8check.references.forward_refs import Buffers, gmm_metric_rows
     from fp8check.references.gmm import TENSOR_CORE_ACCUMS
-    from fp8check.references.quant import QTensor
+    from fp8check.references.intdot import RECIPE_CODES
 
     out = np.asarray(out)
     if not (isinstance(lhs, QTensor) and isinstance(rhs, QTensor)):
@@ -490,23 +540,40 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
     m, g, n = lhs.shape[0], rhs.shape[0], rhs.shape[2]
     if out.shape != (m, n):
         raise ValueError(f"gmm_metric_totals: out must be [M, N] = {(m, n)}, got {out.shape}")
-    underflow = fp8_model(lhs, rhs, lhs.shape[1]).term(ftz=ftz, u=u)
+    if out.dtype not in _ULP_SHIFT:
+        raise ValueError(f"metric_totals: out must be float32 or bfloat16, got {out.dtype}")
+    out = np.ascontiguousarray(out)
+    k = lhs.shape[1]
+    underflow = fp8_model(lhs, rhs, k).term(ftz=ftz, u=u)
+    gamma = gamma_n(k, u, None, "metric_totals")
+    floor = underflow_floor(underflow, gamma, "metric_totals")
     block = rhs.block[-1]  # the columns one rhs scale covers: bias_z's column tiles
     total = MetricTotals.empty(accum is not None)
     bias = _BiasTotals(g, n, block)
     # bias against RN(exact), or against the model a tensor-core kernel declares
     against = 2 if accum in TENSOR_CORE_ACCUMS else 1
+    fused = accum in RECIPE_CODES and block == BLOCK  # the C pass's tiles are 128 wide
+    buffers = Buffers()
     phases = dict.fromkeys(("references", "metrics"), 0.0)
     t = time.perf_counter()
-    for batch in _reference_batches(lhs, rhs, group_sizes, out.dtype, accum=accum,
-                                    rows_per_chunk=rows_per_chunk, interval=interval,
-                                    caller="gmm_metric_totals", reuse=True):
+    for batch in _batches(lhs, rhs, group_sizes, rows_per_chunk=rows_per_chunk,
+                          caller="gmm_metric_totals"):
+        rows = out[batch.start:batch.stop]
+        summed = (gmm_metric_rows(batch.lhs, batch.rhs, batch.sizes, rows, accum, gamma=gamma,
+                                  floor=floor, buffers=buffers)
+                  if fused and accum is not None else None)
+        refs = None if summed is not None else _references(batch, out.dtype, accum=accum,
+                                                           interval=interval, buffers=buffers)
         phases["references"] += time.perf_counter() - t
         t = time.perf_counter()
-        rows = out[batch.start:batch.stop]
-        part, signs = _totals(rows, batch.exact, batch.abs_ab, lhs.shape[1], u=u, n=None,
-                              ref=batch.ref, underflow=underflow, against=against,
-                              block=block, row_chunk=batch.chunk_of_rows())
+        signs: _Signs | None
+        if refs is None:
+            assert summed is not None
+            part, signs = _row_totals(summed, rows, batch.chunk_of_rows(), gamma, floor)
+        else:
+            part, signs = _totals(rows, refs.exact, refs.abs_ab, k, u=u, n=None, ref=refs.ref,
+                                  underflow=underflow, against=against, block=block,
+                                  row_chunk=batch.chunk_of_rows())
         assert signs is not None
         total = total.merge(part, batch.start * n)
         for i, (gi, r0, r1) in enumerate(batch.chunks):
@@ -522,6 +589,69 @@ def gmm_metric_totals(out, lhs, rhs, group_sizes, *, accum: str | None = "deepge
         for phase, took in phases.items():
             seconds[phase] = seconds.get(phase, 0.0) + took
     return dataclasses.replace(total, bias=bias.sums())
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _add_undecided(o, ex, ab, ref, rows, cols, ints, flts, signs, gamma, p, emin, mant, shift,
+                   floor):
+    """The metrics of the elements the C pass left undecided (`gmm_metric_rows`: at rows[t],
+    cols[t], row-major order; out's float32 image o, exact value ex recomputed, |A||B| ab,
+    the recipe ref in out's format as float32) added to its per-row sums (exact_gmm.h's
+    `row_metrics`, `forward_refs.ROW_INTS` / `ROW_FLTS`): the same per-element values as
+    `_reduce`'s, the first column of a row's bound ratio max kept."""
+    for t in range(rows.shape[0]):
+        i, j, x, of = rows[t], cols[t], ex[t], np.float64(o[t])
+        r = _rn(x, p, emin, shift)
+        d = _ulps(o[t], r, shift)
+        rr = ratio_of(of, x, ab[t], gamma, emin, mant, floor)
+        row = ints[i]
+        row[0] += rr == math.inf
+        row[1] = max(row[1], d)
+        row[2] += d != 0
+        row[3] += rr > 1.0
+        row[4] += _mismatch(o[t], ref[t], d)
+        row[5] += not (abs(x) <= F64_MAX and 0.0 <= ab[t] <= F64_MAX)
+        row[6] += not abs(r) <= _F32_MAX
+        if rr > flts[i, 0] or (rr == flts[i, 0] and j < row[7]):
+            flts[i, 0] = rr
+            row[7] = j
+        flts[i, 1] += x * x
+        flts[i, 2] += (of - x) * (of - x) if abs(of) <= F64_MAX else 0.0
+        zs = sign_z(r, o[t], False)
+        at = signs[i, j // BLOCK]
+        at[0] += sign_z(r, o[t], True)
+        at[1] += zs
+        at[2] += zs * zs
+
+
+def _row_totals(summed: RowMetrics, out: np.ndarray, row_chunk: np.ndarray, gamma: float,
+                floor: float) -> tuple[MetricTotals, _Signs]:
+    """The totals and `_Signs` (against RN(exact); chunks by `row_chunk`) of out [rows, N]
+    from the C pass's per-row sums (`gmm_metric_rows`), its undecided elements added
+    (`_add_undecided`); ValueError as `_totals`."""
+    fmt = get_format(out.dtype)
+    shift = _ULP_SHIFT[out.dtype]
+    ru, cu = summed.rows_u, summed.cols_u
+    ref = summed.recipe_u.astype(out.dtype).astype(np.float32)  # the recipe in out's format
+    ints, flts = summed.ints, summed.flts
+    _add_undecided(_f32_view(out[ru, cu], "out"), summed.exact_u, summed.abs_ab_u, ref, ru, cu,
+                   ints, flts, summed.signs, gamma, fmt.mantissa_bits + 1, fmt.min_exponent,
+                   fmt.mantissa_bits, shift, floor)
+    if ints[:, 5].any():
+        raise ValueError("metric_totals: exact and abs_ab must be finite, abs_ab >= 0")
+    if ints[:, 6].any():
+        raise ValueError("bias_sums: ref contains NaN or Inf; a reference must be finite")
+    z = summed.signs.astype(np.float64)  # sums of z in {-1, 0, 1}: exact
+    firsts = np.flatnonzero(np.diff(row_chunk, prepend=-1))
+    signs = _Signs(z[:, :, :2].sum(axis=1), np.add.reduceat(z, firsts, axis=0))
+    rows, n = out.shape
+    best = int(np.argmax(flts[:, 0]))  # the first row holding the max, its first column
+    return MetricTotals(
+        n=rows * n, n_nonfinite=int(ints[:, 0].sum()), ulp_max=int(ints[:, 1].max()),
+        n_ulp_off=int(ints[:, 2].sum()), bound_ratio_max=float(flts[best, 0]),
+        bound_ratio_argmax=best * n + int(ints[best, 7]), n_over_bound=int(ints[:, 3].sum()),
+        signal=float(flts[:, 1].sum()), noise=float(flts[:, 2].sum()),
+        n_ref_mismatch=int(ints[:, 4].sum())), signs
 
 
 class _BiasTotals:
