@@ -182,12 +182,13 @@ def gmm_metric_rows(lhs: QTensor, rhs: QTensor, group_sizes: np.ndarray, out: np
     does not run here (no integer-digit path, operands it does not take, a NaN code):
     the caller computes the references another way.  group_sizes as `gmm_references`
     checks them (ValueError otherwise)."""
-    m, n, accum, _, gs = _checked_gmm_args(lhs, rhs, group_sizes, out.dtype, accum,
-                                           DEFAULT_INTERVAL)
-    if (out.dtype not in (np.float32, ml_dtypes.bfloat16) or out.shape != (m, n)
+    shape = (lhs.shape[0], rhs.shape[-1])
+    if (out.dtype not in (np.float32, ml_dtypes.bfloat16) or out.shape != shape
             or not out.flags.c_contiguous):
         raise ValueError(f"gmm_metric_rows: out must be C-contiguous float32 or bfloat16 "
-                         f"{(m, n)}, got {out.dtype} {out.shape}")
+                         f"{shape}, got {out.dtype} {out.shape}")
+    m, n, accum, _, gs = _checked_gmm_args(lhs, rhs, group_sizes, out.dtype, accum,
+                                           DEFAULT_INTERVAL)
     path = _pass_path(lhs, rhs, accum)
     if path is None:
         return None

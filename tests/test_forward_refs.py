@@ -225,3 +225,13 @@ def test_the_certified_rounding_flags_ties_and_decides_the_rest(monkeypatch, pas
     _check(fr.gmm_references(lhs, rhs, gs, np.float32, "deepgemm"),
            _want(lhs, rhs, gs, np.float32, "deepgemm"))
     assert sum(f.sum() for f in flags) < 0.01 * 300 * 96
+
+
+def test_metric_rows_reject_an_output_they_cannot_read():
+    """`gmm_metric_rows` reads the output under test in the C pass: another dtype, shape or
+    a strided view is a one-line ValueError, not a misread."""
+    lhs, rhs, gs = _adversarial(np.random.default_rng(), 40, 256, 96, 2)
+    out = gmm(lhs, rhs, gs)
+    for bad in (out.astype(np.float64), out[:-1], np.asfortranarray(out), out[:, ::2]):
+        with pytest.raises(ValueError, match="gmm_metric_rows: out must be C-contiguous"):
+            fr.gmm_metric_rows(lhs, rhs, gs, bad, "deepgemm", gamma=1e-3, floor=0.0)
