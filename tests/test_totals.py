@@ -261,13 +261,19 @@ def test_gmm_metric_totals_bias_sums_are_the_chunks_bias_sums(sizes, k, n, accum
         out[2, 1], out[2, 5] = np.nan, np.inf  # the first chunk: the others count
     got = gmm_metric_totals(out, lq, rq, gs, accum=accum, rows_per_chunk=rows_per_chunk)
     want = _bias_oracle(out, lq, rq, gs, accum, rows_per_chunk)
-    assert got.bias is not None and got.bias.keys() == want.keys()
+    _assert_same_bias(got.bias, want)
+    assert all(s.sq > 0 for s in want.values())
+
+
+def _assert_same_bias(got, want):
+    """Sign-test sums (`metrics.BiasSums` per mode) equal bit for bit, dtypes too."""
+    assert got is not None and got.keys() == want.keys()
     for mode, w in want.items():
-        s = got.bias[mode]
+        s = got[mode]
         for key in ("row_sums", "row_counts", "col_sums", "col_counts"):
             a, b = getattr(s, key), getattr(w, key)
             assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (mode, key)
-        assert s.sq == w.sq and s.sq > 0, mode
+        assert s.sq == w.sq, mode
 
 
 def test_gmm_metric_totals_bias_needs_a_finite_reference():
@@ -314,13 +320,8 @@ def _assert_same_totals(fused, arrays):
         assert getattr(fused, key) == getattr(arrays, key), key
     assert fused.signal == pytest.approx(arrays.signal, rel=1e-12, abs=0)
     assert fused.noise == pytest.approx(arrays.noise, rel=1e-12, abs=0)
-    assert fused.bias is not None and arrays.bias is not None
-    for mode, w in arrays.bias.items():
-        s = fused.bias[mode]
-        for key in ("row_sums", "row_counts", "col_sums", "col_counts"):
-            a, b = getattr(s, key), getattr(w, key)
-            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (mode, key)
-        assert s.sq == w.sq, mode
+    assert arrays.bias is not None
+    _assert_same_bias(fused.bias, arrays.bias)
 
 
 def _perturbed(out, rng, nonfinite, wild=True):

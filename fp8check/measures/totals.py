@@ -381,22 +381,31 @@ def _totals(out, exact, abs_ab, k: int, *, u: float, n: int | None, ref, underfl
         o32, ex, ab, r32, ref is not None, gamma, p, fmt.min_exponent, fmt.mantissa_bits,
         shift, floor, against, ncols, block, row_chunk,
         int(row_chunk.max()) + 1 if row_chunk.size else 0)
-    if ints[:, 5].any():  # checked in the same pass: a separate one would double the cost
+    total = _of_parts(ints, flt, ints[:, 7], int(o32.size), ref is not None)
+    return total, _Signs(row_z, tile_z.sum(axis=0)) if against else None
+
+
+def _of_parts(ints: np.ndarray, flts: np.ndarray, argmax: np.ndarray, n: int,
+              with_ref: bool) -> MetricTotals:
+    """The totals of n elements from the sums of their parts (`_reduce`'s blocks, or the C
+    pass's rows: ints [parts, 8] and flts [parts, 3], the layout both share,
+    `forward_refs.ROW_INTS` / `ROW_FLTS`), argmax [parts] the flat index of each part's
+    first bound ratio max; the reference's validity checked in the same pass (a separate
+    one would double its cost): ValueError where a part met an invalid one."""
+    if ints[:, 5].any():
         raise ValueError("metric_totals: exact and abs_ab must be finite, abs_ab >= 0")
     if ints[:, 6].any():
         raise ValueError("bias_sums: ref contains NaN or Inf; a reference must be finite")
-    signs = _Signs(row_z, tile_z.sum(axis=0)) if against else None
     if not ints.shape[0]:
-        return MetricTotals.empty(ref is not None), signs
-    best = int(np.argmax(flt[:, 0]))  # first block holding the max, then its first element
-    arg = ints[best, 7]
+        return MetricTotals.empty(with_ref)
+    best = int(np.argmax(flts[:, 0]))  # the first part holding the max, its first element
     return MetricTotals(
-        n=int(o32.size), n_nonfinite=int(ints[:, 0].sum()), ulp_max=int(ints[:, 1].max()),
-        n_ulp_off=int(ints[:, 2].sum()), bound_ratio_max=float(flt[best, 0]),
-        bound_ratio_argmax=int(arg), n_over_bound=int(ints[:, 3].sum()),
-        signal=float(flt[:, 1].sum()), noise=float(flt[:, 2].sum()),
-        n_ref_mismatch=int(ints[:, 4].sum()) if ref is not None else None,
-    ), signs
+        n=n, n_nonfinite=int(ints[:, 0].sum()), ulp_max=int(ints[:, 1].max()),
+        n_ulp_off=int(ints[:, 2].sum()), bound_ratio_max=float(flts[best, 0]),
+        bound_ratio_argmax=int(argmax[best]), n_over_bound=int(ints[:, 3].sum()),
+        signal=float(flts[:, 1].sum()), noise=float(flts[:, 2].sum()),
+        n_ref_mismatch=int(ints[:, 4].sum()) if with_ref else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -633,25 +642,15 @@ def _row_totals(summed: RowMetrics, out: np.ndarray, row_chunk: np.ndarray, gamm
     shift = _ULP_SHIFT[out.dtype]
     ru, cu = summed.rows_u, summed.cols_u
     ref = summed.recipe_u.astype(out.dtype).astype(np.float32)  # the recipe in out's format
-    ints, flts = summed.ints, summed.flts
+    ints = summed.ints
     _add_undecided(_f32_view(out[ru, cu], "out"), summed.exact_u, summed.abs_ab_u, ref, ru, cu,
-                   ints, flts, summed.signs, gamma, fmt.mantissa_bits + 1, fmt.min_exponent,
-                   fmt.mantissa_bits, shift, floor)
-    if ints[:, 5].any():
-        raise ValueError("metric_totals: exact and abs_ab must be finite, abs_ab >= 0")
-    if ints[:, 6].any():
-        raise ValueError("bias_sums: ref contains NaN or Inf; a reference must be finite")
+                   ints, summed.flts, summed.signs, gamma, fmt.mantissa_bits + 1,
+                   fmt.min_exponent, fmt.mantissa_bits, shift, floor)
+    rows, n = out.shape
+    total = _of_parts(ints, summed.flts, np.arange(rows) * n + ints[:, 7], rows * n, True)
     z = summed.signs.astype(np.float64)  # sums of z in {-1, 0, 1}: exact
     firsts = np.flatnonzero(np.diff(row_chunk, prepend=-1))
-    signs = _Signs(z[:, :, :2].sum(axis=1), np.add.reduceat(z, firsts, axis=0))
-    rows, n = out.shape
-    best = int(np.argmax(flts[:, 0]))  # the first row holding the max, its first column
-    return MetricTotals(
-        n=rows * n, n_nonfinite=int(ints[:, 0].sum()), ulp_max=int(ints[:, 1].max()),
-        n_ulp_off=int(ints[:, 2].sum()), bound_ratio_max=float(flts[best, 0]),
-        bound_ratio_argmax=best * n + int(ints[best, 7]), n_over_bound=int(ints[:, 3].sum()),
-        signal=float(flts[:, 1].sum()), noise=float(flts[:, 2].sum()),
-        n_ref_mismatch=int(ints[:, 4].sum())), signs
+    return total, _Signs(z[:, :, :2].sum(axis=1), np.add.reduceat(z, firsts, axis=0))
 
 
 class _BiasTotals:
