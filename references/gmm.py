@@ -587,7 +587,10 @@ def zeroed(shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
     the dev shape on two threads (best of 9, the two timed alternately in one process),
     tgmm (a 128 MiB output) took 236 ms against 193 ms written first, the forward gmm
     (16 MiB) 95-119 ms against 79-81 ms.  One thread writing it took 43 ms of tgmm's
-    float64 output (256 MiB; AMX machine, Granite Rapids class), two 19 ms."""
+    float64 output (256 MiB; AMX machine, Granite Rapids class), two 19 ms.  Which is
+    cheaper depends on the machine: on a Zen 4 one (2 vCPUs) the first touch won, by
+    3-9% (tgmm, dgrad, the forward gmm; paired in one process), against the AMX
+    machine's 17-51% loss, so this pass stays."""
     out = np.empty(shape, dtype)
     nbytes = out.nbytes
     parts = min(numba.get_num_threads(), max(1, nbytes >> 22))  # 4 MiB a thread at least
